@@ -1,0 +1,31 @@
+"""skbatch: batched ridge, bootstrap and permutation inference for scikit-learn.
+
+Three estimators do resampling-heavy, many-target linear work on numpy,
+PyTorch or JAX within a memory budget: :class:`BatchedRidge`,
+:class:`BootstrapEstimator` and :class:`PermutationScorer`.
+"""
+
+from .backend import Backend, check_gpu_available, resolve_backend
+from .memory import (
+    auto_batch_size,
+    auto_n_jobs,
+    compute_batch_size,
+    get_available_memory_gb,
+    memory_budget,
+)
+from .oom import compute_oom_safe, is_oom_error
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "Backend",
+    "auto_batch_size",
+    "auto_n_jobs",
+    "check_gpu_available",
+    "compute_batch_size",
+    "compute_oom_safe",
+    "get_available_memory_gb",
+    "is_oom_error",
+    "memory_budget",
+    "resolve_backend",
+]

@@ -1,0 +1,97 @@
+"""Pieces shared by the three estimators: device moves and array I/O."""
+
+import numbers
+
+import numpy as np
+from sklearn.utils.validation import check_is_fitted
+
+from .backend import backend_of_array, resolve_backend, to_numpy
+
+
+def host_input(X):
+    """Host copy of a torch/jax input, and the backend it came from.
+
+    DataFrames and other array-likes are returned untouched so that
+    ``validate_data`` still sees their feature names.
+    """
+    source = backend_of_array(X)
+    if source is None:
+        return X, None
+    return to_numpy(X), source
+
+
+def check_input_device(source, backend):
+    """Refuse an input array that sits on another device than the model."""
+    if source is not None and source.device != backend.device:
+        raise ValueError(
+            f"X is a {source.library} array on device {source.device!r} but the "
+            f"model computes on {backend.device!r} ({backend.name}); nothing is "
+            f"moved silently. Move X to {backend.device!r}, or move the model "
+            f"with est.to_device({source.device!r})."
+        )
+
+
+def as_output(result, source):
+    """Return a host result in the library (and on the device) of the input."""
+    if source is None:
+        return result
+    with source.context():
+        return source.asarray(result)
+
+
+def check_verbose(verbose):
+    if (
+        isinstance(verbose, bool)
+        or not isinstance(verbose, numbers.Integral)
+        or (verbose < 0)
+    ):
+        raise ValueError(f"verbose must be an int >= 0, got {verbose!r}")
+
+
+def check_max_memory_gb(max_memory_gb):
+    if max_memory_gb is None:
+        return
+    if isinstance(max_memory_gb, bool) or not isinstance(max_memory_gb, numbers.Real):
+        raise TypeError(
+            f"max_memory_gb must be None or a number of GB > 0, got "
+            f"{type(max_memory_gb).__name__}: {max_memory_gb!r}"
+        )
+    if not (np.isfinite(max_memory_gb) and max_memory_gb > 0):
+        raise ValueError(
+            f"max_memory_gb must be None or a finite number of GB > 0, got "
+            f"{max_memory_gb!r}"
+        )
+
+
+class DeviceMixin:
+    """``to_device`` and run-or-raise for estimators with a ``backend_``."""
+
+    def to_device(self, device):
+        """Move the fitted estimator to another device, explicitly.
+
+        Fitted arrays are host numpy, so nothing is copied: only
+        ``backend_``, where later computation runs, changes.
+
+        Parameters
+        ----------
+        device : str or Backend
+            Any specification accepted by :func:`skbatch.resolve_backend`
+            except ``"auto"``.
+
+        Returns
+        -------
+        self : object
+            The estimator, with ``backend_`` on the new device.
+        """
+        check_is_fitted(self, "backend_")
+        if device == "auto":
+            raise ValueError(
+                "to_device needs an explicit device such as 'cpu' or 'cuda:0', "
+                "got 'auto'"
+            )
+        self.backend_ = resolve_backend(device)
+        for inner in ("estimator_",):
+            nested = getattr(self, inner, None)
+            if hasattr(nested, "to_device") and hasattr(nested, "backend_"):
+                nested.to_device(device)
+        return self

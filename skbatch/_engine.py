@@ -1,0 +1,292 @@
+"""The batching engine: plan, batch, recover, reduce.
+
+Every heavy loop of skbatch goes through one of two functions here.
+
+- :func:`run_batched` runs a device kernel over items (targets, replicates,
+  permutations) in batches sized from the memory budgets, under OOM
+  recovery, moves each result to the host and hands it to a reducer.
+- :func:`run_parallel` runs CPU tasks (refits of arbitrary estimators)
+  through ``sklearn.utils.parallel`` in windows sized so that results in
+  flight stay bounded. Wrapping ``fit`` in ``joblib.parallel_config`` picks
+  the joblib backend (loky, threading, dask, ray).
+
+Reducers always receive results in item order, whatever the batch size, OOM
+splits or number of workers, so results do not depend on them.
+"""
+
+import logging
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from joblib import effective_n_jobs
+from sklearn.utils.parallel import Parallel, delayed
+from tqdm.auto import tqdm
+
+from .backend import to_numpy
+from .memory import GB, _check_n_items, auto_batch_size, memory_budget
+from .oom import ChunkRunner
+
+logger = logging.getLogger("skbatch")
+
+# Items per joblib task when the window is split among workers: enough tasks
+# per worker to balance load, few enough that dispatch overhead stays small.
+TASKS_PER_WORKER = 4
+# Upper bound on items in flight in one joblib window, whatever the budget,
+# so a progress bar and a KeyboardInterrupt react in reasonable time.
+MAX_WINDOW = 4096
+
+
+@dataclass
+class Plan:
+    """What the engine decided and what happened, for logs and tests."""
+
+    n_items: int
+    batch_size: int
+    n_batches: int
+    budget_gb: float
+    n_oom_recoveries: int = 0
+    n_kernel_calls: int = 0
+
+
+def plan_batches(
+    n_items,
+    *,
+    backend,
+    device_bytes_per_item,
+    host_bytes_per_item=0.0,
+    fixed_bytes=0.0,
+    max_memory_gb=None,
+    batch_size="auto",
+    max_batch_size=None,
+):
+    """Choose a batch size from the device and host budgets.
+
+    Parameters
+    ----------
+    n_items : int
+        Items to process.
+    backend : Backend
+        Where kernels run.
+    device_bytes_per_item, host_bytes_per_item : float
+        Working set of one item on the device, and bytes of its result held
+        on the host until reduced. On a CPU backend both are charged to RAM.
+    fixed_bytes : float, default=0
+        Memory used regardless of the batch (inputs, decompositions), charged
+        to the device budget before batching.
+    max_memory_gb : float or None
+        Explicit budget, applied to both device and host.
+    batch_size : "auto" or int
+        A fixed batch size overrides the plan (still capped at n_items).
+    max_batch_size : int or None, default=None
+        Largest useful batch of an "auto" plan: a kernel whose speed
+        saturates at some batch size says so here.
+
+    Returns
+    -------
+    Plan
+    """
+    n_items = _check_n_items(n_items)
+    for name, value in (
+        ("device_bytes_per_item", device_bytes_per_item),
+        ("host_bytes_per_item", host_bytes_per_item),
+        ("fixed_bytes", fixed_bytes),
+    ):
+        if not (value >= 0 and math.isfinite(value)):
+            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    device_budget = memory_budget(backend, max_memory_gb, for_batching=True)
+    if batch_size != "auto":
+        if (
+            isinstance(batch_size, bool)
+            or not isinstance(batch_size, int | np.integer)
+            or (batch_size < 1)
+        ):
+            raise ValueError(
+                f"batch_size must be 'auto' or an int >= 1, got {batch_size!r}"
+            )
+        size = min(int(batch_size), n_items)
+        return Plan(n_items, size, math.ceil(n_items / size), device_budget)
+    if fixed_bytes >= device_budget * GB:
+        raise ValueError(
+            f"The data alone needs {fixed_bytes / GB:.3g} GB but the memory budget "
+            f"on {backend.name} is {device_budget:.3g} GB; raise max_memory_gb or "
+            "reduce n_samples / n_features."
+        )
+    available = device_budget - fixed_bytes / GB
+    if backend.is_gpu:
+        size, _ = auto_batch_size(n_items, device_bytes_per_item, budget_gb=available)
+        host_budget = memory_budget(None, max_memory_gb, for_batching=True)
+        host_size, _ = auto_batch_size(
+            n_items, host_bytes_per_item, budget_gb=host_budget
+        )
+        size = min(size, host_size)
+    else:
+        size, _ = auto_batch_size(
+            n_items, device_bytes_per_item + host_bytes_per_item, budget_gb=available
+        )
+    if max_batch_size is not None:
+        size = min(size, max_batch_size)
+    return Plan(n_items, size, math.ceil(n_items / size), device_budget)
+
+
+def _progress(total, verbose, desc):
+    return tqdm(total=total, desc=desc, disable=not verbose, leave=False)
+
+
+def run_batched(
+    kernel,
+    reduce,
+    *,
+    n_items,
+    backend,
+    device_bytes_per_item,
+    host_bytes_per_item=0.0,
+    fixed_bytes=0.0,
+    max_memory_gb=None,
+    batch_size="auto",
+    max_batch_size=None,
+    verbose=0,
+    desc="items",
+):
+    """Run ``kernel`` over all items in budgeted, OOM-safe batches.
+
+    Parameters
+    ----------
+    kernel : callable
+        ``kernel(ids) -> result``: ``ids`` is a host int64 array of item ids;
+        ``result`` is a backend array, or tuple of arrays, whose axis 0 runs
+        over ``ids``. Its inputs are generated from the ids (seeds), never
+        drawn once for all items.
+    reduce : callable
+        ``reduce(ids, host_result)`` receives numpy results in item order.
+    n_items, backend, device_bytes_per_item, host_bytes_per_item, \
+fixed_bytes, max_memory_gb, batch_size, max_batch_size :
+        See :func:`plan_batches`.
+    verbose : int, default=0
+        1: progress bar; 2: also log the plan and OOM recoveries.
+    desc : str, default="items"
+        Progress bar label.
+
+    Returns
+    -------
+    Plan
+        With the number of kernel calls and OOM recoveries filled in.
+    """
+    plan = plan_batches(
+        n_items,
+        backend=backend,
+        device_bytes_per_item=device_bytes_per_item,
+        host_bytes_per_item=host_bytes_per_item,
+        fixed_bytes=fixed_bytes,
+        max_memory_gb=max_memory_gb,
+        batch_size=batch_size,
+        max_batch_size=max_batch_size,
+    )
+    if verbose >= 2:
+        logger.info(
+            "%s: %d %s in batches of %d (%d batches), budget %.3g GB on %s",
+            desc,
+            n_items,
+            desc,
+            plan.batch_size,
+            plan.n_batches,
+            plan.budget_gb,
+            backend.name,
+        )
+    runner = ChunkRunner(
+        backend=backend, hint="lower max_memory_gb, or the batch size, or the data size"
+    )
+    calls = [0]
+
+    def counted(ids):
+        calls[0] += 1
+        return kernel(ids)
+
+    all_ids = np.arange(n_items, dtype=np.int64)
+    size = plan.batch_size
+    start = 0
+    with _progress(n_items, verbose, desc) as bar, backend.context():
+        while start < n_items:
+            ids = all_ids[start : start + size]
+            for lo, hi, result in runner.run(counted, ids):
+                reduce(ids[lo:hi], _to_host(result))
+                bar.update(hi - lo)
+            start += len(ids)
+            if runner.largest_ok is not None and runner.largest_ok < size:
+                if verbose >= 2:
+                    logger.info(
+                        "%s: out of memory at %d, continuing with batches of %d",
+                        desc,
+                        size,
+                        runner.largest_ok,
+                    )
+                size = runner.largest_ok
+    plan.n_oom_recoveries = runner.n_recoveries
+    plan.n_kernel_calls = calls[0]
+    return plan
+
+
+def _to_host(result):
+    if isinstance(result, tuple):
+        return tuple(to_numpy(r) for r in result)
+    return to_numpy(result)
+
+
+def run_parallel(
+    task,
+    reduce,
+    *,
+    n_items,
+    host_bytes_per_item,
+    n_jobs=None,
+    max_memory_gb=None,
+    verbose=0,
+    desc="items",
+):
+    """Run CPU tasks through joblib in bounded windows.
+
+    Parameters
+    ----------
+    task : callable
+        ``task(ids) -> result`` for a chunk of item ids; ``result`` has axis 0
+        over ``ids`` (numpy). Must be picklable for process backends: a
+        module-level function (or ``functools.partial`` of one) whose
+        arguments are numpy arrays and strings, never live device tensors.
+    reduce : callable
+        ``reduce(ids, result)``, called in item order.
+    n_items : int
+        Number of items.
+    host_bytes_per_item : float
+        Bytes of one item's result: bounds how many are in flight.
+    n_jobs : int or None
+        joblib convention; the backend comes from ``joblib.parallel_config``.
+    max_memory_gb : float or None
+        Host budget for results in flight.
+    verbose : int, default=0
+        1: progress bar.
+    desc : str
+        Progress bar label.
+
+    Returns
+    -------
+    int
+        The window size used (items in flight at most).
+    """
+    budget = memory_budget(None, max_memory_gb, for_batching=True)
+    window, _ = auto_batch_size(n_items, host_bytes_per_item, budget_gb=budget)
+    window = min(window, MAX_WINDOW)
+    parallel = Parallel(n_jobs=n_jobs)
+    n_workers = max(effective_n_jobs(n_jobs), 1)
+    chunk = max(1, math.ceil(window / (n_workers * TASKS_PER_WORKER)))
+    all_ids = np.arange(n_items, dtype=np.int64)
+    with _progress(n_items, verbose, desc) as bar, parallel:
+        for start in range(0, n_items, window):
+            window_ids = all_ids[start : start + window]
+            chunks = [
+                window_ids[i : i + chunk] for i in range(0, len(window_ids), chunk)
+            ]
+            results = parallel(delayed(task)(ids) for ids in chunks)
+            for ids, result in zip(chunks, results):
+                reduce(ids, result)
+                bar.update(len(ids))
+    return window

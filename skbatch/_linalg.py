@@ -1,0 +1,525 @@
+"""Ridge kernels written once against the array API (numpy, torch, jax).
+
+Every function here is pure: it receives arrays of one namespace ``xp`` and
+returns arrays of that namespace on the same device. Targets are the columns
+of a 2-D ``Y`` of shape (n_samples, n_targets); batching them, choosing the
+device and sizing the work belong to the callers.
+
+The design matrix is decomposed once (thin SVD of the centred X); targets are
+projected onto that basis once, and every alpha is evaluated from the
+projection. This is the svd path of scikit-learn's ``_RidgeGCV``, with one
+alpha per target and without forming coefficients for every alpha.
+"""
+
+from array_api_compat import array_namespace
+from array_api_compat import device as array_device
+
+# Names accepted by the scoring functions; higher is better for all three.
+_SCORINGS = ("neg_mean_squared_error", "r2", "correlation")
+
+
+def center(A, sample_weight=None, *, fit_intercept=True, xp=None):
+    """Centre columns on their (weighted) means and scale rows by sqrt(weight).
+
+    The same preprocessing as scikit-learn's ``_preprocess_data`` with
+    ``rescale_with_sw=True``: weighted least squares becomes ordinary least
+    squares on the returned array.
+
+    Parameters
+    ----------
+    A : array of shape (n_samples, n_columns)
+        Design matrix or targets.
+    sample_weight : array of shape (n_samples,), default=None
+        Non-negative weights.
+    fit_intercept : bool, default=True
+        Whether to subtract the column means.
+
+    Returns
+    -------
+    A_centered : array of shape (n_samples, n_columns)
+    offset : array of shape (n_columns,)
+        Subtracted means (zeros when ``fit_intercept`` is False).
+    """
+    xp = _namespace(xp, A)
+    if sample_weight is not None:
+        sample_weight = xp.astype(sample_weight, A.dtype, copy=False)
+    if fit_intercept:
+        offset = _average(A, sample_weight, xp)
+    else:
+        offset = xp.zeros(A.shape[1], dtype=A.dtype, device=array_device(A))
+    A_centered = A - offset
+    if sample_weight is not None:
+        A_centered = A_centered * xp.sqrt(sample_weight)[:, None]
+    return A_centered, offset
+
+
+def svd_decompose(X, *, xp=None):
+    """Thin SVD of ``X`` without its numerically null directions.
+
+    Singular values at or below ``s_max * max(n, p) * eps`` (the rank rule of
+    ``numpy.linalg.matrix_rank``) are rounding noise of a rank-deficient X
+    (duplicated columns, p > n after centring); dropping them leaves a basis
+    of the column space only.
+
+    Parameters
+    ----------
+    X : array of shape (n_samples, n_features)
+        Centred (and weight-scaled) design matrix.
+
+    Returns
+    -------
+    U : array of shape (n_samples, rank)
+    s : array of shape (rank,)
+        Singular values, decreasing.
+    Vt : array of shape (rank, n_features)
+    """
+    xp = _namespace(xp, X)
+    U, s, Vt = xp.linalg.svd(X, full_matrices=False)
+    tolerance = s[0] * max(X.shape) * xp.finfo(X.dtype).eps
+    rank = int(xp.sum(s > tolerance))
+    return U[:, :rank], s[:rank], Vt[:rank, :]
+
+
+def project(U, Y, *, xp=None):
+    """Coordinates of the targets in the basis ``U``, computed once per batch.
+
+    Parameters
+    ----------
+    U : array of shape (n_samples, rank)
+    Y : array of shape (n_samples, n_targets)
+        Centred (and weight-scaled) targets.
+
+    Returns
+    -------
+    UtY : array of shape (rank, n_targets)
+    """
+    return U.T @ Y
+
+
+def residual_sq_norm(U, UtY, Y, *, fit_intercept=True, xp=None):
+    """Squared norm, per target, of the part of ``Y`` outside the span of ``U``.
+
+    This is the residual of the least-squares fit, the alpha-free part of the
+    ridge residual used by :func:`gcv_scores`. It is formed explicitly rather
+    than as ``||Y||^2 - ||UtY||^2``, whose cancellation loses the residual
+    when the fit is close to exact.
+
+    Parameters
+    ----------
+    U : array of shape (n_samples, rank)
+    UtY : array of shape (rank, n_targets)
+    Y : array of shape (n_samples, n_targets)
+        Centred (and weight-scaled) targets.
+    fit_intercept : bool, default=True
+        Whether ``Y`` was centred.
+
+    Returns
+    -------
+    sq_norm : array of shape (n_targets,)
+        In float64 where the device supports it.
+    """
+    xp = _namespace(xp, U, UtY, Y)
+    dtype = _criterion_dtype(Y, xp)
+    residual = _residual_outside_span(U, UtY, Y, fit_intercept, xp)
+    if residual is None:
+        return xp.zeros(Y.shape[1], dtype=dtype, device=array_device(Y))
+    return xp.sum(xp.astype(residual, dtype, copy=False) ** 2, axis=0)
+
+
+def ridge_coef(Vt, s, UtY, alpha, *, xp=None):
+    """Ridge coefficients ``V diag(s / (s^2 + alpha)) U'Y``, one alpha per target.
+
+    Parameters
+    ----------
+    Vt : array of shape (rank, n_features)
+    s : array of shape (rank,)
+    UtY : array of shape (rank, n_targets)
+    alpha : float or array of shape (n_targets,)
+
+    Returns
+    -------
+    coef : array of shape (n_features, n_targets)
+        Coefficients of the centred problem; the intercept is
+        ``Y_offset - X_offset @ coef``.
+    """
+    xp = _namespace(xp, Vt, s, UtY)
+    alpha = xp.reshape(_as_float_array(alpha, s, xp), (1, -1))
+    filtered = s[:, None] / (s[:, None] ** 2 + alpha)
+    return Vt.T @ (filtered * UtY)
+
+
+def loo_scores(
+    U,
+    s,
+    UtY,
+    Y,
+    alphas,
+    *,
+    fit_intercept=True,
+    sample_weight=None,
+    scoring=None,
+    xp=None,
+):
+    """Exact leave-one-out score of every alpha for every target.
+
+    Equal in value to scikit-learn's ``RidgeCV(alphas, alpha_per_target=True,
+    gcv_mode="svd", scoring=scoring)``. The LOO error of sample i is its ridge
+    residual divided by ``1 - h_ii``, h the hat matrix (plus the intercept's
+    leverage ``w_i / sum(w)``). Each alpha costs one n x rank x n_targets
+    product: the residual is ``R0 + U diag(alpha / (s^2 + alpha)) U'Y``
+    with ``R0 = Y - U U'Y`` formed once.
+
+    Parameters
+    ----------
+    U : array of shape (n_samples, rank)
+    s : array of shape (rank,)
+    UtY : array of shape (rank, n_targets)
+    Y : array of shape (n_samples, n_targets)
+        Targets as returned by :func:`center`.
+    alphas : array-like of shape (n_alphas,)
+    fit_intercept : bool, default=True
+    sample_weight : array of shape (n_samples,), default=None
+        The weights given to :func:`center`.
+    scoring : {None, "neg_mean_squared_error", "r2", "correlation"}
+        None is scikit-learn's default criterion: minus the mean over samples
+        of ``w_i * e_i^2``. The named scorings compare the LOO predictions
+        with the targets, weighted by ``sample_weight`` in every mean, as
+        ``RidgeCV`` passes its weights to the scorer.
+
+    Returns
+    -------
+    scores : array of shape (n_alphas, n_targets)
+        Higher is better. In float64 where the device supports it, so that a
+        float32 problem picks the alphas float64 would.
+    """
+    xp = _namespace(xp, U, s, UtY, Y)
+    _check_scoring(scoring, allow_none=True)
+    alphas = _as_float_array(alphas, s, xp)
+    n_samples = U.shape[0]
+    dtype = _criterion_dtype(Y, xp)
+    shrinkage = alphas[:, None] / (s**2 + alphas[:, None])
+
+    if not fit_intercept:
+        intercept_leverage = 0.0
+    elif sample_weight is None:
+        intercept_leverage = 1.0 / n_samples
+    else:
+        weight = xp.astype(sample_weight, U.dtype, copy=False)
+        intercept_leverage = weight / xp.sum(weight)
+    outside_residual = _residual_outside_span(U, UtY, Y, fit_intercept, xp)
+    U_sq = U**2
+    # 1 - h_ii as a sum of non-negative terms rather than 1 - (1 - small):
+    # at small alphas the subtraction would be all rounding error.
+    if outside_residual is None:
+        loo_denominators = U_sq @ shrinkage.T
+    else:
+        outside_leverage = 1.0 - xp.sum(U_sq, axis=1) - intercept_leverage
+        loo_denominators = U_sq @ shrinkage.T + outside_leverage[:, None]
+
+    score_weight = None
+    if scoring is not None and sample_weight is not None:
+        # Scorers compare errors and targets on the original scale, weighted;
+        # rows of zero weight are zero in Y and U, and stay out of the score.
+        score_weight = xp.astype(sample_weight, dtype, copy=False)
+        scale = xp.sqrt(xp.astype(sample_weight, U.dtype, copy=False))[:, None]
+        scale = xp.where(scale == 0, 1.0, scale)
+        loo_denominators = loo_denominators * scale
+        y_true = xp.astype(Y / scale, dtype, copy=False)
+    else:
+        y_true = xp.astype(Y, dtype, copy=False)
+
+    scores = []
+    for k in range(alphas.shape[0]):
+        residual = U @ (shrinkage[k, :, None] * UtY)
+        if outside_residual is not None:
+            residual = residual + outside_residual
+        errors = xp.astype(residual / loo_denominators[:, k, None], dtype, copy=False)
+        if scoring is None:
+            scores.append(-xp.mean(errors**2, axis=0))
+        else:
+            scores.append(_score_errors(errors, y_true, scoring, score_weight, xp))
+    return xp.stack(scores)
+
+
+def gcv_scores(
+    s, UtY, sq_norm_residual, n_samples, alphas, *, fit_intercept=True, xp=None
+):
+    """Generalized cross-validation score of every alpha for every target.
+
+    ``-mean(residual^2) / (1 - tr(H) / n)^2`` with ``tr(H) = sum s^2 / (s^2 +
+    alpha)`` (+1 for the intercept). The residual splits into a part outside
+    the span of U, independent of alpha, and ``alpha / (s^2 + alpha) U'Y``
+    inside it, so all alphas cost one n_alphas x rank x n_targets product.
+
+    Parameters
+    ----------
+    s : array of shape (rank,)
+    UtY : array of shape (rank, n_targets)
+    sq_norm_residual : array of shape (n_targets,)
+        From :func:`residual_sq_norm`.
+    n_samples : int
+    alphas : array-like of shape (n_alphas,)
+    fit_intercept : bool, default=True
+
+    Returns
+    -------
+    scores : array of shape (n_alphas, n_targets)
+        Higher is better; in float64 where the device supports it.
+    """
+    xp = _namespace(xp, s, UtY)
+    s = xp.astype(s, _criterion_dtype(UtY, xp), copy=False)
+    alphas = _as_float_array(alphas, s, xp)
+    s_sq = s**2
+    shrinkage = alphas[:, None] / (s_sq + alphas[:, None])
+    UtY_sq = xp.astype(UtY, s.dtype, copy=False) ** 2
+    sq_norm = xp.astype(sq_norm_residual, s.dtype, copy=False) + shrinkage**2 @ UtY_sq
+    trace = xp.sum(s_sq / (s_sq + alphas[:, None]), axis=1) + int(fit_intercept)
+    return -(sq_norm / n_samples) / ((1.0 - trace / n_samples) ** 2)[:, None]
+
+
+def fold_basis(X_train, X_test, *, fit_intercept=True, sample_weight=None, xp=None):
+    """Decompose one fold's training rows and express its test rows in that basis.
+
+    Done once per fold; :func:`fold_scores` then takes the targets in as many
+    batches as memory requires.
+
+    Parameters
+    ----------
+    X_train : array of shape (n_train, n_features)
+    X_test : array of shape (n_test, n_features)
+    fit_intercept : bool, default=True
+    sample_weight : array of shape (n_train,), default=None
+
+    Returns
+    -------
+    U : array of shape (n_train, rank)
+    s : array of shape (rank,)
+    X_test_V : array of shape (n_test, rank)
+        Test rows, centred on the training means, times V.
+    """
+    xp = _namespace(xp, X_train, X_test)
+    X_centered, X_offset = center(
+        X_train, sample_weight, fit_intercept=fit_intercept, xp=xp
+    )
+    U, s, Vt = svd_decompose(X_centered, xp=xp)
+    return U, s, (X_test - X_offset) @ Vt.T
+
+
+def fold_scores(
+    U,
+    s,
+    X_test_V,
+    Y_train,
+    Y_test,
+    alphas,
+    *,
+    fit_intercept=True,
+    sample_weight=None,
+    scoring="r2",
+    xp=None,
+):
+    """Test-set score of every alpha for every target in one fold.
+
+    Parameters
+    ----------
+    U, s, X_test_V : arrays
+        From :func:`fold_basis`.
+    Y_train : array of shape (n_train, n_targets)
+    Y_test : array of shape (n_test, n_targets)
+    alphas : array-like of shape (n_alphas,)
+    fit_intercept : bool, default=True
+    sample_weight : array of shape (n_train,), default=None
+        Weights of the training rows. Test rows are scored unweighted, as
+        ``GridSearchCV`` scores them without metadata routing.
+    scoring : {"r2", "neg_mean_squared_error", "correlation"}, default="r2"
+
+    Returns
+    -------
+    scores : array of shape (n_alphas, n_targets)
+        Higher is better; in float64 where the device supports it.
+    """
+    xp = _namespace(xp, U, s, X_test_V, Y_train, Y_test)
+    _check_scoring(scoring)
+    alphas = _as_float_array(alphas, s, xp)
+    Y_centered, Y_offset = center(
+        Y_train, sample_weight, fit_intercept=fit_intercept, xp=xp
+    )
+    UtY = project(U, Y_centered, xp=xp)
+    dtype = _criterion_dtype(Y_test, xp)
+    # Every scoring is unchanged when targets and predictions shift together,
+    # so the training offset comes off the targets once, not per alpha.
+    y_true = xp.astype(Y_test - Y_offset, dtype, copy=False)
+    filtered = s / (s**2 + alphas[:, None])
+    scores = []
+    for k in range(alphas.shape[0]):
+        predictions = X_test_V @ (filtered[k, :, None] * UtY)
+        errors = y_true - xp.astype(predictions, dtype, copy=False)
+        scores.append(_score_errors(errors, y_true, scoring, None, xp))
+    return xp.stack(scores)
+
+
+def kfold_scores(
+    X,
+    Y,
+    train,
+    test,
+    alphas,
+    *,
+    fit_intercept=True,
+    sample_weight=None,
+    scoring="r2",
+    xp=None,
+):
+    """Score of every alpha for every target on one train/test split.
+
+    The fold's ridge is fit on the training rows, centred on their own means,
+    and scored on the test rows, as ``Ridge(alpha).fit(X[train], Y[train])``
+    scored on ``X[test]`` would be. Averaging over folds is the caller's.
+
+    Parameters
+    ----------
+    X : array of shape (n_samples, n_features)
+    Y : array of shape (n_samples, n_targets)
+    train, test : array-like of int
+        Row indices, as yielded by a scikit-learn splitter.
+    alphas : array-like of shape (n_alphas,)
+    fit_intercept : bool, default=True
+    sample_weight : array of shape (n_samples,), default=None
+        Used in fitting only.
+    scoring : {"r2", "neg_mean_squared_error", "correlation"}, default="r2"
+
+    Returns
+    -------
+    scores : array of shape (n_alphas, n_targets)
+    """
+    xp = _namespace(xp, X, Y)
+    train = xp.asarray(train, device=array_device(X))
+    test = xp.asarray(test, device=array_device(X))
+    if sample_weight is not None:
+        sample_weight = xp.take(sample_weight, train, axis=0)
+    U, s, X_test_V = fold_basis(
+        xp.take(X, train, axis=0),
+        xp.take(X, test, axis=0),
+        fit_intercept=fit_intercept,
+        sample_weight=sample_weight,
+        xp=xp,
+    )
+    return fold_scores(
+        U,
+        s,
+        X_test_V,
+        xp.take(Y, train, axis=0),
+        xp.take(Y, test, axis=0),
+        alphas,
+        fit_intercept=fit_intercept,
+        sample_weight=sample_weight,
+        scoring=scoring,
+        xp=xp,
+    )
+
+
+def score_per_target(y_true, y_pred, scoring, *, sample_weight=None, xp=None):
+    """Score each target column separately.
+
+    ``"r2"`` follows ``sklearn.metrics.r2_score(multioutput="raw_values")``,
+    including constant targets (1.0 when predicted exactly, else 0.0).
+    ``"correlation"`` is Pearson's r, 0.0 when either column is constant.
+
+    Parameters
+    ----------
+    y_true, y_pred : arrays of shape (n_samples, n_targets)
+    scoring : {"r2", "neg_mean_squared_error", "correlation"}
+    sample_weight : array of shape (n_samples,), default=None
+        Weights of the rows in every mean, as in ``sklearn.metrics``.
+
+    Returns
+    -------
+    scores : array of shape (n_targets,)
+    """
+    xp = _namespace(xp, y_true, y_pred)
+    _check_scoring(scoring)
+    return _score_errors(y_true - y_pred, y_true, scoring, sample_weight, xp)
+
+
+def select_alpha(scores, *, xp=None):
+    """Best alpha of each target: the first of ties, as scikit-learn keeps it.
+
+    Parameters
+    ----------
+    scores : array of shape (n_alphas, n_targets)
+        Higher is better. NaN never wins.
+
+    Returns
+    -------
+    best_index : array of int of shape (n_targets,)
+    best_score : array of shape (n_targets,)
+    """
+    xp = _namespace(xp, scores)
+    scores = xp.where(xp.isnan(scores), -xp.inf, scores)
+    return xp.argmax(scores, axis=0), xp.max(scores, axis=0)
+
+
+def _score_errors(errors, y_true, scoring, sample_weight, xp):
+    """Per-target score of predictions ``y_true - errors``."""
+    if scoring == "neg_mean_squared_error":
+        return -_average(errors**2, sample_weight, xp)
+    y_dev = y_true - _average(y_true, sample_weight, xp)
+    y_var = _average(y_dev**2, sample_weight, xp)
+    if scoring == "r2":
+        error_var = _average(errors**2, sample_weight, xp)
+        constant = y_var == 0
+        r2 = 1.0 - error_var / xp.where(constant, 1.0, y_var)
+        return xp.where(constant, xp.where(error_var == 0, 1.0, 0.0), r2)
+    predictions = y_true - errors
+    pred_dev = predictions - _average(predictions, sample_weight, xp)
+    covariance = _average(y_dev * pred_dev, sample_weight, xp)
+    variance_product = y_var * _average(pred_dev**2, sample_weight, xp)
+    constant = variance_product == 0
+    safe = xp.where(constant, 1.0, variance_product)
+    return xp.where(constant, 0.0, covariance / xp.sqrt(safe))
+
+
+def _average(A, sample_weight, xp):
+    """Column means of ``A``, weighted by ``sample_weight`` when given."""
+    if sample_weight is None:
+        return xp.mean(A, axis=0)
+    return sample_weight @ A / xp.sum(sample_weight)
+
+
+def _residual_outside_span(U, UtY, Y, fit_intercept, xp):
+    """``Y - U U'Y``, or None when U spans every centred target.
+
+    With rank n (n - 1 after centring, whose direction sqrt(w) is orthogonal
+    to both X and Y) that part is zero: forming it would cost a product and
+    add only rounding noise, enough to swamp small-alpha residuals in float32.
+    """
+    if U.shape[1] + int(fit_intercept) == U.shape[0]:
+        return None
+    return Y - U @ UtY
+
+
+def _criterion_dtype(array, xp):
+    """float64 where the device has it (not MPS, not jax without x64)."""
+    available = xp.__array_namespace_info__().dtypes(
+        kind="real floating", device=array_device(array)
+    )
+    return xp.float64 if "float64" in available else array.dtype
+
+
+def _as_float_array(values, like, xp):
+    """``values`` (scalar or sequence) as a 1-d array of ``like``'s dtype and device."""
+    return xp.reshape(
+        xp.asarray(values, dtype=like.dtype, device=array_device(like)), (-1,)
+    )
+
+
+def _check_scoring(scoring, allow_none=False):
+    if scoring is None and allow_none:
+        return
+    if scoring not in _SCORINGS:
+        allowed = ((None,) if allow_none else ()) + _SCORINGS
+        raise ValueError(f"scoring must be one of {allowed!r}, got {scoring!r}")
+
+
+def _namespace(xp, *arrays):
+    return array_namespace(*arrays) if xp is None else xp

@@ -1,0 +1,505 @@
+"""Where computation runs: the :class:`Backend` value object.
+
+A backend names an array library (numpy, torch or jax) and a device on it.
+It is a plain value passed down from the estimators to the engine and the
+kernels; there is no process-wide "current backend". Only the two strings
+``library`` and ``device`` are pickled, so a fitted model made on a GPU host
+unpickles anywhere; computing through a device that the new process lacks
+raises :class:`RuntimeError` (run-or-raise), it never falls back to the CPU.
+"""
+
+import contextlib
+import importlib.util
+import re
+import warnings
+
+import numpy as np
+
+__all__ = [
+    "AUTO_GPU_MIN_FLOPS",
+    "Backend",
+    "check_gpu_available",
+    "resolve_backend",
+]
+
+# Below about this many floating-point operations a GPU loses to numpy once
+# host-to-device transfers and kernel launches are counted (about 10 ms of
+# CPU BLAS work); "auto" keeps such problems on numpy.
+AUTO_GPU_MIN_FLOPS = 1e9
+
+_LIBRARIES = ("numpy", "torch", "jax")
+_NAMED = {
+    "numpy": ("numpy", "cpu"),
+    "torch-cpu": ("torch", "cpu"),
+    "torch-cuda": ("torch", "cuda"),
+    "torch-mps": ("torch", "mps"),
+    "jax-cpu": ("jax", "cpu"),
+    "jax-gpu": ("jax", "gpu"),
+}
+_DEVICE_PATTERN = {
+    "numpy": re.compile(r"^cpu$"),
+    "torch": re.compile(r"^(cpu|mps|cuda(:\d+)?)$"),
+    "jax": re.compile(r"^(cpu|gpu(:\d+)?)$"),
+}
+_ALLOWED_SPECS = (
+    "None, 'auto', 'cpu', 'gpu', 'numpy', 'torch', 'jax', 'cuda', 'cuda:N', "
+    "'mps', 'torch-cpu', 'torch-cuda', 'torch-mps', 'jax-cpu', 'jax-gpu', "
+    "'jax-gpu:N' or a Backend"
+)
+_MOVE_HINT = (
+    "Move the fitted estimator explicitly with est.to_device('cpu') (or another "
+    "available device), or run it on a host that has this device."
+)
+_mps_warned = False
+
+
+def _library_installed(library):
+    return importlib.util.find_spec(library) is not None
+
+
+def _split_index(device):
+    kind, _, index = device.partition(":")
+    return kind, int(index) if index else 0
+
+
+class Backend:
+    """An array library and a device on it.
+
+    Parameters
+    ----------
+    library : {"numpy", "torch", "jax"}
+        Array library that runs the computation.
+    device : str, default="cpu"
+        Device of that library: ``"cpu"`` for all three, ``"cuda"`` /
+        ``"cuda:N"`` / ``"mps"`` for torch, ``"gpu"`` / ``"gpu:N"`` for jax.
+
+    Attributes
+    ----------
+    name : str
+        Short name: ``"numpy"``, ``"torch-cpu"``, ``"torch-cuda"``,
+        ``"torch-mps"``, ``"jax-cpu"`` or ``"jax-gpu"``.
+    is_gpu : bool
+        Whether the device is an accelerator.
+    xp : module
+        The array-API namespace of the library, imported on first use.
+
+    Notes
+    -----
+    Constructing or unpickling a backend never touches the device. Methods
+    that compute (:meth:`asarray`, :meth:`check_available`) raise
+    :class:`RuntimeError` when the device is missing in this process.
+
+    Examples
+    --------
+    >>> from skbatch import Backend
+    >>> b = Backend("numpy")
+    >>> b.name, b.is_gpu
+    ('numpy', False)
+    >>> import pickle
+    >>> pickle.loads(pickle.dumps(Backend("torch", "cuda:1"))).device
+    'cuda:1'
+    """
+
+    __slots__ = ("library", "device", "_xp")
+
+    def __init__(self, library, device="cpu"):
+        if library not in _LIBRARIES:
+            raise ValueError(f"library must be one of {_LIBRARIES}, got {library!r}")
+        if not isinstance(device, str) or not _DEVICE_PATTERN[library].match(device):
+            raise ValueError(
+                f"device {device!r} is not a device of {library}; allowed: "
+                f"{_DEVICE_PATTERN[library].pattern}"
+            )
+        self.library = library
+        self.device = device
+        self._xp = None
+
+    @property
+    def name(self):
+        if self.library == "numpy":
+            return "numpy"
+        return f"{self.library}-{_split_index(self.device)[0]}"
+
+    @property
+    def is_gpu(self):
+        return self.device != "cpu"
+
+    @property
+    def xp(self):
+        if self._xp is None:
+            if self.library == "jax":
+                import jax.numpy as xp
+            else:
+                xp = importlib.import_module(f"array_api_compat.{self.library}")
+            self._xp = xp
+        return self._xp
+
+    def __reduce__(self):
+        return (Backend, (self.library, self.device))
+
+    def __eq__(self, other):
+        return isinstance(other, Backend) and (self.library, self.device) == (
+            other.library,
+            other.device,
+        )
+
+    def __hash__(self):
+        return hash((self.library, self.device))
+
+    def __repr__(self):
+        return f"Backend({self.library!r}, {self.device!r})"
+
+    def missing_reason(self):
+        """Why this backend cannot compute in this process, or None.
+
+        Returns
+        -------
+        reason : str or None
+            A sentence naming what is missing, or None when usable.
+
+        Examples
+        --------
+        >>> from skbatch import Backend
+        >>> Backend("numpy").missing_reason() is None
+        True
+        """
+        if self.library == "numpy":
+            return None
+        if not _library_installed(self.library):
+            return f"{self.library} is not installed"
+        kind, index = _split_index(self.device)
+        if kind == "cpu":
+            return None
+        if self.library == "torch":
+            import torch
+
+            if kind == "mps":
+                if not torch.backends.mps.is_available():
+                    return "torch reports no MPS device"
+                return None
+            if not torch.cuda.is_available():
+                return "torch reports no CUDA device"
+            if index >= torch.cuda.device_count():
+                return (
+                    f"torch sees {torch.cuda.device_count()} CUDA device(s), "
+                    f"no index {index}"
+                )
+            return None
+        n_gpus = _jax_gpu_count()
+        if n_gpus == 0:
+            return "jax reports no GPU device"
+        if index >= n_gpus:
+            return f"jax sees {n_gpus} GPU device(s), no index {index}"
+        return None
+
+    def check_available(self):
+        """Raise RuntimeError if this backend cannot compute here.
+
+        Raises
+        ------
+        RuntimeError
+            Naming the device, what is missing, and how to move the model.
+
+        Examples
+        --------
+        >>> from skbatch import Backend
+        >>> Backend("numpy").check_available()
+        """
+        reason = self.missing_reason()
+        if reason is not None:
+            raise RuntimeError(
+                f"Backend {self.name!r} on device {self.device!r} is not "
+                f"available in this process: {reason}. {_MOVE_HINT}"
+            )
+        if self.device == "mps":
+            _warn_mps_once()
+
+    def native_device(self):
+        """The library's device object (None for numpy)."""
+        if self.library == "numpy":
+            return None
+        self.check_available()
+        if self.library == "torch":
+            import torch
+
+            return torch.device(self.device)
+        import jax
+
+        kind, index = _split_index(self.device)
+        return jax.devices(kind)[index]
+
+    def context(self):
+        """Context in which this backend computes.
+
+        For jax this enables 64-bit types locally, so float64 requested by
+        the caller is honoured without changing jax's global configuration.
+        """
+        if self.library == "jax":
+            import jax
+
+            return jax.enable_x64(True)
+        return contextlib.nullcontext()
+
+    def asarray(self, x, dtype=None):
+        """Convert a host or device array to this backend, on its device.
+
+        Parameters
+        ----------
+        x : array-like
+            Data to convert.
+        dtype : numpy dtype or None
+            Target dtype, given as a numpy dtype for every library.
+
+        Returns
+        -------
+        array
+            An array of this backend's library on its device.
+        """
+        dtype = None if dtype is None else np.dtype(dtype)
+        if self.library == "numpy":
+            return np.asarray(to_numpy(x), dtype=dtype)
+        device = self.native_device()
+        if self.library == "torch":
+            import torch
+
+            tdtype = None if dtype is None else getattr(torch, dtype.name)
+            if isinstance(x, torch.Tensor):
+                return x.to(device=device, dtype=tdtype)
+            return torch.as_tensor(np.asarray(x), dtype=tdtype, device=device)
+        import jax
+
+        with self.context():
+            return jax.device_put(np.asarray(x, dtype=dtype), device)
+
+    def empty_cache(self):
+        """Release cached device memory (after an out-of-memory error)."""
+        if self.library == "torch" and self.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.empty_cache()
+        elif self.library == "torch" and self.device == "mps":
+            import torch
+
+            torch.mps.empty_cache()
+
+
+def to_numpy(x):
+    """Copy any numpy, torch or jax array to a host numpy array.
+
+    Parameters
+    ----------
+    x : array-like
+        numpy array, torch tensor (any device), jax array, or a sequence.
+
+    Returns
+    -------
+    ndarray
+        Host array; numpy input is returned without a copy.
+
+    Examples
+    --------
+    >>> from skbatch.backend import to_numpy
+    >>> to_numpy([1.0, 2.0])
+    array([1., 2.])
+    """
+    if isinstance(x, np.ndarray):
+        return x
+    module = type(x).__module__
+    if module.startswith("torch"):
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def backend_of_array(x):
+    """The backend an input array lives on, or None for host data.
+
+    Used to return outputs in the library of the input and to refuse arrays
+    that sit on another device than the fitted model's.
+    """
+    module = type(x).__module__
+    if module.startswith("torch"):
+        device = x.device
+        if device.type == "cuda":
+            return Backend("torch", f"cuda:{device.index or 0}")
+        return Backend("torch", device.type)
+    if module.startswith("jax"):
+        (device,) = x.devices()
+        kind = "cpu" if device.platform == "cpu" else "gpu"
+        return Backend("jax", kind if kind == "cpu" else f"gpu:{device.id}")
+    return None
+
+
+def _jax_gpu_count():
+    if not _library_installed("jax"):
+        return 0
+    import jax
+
+    try:
+        return len(jax.devices("gpu"))
+    except RuntimeError:
+        return 0
+
+
+def _warn_mps_once():
+    global _mps_warned
+    if not _mps_warned:
+        _mps_warned = True
+        warnings.warn(
+            "MPS computes in float32: results carry float32 precision.",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def _first_gpu(include_mps):
+    """The first usable accelerator backend, or None."""
+    candidates = [Backend("torch", "cuda:0"), Backend("jax", "gpu")]
+    if include_mps:
+        candidates.append(Backend("torch", "mps"))
+    for backend in candidates:
+        if _library_installed(backend.library) and backend.missing_reason() is None:
+            return backend
+    return None
+
+
+def auto_prefers_gpu(flops):
+    """The size rule of ``device="auto"``: go to a GPU for this much work?
+
+    Parameters
+    ----------
+    flops : float or None
+        Estimated floating-point operations of the fit; None means unknown.
+
+    Returns
+    -------
+    bool
+        True when the problem is large enough (``flops >=
+        AUTO_GPU_MIN_FLOPS``) for a GPU to beat numpy after transfers.
+
+    Examples
+    --------
+    >>> from skbatch.backend import auto_prefers_gpu
+    >>> auto_prefers_gpu(1e6), auto_prefers_gpu(1e12)
+    (False, True)
+    """
+    return flops is not None and flops >= AUTO_GPU_MIN_FLOPS
+
+
+def resolve_backend(spec=None, *, flops=None):
+    """Turn a device specification into a :class:`Backend`.
+
+    Parameters
+    ----------
+    spec : str, Backend or None, default=None
+        ``None`` or ``"cpu"`` or ``"numpy"``: numpy. ``"torch"`` /
+        ``"jax"``: that library on the CPU. ``"cuda"``, ``"cuda:N"``,
+        ``"mps"``: torch on that device. ``"gpu"``: the first of torch CUDA,
+        jax GPU and torch MPS that is present. Names such as
+        ``"torch-cuda"`` or ``"jax-gpu:1"`` are accepted too. ``"auto"``:
+        numpy for small problems, a CUDA GPU (torch, then jax) for large
+        ones when present; the size rule is :func:`auto_prefers_gpu`.
+        ``"auto"`` never selects MPS, which computes in float32 only. A
+        ``Backend`` is returned as is.
+    flops : float or None, default=None
+        Estimated work, used by ``"auto"`` only.
+
+    Returns
+    -------
+    backend : Backend
+        The resolved backend.
+
+    Raises
+    ------
+    ValueError
+        For an unknown specification.
+    RuntimeError
+        When the requested library or device is missing. There is never a
+        silent fallback to the CPU.
+
+    Examples
+    --------
+    >>> from skbatch import resolve_backend
+    >>> resolve_backend("cpu").name
+    'numpy'
+    >>> resolve_backend("auto", flops=1e3).name
+    'numpy'
+    """
+    if isinstance(spec, Backend):
+        return spec
+    if spec is not None and not isinstance(spec, str):
+        raise TypeError(
+            f"device must be a string, a Backend or None, got "
+            f"{type(spec).__name__}: {spec!r}. Allowed: {_ALLOWED_SPECS}"
+        )
+    key = "cpu" if spec is None else spec.strip().lower()
+    if key in ("cpu", "numpy"):
+        return Backend("numpy")
+    if key == "auto":
+        if auto_prefers_gpu(flops):
+            gpu = _first_gpu(include_mps=False)
+            if gpu is not None:
+                return gpu
+        return Backend("numpy")
+    if key == "gpu":
+        gpu = _first_gpu(include_mps=True)
+        if gpu is None:
+            raise RuntimeError(
+                "device='gpu' was requested but no GPU is usable: "
+                + "; ".join(
+                    Backend(lib, dev).missing_reason()
+                    for lib, dev in (
+                        ("torch", "cuda"),
+                        ("jax", "gpu"),
+                        ("torch", "mps"),
+                    )
+                )
+                + ". Use device='cpu' to run on the CPU."
+            )
+        gpu.check_available()
+        return gpu
+    if key in ("torch", "jax"):
+        backend = Backend(key, "cpu")
+    elif key == "mps" or re.match(r"^cuda(:\d+)?$", key):
+        backend = Backend("torch", key)
+    else:
+        name, _, index = key.partition(":")
+        if name not in _NAMED or (index and name not in ("torch-cuda", "jax-gpu")):
+            raise ValueError(f"device must be one of {_ALLOWED_SPECS}, got {spec!r}")
+        library, device = _NAMED[name]
+        backend = Backend(library, f"{device}:{index}" if index else device)
+    if backend.library == "torch" and backend.device == "cuda":
+        backend = Backend("torch", "cuda:0")
+    backend.check_available()
+    return backend
+
+
+def check_gpu_available():
+    """Whether a GPU is usable, and which.
+
+    Returns
+    -------
+    available : bool
+        True when torch CUDA, jax GPU or torch MPS can compute here.
+    info : dict
+        Keys ``backend`` (backend name or None), ``device`` (device string
+        or None) and ``device_name`` (the hardware's name or None).
+
+    Examples
+    --------
+    >>> from skbatch import check_gpu_available
+    >>> available, info = check_gpu_available()
+    >>> sorted(info)
+    ['backend', 'device', 'device_name']
+    """
+    gpu = _first_gpu(include_mps=True)
+    if gpu is None:
+        return False, {"backend": None, "device": None, "device_name": None}
+    if gpu.library == "torch" and gpu.device.startswith("cuda"):
+        import torch
+
+        device_name = torch.cuda.get_device_name(_split_index(gpu.device)[1])
+    elif gpu.library == "jax":
+        device_name = str(gpu.native_device().device_kind)
+    else:
+        device_name = "Apple MPS"
+    return True, {"backend": gpu.name, "device": gpu.device, "device_name": device_name}

@@ -1,0 +1,292 @@
+"""Memory budgets and batch sizes: the one place a batch size is decided.
+
+Inside skbatch memory is counted in bytes; public parameters take decimal
+gigabytes (1 GB = 1e9 bytes) and are converted once, here. The host (RAM)
+and the device (GPU memory) are separate budgets: results retained on the
+host are charged to RAM, working sets of kernels to the device.
+"""
+
+import math
+import operator
+import os
+import warnings
+
+import psutil
+
+__all__ = [
+    "auto_batch_size",
+    "auto_n_jobs",
+    "compute_batch_size",
+    "get_available_memory_gb",
+    "memory_budget",
+]
+
+GB = 1e9
+# Share of free CUDA / JAX device memory that batches may take: the rest is
+# left for the allocator's fragmentation and for other processes.
+DEVICE_FREE_FRACTION = 0.8
+# Share of available host RAM that batches may take: the rest is for the
+# user's own arrays, the OS and other programs.
+HOST_AVAILABLE_FRACTION = 0.5
+# Used (with a warning) when nothing can be measured.
+FALLBACK_BUDGET_GB = 4.0
+# Batches bigger than this are not faster (the GEMMs are already at peak)
+# and starve unified-memory hosts, so a measured budget is capped here.
+BATCHING_CAP_GB = 8.0
+# compute_batch_size keeps this share of its budget in reserve for
+# temporaries that a per-item estimate does not see.
+SAFETY_MARGIN = 0.3
+# compute_batch_size never plans with less than this, so a momentarily
+# busy host still gets usable batches.
+MIN_BUDGET_GB = 0.5
+
+
+def _check_positive_gb(name, value):
+    try:
+        ok = value > 0 and math.isfinite(value)
+    except TypeError:
+        raise TypeError(
+            f"{name} must be a positive number of GB, got {type(value).__name__}: "
+            f"{value!r}"
+        ) from None
+    if not ok:
+        raise ValueError(f"{name} must be a finite number > 0 (GB), got {value!r}")
+    return float(value)
+
+
+def _check_n_items(n_items):
+    try:
+        n_items = operator.index(n_items)
+    except TypeError:
+        raise TypeError(f"n_items must be an int, got {n_items!r}") from None
+    if n_items <= 0:
+        raise ValueError(f"n_items must be >= 1, got {n_items!r}")
+    return n_items
+
+
+def get_available_memory_gb():
+    """Available host RAM, in decimal GB.
+
+    Returns
+    -------
+    float
+        ``psutil.virtual_memory().available / 1e9``.
+
+    Examples
+    --------
+    >>> from skbatch import get_available_memory_gb
+    >>> get_available_memory_gb() > 0
+    True
+    """
+    return psutil.virtual_memory().available / GB
+
+
+def _device_free_bytes(backend):
+    """Free memory of a GPU backend's device in bytes, or None if unknown."""
+    device = backend.native_device()
+    if backend.library == "torch" and backend.device.startswith("cuda"):
+        import torch
+
+        free, _ = torch.cuda.mem_get_info(device)
+        return free
+    if backend.library == "jax":
+        stats = device.memory_stats()
+        if stats and "bytes_limit" in stats:
+            return stats["bytes_limit"] - stats.get("bytes_in_use", 0)
+    return None
+
+
+def memory_budget(backend=None, max_memory_gb=None, *, for_batching=False):
+    """How much memory work may use, in decimal GB.
+
+    Parameters
+    ----------
+    backend : Backend or None, default=None
+        Where the memory is: None or a CPU backend for host RAM, a GPU
+        backend for its device memory.
+    max_memory_gb : float or None, default=None
+        Explicit budget. It wins, uncapped, and must be > 0.
+    for_batching : bool, default=False
+        Cap a measured budget at ``BATCHING_CAP_GB`` (8 GB): bigger batches
+        are not faster.
+
+    Returns
+    -------
+    budget_gb : float
+        CUDA: free memory x 0.8. JAX GPU: (``bytes_limit`` -
+        ``bytes_in_use``) x 0.8. CPU and MPS: available RAM x 0.5.
+        Unmeasurable: 4 GB, with a warning.
+
+    Examples
+    --------
+    >>> from skbatch import memory_budget
+    >>> memory_budget(max_memory_gb=2.5)
+    2.5
+    >>> 0 < memory_budget(for_batching=True) <= 8.0
+    True
+    """
+    if max_memory_gb is not None:
+        return _check_positive_gb("max_memory_gb", max_memory_gb)
+    if backend is None or not backend.is_gpu or backend.device == "mps":
+        budget = get_available_memory_gb() * HOST_AVAILABLE_FRACTION
+    else:
+        free = _device_free_bytes(backend)
+        if free is None:
+            warnings.warn(
+                f"Cannot measure free memory on {backend.name} ({backend.device}); "
+                f"assuming {FALLBACK_BUDGET_GB} GB. Pass max_memory_gb to set it.",
+                UserWarning,
+                stacklevel=2,
+            )
+            budget = FALLBACK_BUDGET_GB
+        else:
+            budget = free / GB * DEVICE_FREE_FRACTION
+    if for_batching:
+        budget = min(budget, BATCHING_CAP_GB)
+    return budget
+
+
+def auto_batch_size(n_items, bytes_per_item, *, budget_gb, overhead=1.0):
+    """Largest batch of items that fits a budget.
+
+    Parameters
+    ----------
+    n_items : int
+        Number of items (targets, replicates, permutations), >= 1.
+    bytes_per_item : float
+        Memory one item needs, >= 0.
+    budget_gb : float
+        Budget in decimal GB, > 0.
+    overhead : float, default=1.0
+        Multiplier (>= 1) on ``bytes_per_item`` for temporaries.
+
+    Returns
+    -------
+    batch_size : int
+        Items per batch, in ``[1, n_items]``.
+    n_batches : int
+        ``ceil(n_items / batch_size)``.
+
+    Raises
+    ------
+    ValueError
+        When a single item does not fit, with both figures.
+
+    Examples
+    --------
+    >>> from skbatch import auto_batch_size
+    >>> auto_batch_size(1000, 1e6, budget_gb=0.1)
+    (100, 10)
+    """
+    n_items = _check_n_items(n_items)
+    if not (bytes_per_item >= 0 and math.isfinite(bytes_per_item)):
+        raise ValueError(
+            f"bytes_per_item must be a finite number >= 0, got {bytes_per_item!r}"
+        )
+    if not (overhead >= 1 and math.isfinite(overhead)):
+        raise ValueError(f"overhead must be a finite number >= 1, got {overhead!r}")
+    budget = _check_positive_gb("budget_gb", budget_gb) * GB
+    need = bytes_per_item * overhead
+    if need > budget:
+        raise ValueError(
+            f"One item needs {need / GB:.3g} GB but the memory budget is "
+            f"{budget / GB:.3g} GB; raise max_memory_gb or reduce the size of an "
+            f"item (fewer samples or features)."
+        )
+    # min before int: budget // need is inf for a tiny (sub-byte) need.
+    batch = n_items if need == 0 else int(min(n_items, budget // need))
+    return batch, math.ceil(n_items / batch)
+
+
+def compute_batch_size(
+    *, n_items, bytes_per_item, max_mem=None, min_batch=64, max_batch=8192
+):
+    """Batch size for ``jax.lax.map(..., batch_size=...)`` style loops.
+
+    Parameters
+    ----------
+    n_items : int
+        Number of items, >= 1.
+    bytes_per_item : float
+        Memory one item needs, > 0.
+    max_mem : float or None, default=None
+        Fraction of available host RAM to use; default 0.5, clamped to
+        ``[0.01, 1]``.
+    min_batch, max_batch : int, default=64, 8192
+        Bounds of the result (each capped at ``n_items``).
+
+    Returns
+    -------
+    int
+        ``usable / bytes_per_item`` where usable is the fraction of
+        available RAM less a 30% safety margin, never planned below 0.5 GB,
+        clamped to ``[min(min_batch, n_items), min(max_batch, n_items)]``.
+
+    Examples
+    --------
+    >>> from skbatch import compute_batch_size
+    >>> compute_batch_size(n_items=10, bytes_per_item=1e3)
+    10
+    >>> compute_batch_size(n_items=10**6, bytes_per_item=1e12)
+    64
+    """
+    n_items = _check_n_items(n_items)
+    if not (bytes_per_item > 0 and math.isfinite(bytes_per_item)):
+        raise ValueError(
+            f"bytes_per_item must be a finite number > 0, got {bytes_per_item!r}"
+        )
+    if min_batch < 1 or max_batch < min_batch:
+        raise ValueError(
+            f"need 1 <= min_batch <= max_batch, got min_batch={min_batch!r}, "
+            f"max_batch={max_batch!r}"
+        )
+    fraction = 0.5 if max_mem is None else min(max(float(max_mem), 0.01), 1.0)
+    usable_gb = max(
+        get_available_memory_gb() * fraction * (1 - SAFETY_MARGIN), MIN_BUDGET_GB
+    )
+    batch = usable_gb * GB // bytes_per_item
+    return int(min(max(batch, min(min_batch, n_items)), min(max_batch, n_items)))
+
+
+def auto_n_jobs(n_tasks=None, bytes_per_worker=0, *, max_memory_gb=None, n_jobs=None):
+    """How many CPU workers fit in the host budget.
+
+    Parameters
+    ----------
+    n_tasks : int or None, default=None
+        Number of tasks; never more workers than tasks.
+    bytes_per_worker : float, default=0
+        Memory each worker copies (data, model, results in flight).
+    max_memory_gb : float or None, default=None
+        Host budget; default measured (:func:`memory_budget`).
+    n_jobs : int or None, default=None
+        Requested workers, joblib convention (None: 1, -1: all cores).
+
+    Returns
+    -------
+    int
+        Workers to start, >= 1.
+
+    Examples
+    --------
+    >>> from skbatch import auto_n_jobs
+    >>> auto_n_jobs(1, n_jobs=-1)
+    1
+    >>> auto_n_jobs(100, 3e9, max_memory_gb=6.0, n_jobs=8)
+    2
+    """
+    n_cpus = os.cpu_count() or 1
+    if n_jobs is None:
+        wanted = 1
+    elif n_jobs < 0:
+        wanted = max(n_cpus + 1 + n_jobs, 1)
+    elif n_jobs == 0:
+        raise ValueError("n_jobs == 0 has no meaning; use None, a positive int or -1")
+    else:
+        wanted = n_jobs
+    if bytes_per_worker > 0:
+        budget = memory_budget(None, max_memory_gb) * GB
+        wanted = min(wanted, max(int(budget // bytes_per_worker), 1))
+    if n_tasks is not None:
+        wanted = min(wanted, max(n_tasks, 1))
+    return max(wanted, 1)

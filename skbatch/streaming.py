@@ -1,0 +1,617 @@
+"""Streaming reducers for bootstrap and permutation replicates.
+
+Replicates arrive in batches, possibly from different workers. The
+accumulators here keep only what the final statistics need (running moments,
+percentile tails, exceedance counts), so memory does not grow with the number
+of replicates, and partial accumulators merge in any order.
+"""
+
+import math
+import numbers
+
+import numpy as np
+
+__all__ = ["BootstrapAccumulator", "PermutationCounter"]
+
+# Replicates are folded into the percentile tails this many at a time: enough
+# to amortise np.partition over the tails, few enough that the pending block
+# stays far smaller than storing every replicate.
+FOLD_EVERY = 64
+
+_INTERVAL_METHODS = ("percentile", "basic")
+_FLOAT_BYTES = np.dtype(np.float64).itemsize
+_COUNT_BYTES = np.dtype(np.int64).itemsize
+_BOOL_BYTES = np.dtype(bool).itemsize
+
+
+def _check_n_total(n_total, minimum):
+    if not isinstance(n_total, numbers.Integral) or n_total < minimum:
+        raise ValueError(f"n_total must be an integer >= {minimum}, got {n_total!r}")
+
+
+def _check_room(n_seen, n_new, n_total):
+    if n_seen + n_new > n_total:
+        raise ValueError(
+            f"n_total={n_total} replicates were announced, but {n_seen + n_new} "
+            f"were received ({n_seen} before this call, {n_new} now)"
+        )
+
+
+def _check_complete(n_seen, n_total):
+    if n_seen != n_total:
+        raise ValueError(
+            f"all n_total={n_total} replicates are needed, {n_seen} were seen"
+        )
+
+
+def _check_ids(ids, n_new, n_seen, n_total):
+    if ids is None:
+        return np.arange(n_seen, n_seen + n_new)
+    ids = np.asarray(ids)
+    if ids.shape != (n_new,) or not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(
+            f"ids must be an integer array of shape ({n_new},), got dtype "
+            f"{ids.dtype} and shape {ids.shape}"
+        )
+    if n_new and (ids.min() < 0 or ids.max() >= n_total):
+        raise ValueError(
+            f"ids must be in [0, n_total={n_total}), got values from {ids.min()} "
+            f"to {ids.max()}"
+        )
+    return ids
+
+
+def _percentile_plan(n_total, confidence_level):
+    """Where np.percentile reads the interval bounds, and the tail size k.
+
+    Returns the two virtual indexes into the sorted replicates and k, the
+    number of smallest (and of largest) replicates that contain every order
+    statistic the linear interpolation reads.
+    """
+    # The same arithmetic as np.percentile(x, [100 * (1 - c) / 2, ...]), so
+    # the bounds round as numpy's do rather than a few ulps away.
+    quantiles = np.true_divide(
+        [100 * (1 - confidence_level) / 2, 100 * (1 + confidence_level) / 2], 100
+    )
+    virtual_indexes = (n_total - 1) * quantiles
+    lower_prev, upper_prev = np.floor(virtual_indexes).astype(int)
+    # The lower bound reads order statistics lower_prev and lower_prev + 1,
+    # the upper bound upper_prev and upper_prev + 1, both capped at n_total - 1.
+    k = min(max(lower_prev + 2, n_total - upper_prev), n_total)
+    return virtual_indexes, int(k)
+
+
+def _lerp(a, b, t):
+    # numpy's _lerp, switching formula at t >= 0.5, so results agree bitwise.
+    diff = b - a
+    return b - diff * (1 - t) if t >= 0.5 else a + diff * t
+
+
+class _RunningMoments:
+    """Count, mean and M2 (sum of squared deviations), merged with Chan's update.
+
+    Chan, Golub and LeVeque (1979): blocks are summarised by their own mean
+    and M2, then combined pairwise, which is as stable as Welford's update
+    without a Python loop per replicate.
+    """
+
+    def __init__(self, shape):
+        self.count = 0
+        self.mean = np.zeros(shape)
+        self.m2 = np.zeros(shape)
+
+    def update(self, block):
+        block_mean = block.mean(axis=0)
+        self._combine(len(block), block_mean, ((block - block_mean) ** 2).sum(axis=0))
+
+    def merge(self, other):
+        self._combine(other.count, other.mean, other.m2)
+
+    def _combine(self, count, mean, m2):
+        if count == 0:
+            return
+        total = self.count + count
+        delta = mean - self.mean
+        self.mean += delta * (count / total)
+        self.m2 += m2 + delta**2 * (self.count * count / total)
+        self.count = total
+
+    def current_mean(self):
+        return self.mean.copy() if self.count else np.full(self.mean.shape, np.nan)
+
+    def variance(self):
+        if self.count < 2:
+            return np.full(self.m2.shape, np.nan)
+        return self.m2 / (self.count - 1)
+
+
+class _RowStore:
+    """Every replicate kept in full, the i-th of a batch at row ``ids[i]``."""
+
+    def __init__(self, n_total, row_shape):
+        # NaN marks rows not received yet, should the array be read early.
+        self.rows = np.full((n_total, *row_shape), np.nan)
+        self.filled = np.zeros(n_total, dtype=bool)
+
+    def put(self, values, ids):
+        if np.unique(ids).size != ids.size or self.filled[ids].any():
+            raise ValueError(f"ids must not repeat a stored replicate, got {ids}")
+        self.rows[ids] = values
+        self.filled[ids] = True
+
+    def merge(self, other):
+        both = np.flatnonzero(self.filled & other.filled)
+        if both.size:
+            raise ValueError(
+                f"ids must differ between merged accumulators, both stored "
+                f"replicates {both[:10]}; pass ids to update when the "
+                f"replicates are split"
+            )
+        self.rows[other.filled] = other.rows[other.filled]
+        self.filled |= other.filled
+
+
+def _check_same(name, mine, theirs):
+    if mine != theirs:
+        raise ValueError(
+            f"cannot merge accumulators with different {name}: {mine!r} and {theirs!r}"
+        )
+
+
+class BootstrapAccumulator:
+    """Running mean, standard deviation and exact percentile interval.
+
+    Bootstrap replicates of an array-valued statistic are folded in as they
+    arrive. Per element it keeps the Welford/Chan mean and M2 and the k
+    smallest and k largest replicates, where k is the smallest count that
+    contains the order statistics ``np.percentile`` interpolates between:
+    ``ceil((B - 1) * (1 - c) / 2) + 1`` (26 for B=1000, c=0.95), one more when
+    that position falls exactly on an integer. Memory is O(k + FOLD_EVERY) per
+    element, not O(B), unless ``keep_samples=True``.
+
+    Parameters
+    ----------
+    shape : int or tuple of int
+        Shape of one replicate.
+    n_total : int
+        Number of replicates B that will be received, at least 2.
+    confidence_level : float, default=0.95
+        Coverage c of the interval, in the open interval (0, 1).
+    keep_samples : bool, default=False
+        Also keep every replicate, in :attr:`samples`.
+
+    Attributes
+    ----------
+    n_seen : int
+        Number of replicates received so far, merged ones included.
+    samples : ndarray of shape (n_total, *shape) or None
+        Every replicate, the i-th of each :meth:`update` at row ``ids[i]``
+        (rows not received yet are NaN); None unless ``keep_samples=True``.
+
+    Notes
+    -----
+    An element with any NaN replicate has NaN mean, std and interval bounds,
+    as with ``np.percentile``. Replicates are converted to float64.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skbatch.streaming import BootstrapAccumulator
+    >>> replicates = np.random.default_rng(0).normal(size=(1000, 3))
+    >>> first = BootstrapAccumulator((3,), n_total=1000).update(replicates[:400])
+    >>> rest = BootstrapAccumulator((3,), n_total=1000).update(replicates[400:])
+    >>> lower, upper = rest.merge(first).interval()
+    >>> bool(np.allclose(lower, np.percentile(replicates, 2.5, axis=0)))
+    True
+    >>> bool(np.allclose(rest.std, replicates.std(axis=0, ddof=1)))
+    True
+    """
+
+    def __init__(self, shape, n_total, confidence_level=0.95, *, keep_samples=False):
+        _check_n_total(n_total, minimum=2)
+        if not 0 < confidence_level < 1:
+            raise ValueError(
+                f"confidence_level must be in the open interval (0, 1), got "
+                f"{confidence_level!r}"
+            )
+        self.shape = (shape,) if isinstance(shape, numbers.Integral) else tuple(shape)
+        self.n_total = n_total
+        self.confidence_level = confidence_level
+        self.keep_samples = keep_samples
+        self.n_seen = 0
+        self._virtual_indexes, self._k = _percentile_plan(n_total, confidence_level)
+        self._moments = _RunningMoments(self.shape)
+        # Rows [0, n_tail) hold the tail, the next n_pending rows the replicates
+        # not folded in yet, so folding partitions in place without a copy.
+        # The upper tail is stored negated: its k largest are then k smallest.
+        self._low = np.empty((self._k + FOLD_EVERY, *self.shape))
+        self._high = np.empty((self._k + FOLD_EVERY, *self.shape))
+        self._n_tail = 0
+        self._n_pending = 0
+        self._nan = np.zeros(self.shape, dtype=bool)
+        self._store = _RowStore(n_total, self.shape) if keep_samples else None
+
+    @staticmethod
+    def nbytes_needed(shape, n_total, confidence_level=0.95, *, keep_samples=False):
+        """Bytes an accumulator with these parameters retains.
+
+        Mean, M2, both tails with their pending block, the NaN mask, and the
+        samples when kept; for the memory preflight before any work.
+
+        Parameters
+        ----------
+        shape, n_total, confidence_level, keep_samples
+            As for the constructor.
+
+        Returns
+        -------
+        nbytes : int
+        """
+        size = shape if isinstance(shape, numbers.Integral) else math.prod(shape)
+        k = _percentile_plan(n_total, confidence_level)[1]
+        tails = 2 * (k + FOLD_EVERY) * _FLOAT_BYTES
+        nbytes = size * (2 * _FLOAT_BYTES + tails + _BOOL_BYTES)
+        if keep_samples:
+            nbytes += n_total * (size * _FLOAT_BYTES + _BOOL_BYTES)
+        return nbytes
+
+    def update(self, samples, ids=None):
+        """Fold in a batch of replicates.
+
+        Parameters
+        ----------
+        samples : array-like of shape (m, *shape)
+            m replicates.
+        ids : array-like of int of shape (m,), default=None
+            Row of :attr:`samples` for each replicate; only used when
+            ``keep_samples=True``. None numbers them from :attr:`n_seen` on,
+            which is only right when a single accumulator sees every replicate:
+            pass ids when the replicates are split across accumulators.
+
+        Returns
+        -------
+        self : BootstrapAccumulator
+        """
+        samples = np.asarray(samples, dtype=np.float64)
+        if samples.ndim != 1 + len(self.shape) or samples.shape[1:] != self.shape:
+            raise ValueError(
+                f"samples must have shape (m, *{self.shape}) to match shape="
+                f"{self.shape}, got {samples.shape}"
+            )
+        n_new = len(samples)
+        _check_room(self.n_seen, n_new, self.n_total)
+        if self._store is not None:
+            self._store.put(samples, _check_ids(ids, n_new, self.n_seen, self.n_total))
+        start = 0
+        while start < n_new:
+            # Blocks end where the pending buffer fills, bounding temporaries.
+            stop = min(n_new, start + FOLD_EVERY - self._n_pending)
+            self._push(samples[start:stop])
+            start = stop
+        self.n_seen += n_new
+        return self
+
+    def _push(self, block):
+        self._moments.update(block)
+        self._nan |= np.isnan(block).any(axis=0)
+        start = self._n_tail + self._n_pending
+        self._low[start : start + len(block)] = block
+        np.negative(block, out=self._high[start : start + len(block)])
+        self._n_pending += len(block)
+        if self._n_pending == FOLD_EVERY:
+            self._fold()
+
+    def _fold(self):
+        n_rows = self._n_tail + self._n_pending
+        if n_rows > self._k:
+            # NaNs sort last, but their elements are masked by _nan anyway.
+            self._low[:n_rows].partition(self._k - 1, axis=0)
+            self._high[:n_rows].partition(self._k - 1, axis=0)
+        self._n_tail = min(n_rows, self._k)
+        self._n_pending = 0
+
+    def merge(self, other):
+        """Add the replicates seen by another accumulator.
+
+        Parameters
+        ----------
+        other : BootstrapAccumulator
+            Built with the same shape, n_total, confidence_level and
+            keep_samples, and having seen other replicates than this one.
+
+        Returns
+        -------
+        self : BootstrapAccumulator
+        """
+        for name in ("shape", "n_total", "confidence_level", "keep_samples"):
+            _check_same(name, getattr(self, name), getattr(other, name))
+        _check_room(self.n_seen, other.n_seen, self.n_total)
+        if self._store is not None:
+            self._store.merge(other._store)
+        self._fold()
+        other._fold()
+        n_tail = min(self._n_tail + other._n_tail, self._k)
+        for mine, theirs in ((self._low, other._low), (self._high, other._high)):
+            both = np.concatenate([mine[: self._n_tail], theirs[: other._n_tail]])
+            if len(both) > self._k:
+                both.partition(self._k - 1, axis=0)
+            mine[:n_tail] = both[:n_tail]
+        self._n_tail = n_tail
+        self._moments.merge(other._moments)
+        self._nan |= other._nan
+        self.n_seen += other.n_seen
+        return self
+
+    @property
+    def mean(self):
+        """ndarray of shape `shape`: mean of the replicates seen."""
+        return self._moments.current_mean()
+
+    @property
+    def variance(self):
+        """ndarray of shape `shape`: variance (ddof=1) of the replicates seen."""
+        return self._moments.variance()
+
+    @property
+    def std(self):
+        """ndarray of shape `shape`: standard deviation (ddof=1)."""
+        return np.sqrt(self.variance)
+
+    @property
+    def samples(self):
+        """ndarray of shape (n_total, *shape) or None: replicate i at row ids[i]."""
+        return None if self._store is None else self._store.rows
+
+    def interval(self, method="percentile", estimate=None):
+        """Bootstrap confidence interval, once all n_total replicates are in.
+
+        Parameters
+        ----------
+        method : {"percentile", "basic"}, default="percentile"
+            "percentile" gives ``np.percentile(replicates, [100 * (1 - c) / 2,
+            100 * (1 + c) / 2], axis=0)``; "basic" reflects it around
+            ``estimate``: ``(2 * estimate - upper, 2 * estimate - lower)``.
+        estimate : array-like of shape `shape`, default=None
+            Statistic on the original data; required by "basic", ignored by
+            "percentile".
+
+        Returns
+        -------
+        lower, upper : ndarray of shape `shape`
+        """
+        if method not in _INTERVAL_METHODS:
+            raise ValueError(
+                f"method must be one of {_INTERVAL_METHODS}, got {method!r}"
+            )
+        if method == "basic" and estimate is None:
+            raise ValueError("estimate is required for method='basic', got None")
+        _check_complete(self.n_seen, self.n_total)
+        self._fold()
+        # smallest[i] is order statistic i, largest[j] order statistic B-1-j.
+        smallest = np.sort(self._low[: self._n_tail], axis=0)
+        largest = -np.sort(self._high[: self._n_tail], axis=0)
+        last = self.n_total - 1
+        lower_index, upper_index = self._virtual_indexes
+        lower_prev, upper_prev = int(lower_index), int(upper_index)
+        lower = _lerp(
+            smallest[lower_prev],
+            smallest[min(lower_prev + 1, last)],
+            lower_index - lower_prev,
+        )
+        upper = _lerp(
+            largest[last - upper_prev],
+            largest[last - min(upper_prev + 1, last)],
+            upper_index - upper_prev,
+        )
+        lower, upper = (np.where(self._nan, np.nan, x) for x in (lower, upper))
+        if method == "basic":
+            estimate = np.asarray(estimate, dtype=np.float64)
+            return 2 * estimate - upper, 2 * estimate - lower
+        return lower, upper
+
+
+class PermutationCounter:
+    """Exceedance counts and p-values of permutation null scores.
+
+    For each target, counts the null scores greater than or equal to the
+    observed one (ties count, as in
+    :func:`sklearn.model_selection.permutation_test_score`), and the
+    permutations whose maximum over targets reaches it, for family-wise
+    (max-statistic) p-values. The null distribution itself is kept only when
+    asked.
+
+    Parameters
+    ----------
+    observed : float or array-like of shape (n_targets,)
+        Score with the true labels; higher is better. Outputs are scalars for
+        a scalar, arrays of shape (n_targets,) otherwise.
+    n_total : int
+        Number of permutations that will be received, at least 1.
+    keep_null : bool, default=False
+        Also keep every null score, in :attr:`null`.
+
+    Attributes
+    ----------
+    n_seen : int
+        Number of permutations received so far, merged ones included.
+    null : ndarray of shape (n_total,) or (n_total, n_targets) or None
+        Null scores at rows ``ids``; None unless ``keep_null=True``.
+
+    Notes
+    -----
+    A NaN null score never counts as an exceedance, and is left out of the
+    maximum over targets; it makes that target's null mean and std NaN.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skbatch.streaming import PermutationCounter
+    >>> null = np.random.default_rng(0).normal(size=(99, 2))
+    >>> counter = PermutationCounter([2.5, 0.0], n_total=99).update(null)
+    >>> counter.counts
+    array([ 0, 53])
+    >>> counter.pvalue()
+    array([0.01, 0.54])
+    >>> counter.pvalue_fwer()
+    array([0.01, 0.76])
+    """
+
+    def __init__(self, observed, n_total, *, keep_null=False):
+        observed = np.array(observed, dtype=np.float64)
+        if observed.ndim > 1:
+            raise ValueError(
+                f"observed must be a scalar or a 1-D array, got shape {observed.shape}"
+            )
+        _check_n_total(n_total, minimum=1)
+        self.observed = observed
+        self.n_total = n_total
+        self.keep_null = keep_null
+        self.n_seen = 0
+        n_targets = observed.size
+        self._counts = np.zeros(n_targets, dtype=np.int64)
+        self._max_counts = np.zeros(n_targets, dtype=np.int64)
+        self._moments = _RunningMoments(n_targets)
+        self._store = _RowStore(n_total, observed.shape) if keep_null else None
+
+    @staticmethod
+    def nbytes_needed(n_targets, n_total, *, keep_null=False):
+        """Bytes a counter with these parameters retains.
+
+        Observed scores, both counts, null mean and M2, and the null scores
+        when kept; for the memory preflight before any work.
+
+        Parameters
+        ----------
+        n_targets : int
+            Size of ``observed``, 1 for a scalar.
+        n_total, keep_null
+            As for the constructor.
+
+        Returns
+        -------
+        nbytes : int
+        """
+        nbytes = n_targets * (3 * _FLOAT_BYTES + 2 * _COUNT_BYTES)
+        if keep_null:
+            nbytes += n_total * (n_targets * _FLOAT_BYTES + _BOOL_BYTES)
+        return nbytes
+
+    def _unpack(self, values):
+        return values[0] if self.observed.ndim == 0 else values
+
+    def update(self, null_scores, ids=None):
+        """Count a batch of permutations.
+
+        Parameters
+        ----------
+        null_scores : array-like of shape (m,) or (m, n_targets)
+            Scores of m permutations, shaped like ``observed`` per permutation.
+        ids : array-like of int of shape (m,), default=None
+            Row of :attr:`null` for each permutation; only used when
+            ``keep_null=True``. None numbers them from :attr:`n_seen` on,
+            which is only right when a single counter sees every permutation.
+
+        Returns
+        -------
+        self : PermutationCounter
+        """
+        null_scores = np.asarray(null_scores, dtype=np.float64)
+        if (
+            null_scores.ndim != 1 + self.observed.ndim
+            or null_scores.shape[1:] != self.observed.shape
+        ):
+            raise ValueError(
+                f"null_scores must have shape (m, *{self.observed.shape}) to "
+                f"match observed of shape {self.observed.shape}, got "
+                f"{null_scores.shape}"
+            )
+        n_new = len(null_scores)
+        _check_room(self.n_seen, n_new, self.n_total)
+        if self._store is not None:
+            self._store.put(
+                null_scores, _check_ids(ids, n_new, self.n_seen, self.n_total)
+            )
+        scores = null_scores.reshape(n_new, -1)
+        observed = self.observed.reshape(-1)
+        self._counts += np.count_nonzero(scores >= observed, axis=0)
+        # fmax skips NaN targets, so max_counts >= counts still holds.
+        max_scores = np.fmax.reduce(scores, axis=1, keepdims=True)
+        self._max_counts += np.count_nonzero(max_scores >= observed, axis=0)
+        self._moments.update(scores)
+        self.n_seen += n_new
+        return self
+
+    def merge(self, other):
+        """Add the permutations seen by another counter.
+
+        Parameters
+        ----------
+        other : PermutationCounter
+            Built with the same observed, n_total and keep_null, and having
+            seen other permutations than this one.
+
+        Returns
+        -------
+        self : PermutationCounter
+        """
+        _check_same(
+            "observed", self.observed.tolist(), np.asarray(other.observed).tolist()
+        )
+        _check_same("n_total", self.n_total, other.n_total)
+        _check_same("keep_null", self.keep_null, other.keep_null)
+        _check_room(self.n_seen, other.n_seen, self.n_total)
+        if self._store is not None:
+            self._store.merge(other._store)
+        self._counts += other._counts
+        self._max_counts += other._max_counts
+        self._moments.merge(other._moments)
+        self.n_seen += other.n_seen
+        return self
+
+    @property
+    def counts(self):
+        """Per target, the number of null scores >= observed."""
+        return self._unpack(self._counts.copy())
+
+    @property
+    def max_counts(self):
+        """Per target, the permutations whose max over targets >= observed."""
+        return self._unpack(self._max_counts.copy())
+
+    @property
+    def null_mean(self):
+        """Per target, the mean of the null scores seen."""
+        return self._unpack(self._moments.current_mean())
+
+    @property
+    def null_std(self):
+        """Per target, the standard deviation (ddof=1) of the null scores."""
+        return self._unpack(np.sqrt(self._moments.variance()))
+
+    @property
+    def null(self):
+        """ndarray of shape (n_total, ...) or None: null score i at row ids[i]."""
+        return None if self._store is None else self._store.rows
+
+    def pvalue(self):
+        """Per-target p-value ``(counts + 1) / (n_total + 1)``.
+
+        Returns
+        -------
+        pvalue : float or ndarray of shape (n_targets,)
+        """
+        _check_complete(self.n_seen, self.n_total)
+        return self._unpack((self._counts + 1) / (self.n_total + 1))
+
+    def pvalue_fwer(self):
+        """Family-wise p-value ``(max_counts + 1) / (n_total + 1)``.
+
+        Controls the family-wise error rate over targets (max-statistic
+        method); never below :meth:`pvalue`.
+
+        Returns
+        -------
+        pvalue : float or ndarray of shape (n_targets,)
+        """
+        _check_complete(self.n_seen, self.n_total)
+        return self._unpack((self._max_counts + 1) / (self.n_total + 1))

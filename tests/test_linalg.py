@@ -1,0 +1,420 @@
+"""Tests of the ridge kernels against independent references.
+
+References are scikit-learn's Ridge / RidgeCV / metrics, explicit refits, or
+hat matrices built naively in numpy; never stored outputs.
+"""
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose, assert_array_equal
+from sklearn.datasets import load_diabetes, load_linnerud
+from sklearn.linear_model import Ridge, RidgeCV
+from sklearn.metrics import mean_squared_error, r2_score
+from sklearn.model_selection import KFold
+
+from skbatch._linalg import (
+    center,
+    fold_basis,
+    fold_scores,
+    gcv_scores,
+    kfold_scores,
+    loo_scores,
+    project,
+    residual_sq_norm,
+    ridge_coef,
+    score_per_target,
+    select_alpha,
+    svd_decompose,
+)
+
+ALPHAS = np.logspace(-3, 4, 15)
+BACKENDS = ["numpy", "torch", "jax"]
+
+
+def make_data(n_samples, n_features, n_targets, seed=0):
+    """Targets whose signal-to-noise ratio varies, so their best alphas differ."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n_samples, n_features)) + rng.uniform(-2, 2, n_features)
+    W = rng.standard_normal((n_features, n_targets))
+    signal = np.logspace(-1.5, 0.5, n_targets) / np.sqrt(n_features)
+    Y = X @ W * signal + rng.standard_normal((n_samples, n_targets)) + 3.0
+    return X, Y
+
+
+def make_weights(n_samples, seed=0):
+    return np.random.default_rng(seed).uniform(0.2, 3.0, n_samples)
+
+
+def decompose(X, Y, *, fit_intercept=True, sample_weight=None):
+    X_centered, X_offset = center(X, sample_weight, fit_intercept=fit_intercept)
+    Y_centered, Y_offset = center(Y, sample_weight, fit_intercept=fit_intercept)
+    U, s, Vt = svd_decompose(X_centered)
+    return U, s, Vt, project(U, Y_centered), Y_centered, X_offset, Y_offset
+
+
+def fit_ridge(X, Y, alpha, *, fit_intercept=True, sample_weight=None):
+    U, s, Vt, UtY, _, X_offset, Y_offset = decompose(
+        X, Y, fit_intercept=fit_intercept, sample_weight=sample_weight
+    )
+    coef = ridge_coef(Vt, s, UtY, alpha)
+    return coef, Y_offset - X_offset @ coef
+
+
+def assert_matches_ridge(coef, intercept, ridge):
+    """sklearn ravels a single target's coefficients; no intercept is 0.0."""
+    assert_allclose(coef.T, ridge.coef_.reshape(coef.T.shape), rtol=1e-8, atol=1e-10)
+    expected_intercept = np.broadcast_to(ridge.intercept_, intercept.shape)
+    assert_allclose(intercept, expected_intercept, rtol=1e-8, atol=1e-10)
+
+
+def loo(X, Y, alphas, *, fit_intercept=True, sample_weight=None, scoring=None):
+    U, s, _, UtY, Y_centered, _, _ = decompose(
+        X, Y, fit_intercept=fit_intercept, sample_weight=sample_weight
+    )
+    return loo_scores(
+        U,
+        s,
+        UtY,
+        Y_centered,
+        alphas,
+        fit_intercept=fit_intercept,
+        sample_weight=sample_weight,
+        scoring=scoring,
+    )
+
+
+def gcv(X, Y, alphas, *, fit_intercept=True):
+    U, s, _, UtY, Y_centered, _, _ = decompose(X, Y, fit_intercept=fit_intercept)
+    sq_norm = residual_sq_norm(U, UtY, Y_centered, fit_intercept=fit_intercept)
+    return gcv_scores(s, UtY, sq_norm, X.shape[0], alphas, fit_intercept=fit_intercept)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    """(to_backend, to_numpy) converters; jax runs in float64 for the test only."""
+    if request.param == "numpy":
+        yield np.asarray, np.asarray
+    elif request.param == "torch":
+        torch = pytest.importorskip("torch")
+        yield torch.from_numpy, lambda a: a.numpy()
+    else:
+        jax = pytest.importorskip("jax")
+        previous = jax.config.read("jax_enable_x64")
+        jax.config.update("jax_enable_x64", True)
+        try:
+            yield jax.numpy.asarray, np.asarray
+        finally:
+            jax.config.update("jax_enable_x64", previous)
+
+
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize("n_targets", [1, 50])
+@pytest.mark.parametrize("shape", [(60, 20), (20, 60)])
+def test_ridge_coef_matches_sklearn_svd(shape, n_targets, fit_intercept):
+    X, Y = make_data(*shape, n_targets)
+    coef, intercept = fit_ridge(X, Y, 3.0, fit_intercept=fit_intercept)
+    ridge = Ridge(3.0, solver="svd", fit_intercept=fit_intercept).fit(X, Y)
+    assert_matches_ridge(coef, intercept, ridge)
+
+
+@pytest.mark.parametrize("loader", [load_diabetes, load_linnerud])
+def test_ridge_coef_matches_sklearn_on_datasets(loader):
+    X, y = loader(return_X_y=True)
+    Y = y.reshape(X.shape[0], -1)
+    coef, intercept = fit_ridge(X, Y, 0.5)
+    ridge = Ridge(0.5, solver="svd").fit(X, Y)
+    assert_matches_ridge(coef, intercept, ridge)
+
+
+def test_ridge_coef_per_target_alpha_and_weights_match_sklearn():
+    X, Y = make_data(40, 15, 6)
+    alpha = np.logspace(-2, 3, 6)
+    weights = make_weights(40)
+    coef, intercept = fit_ridge(X, Y, alpha, sample_weight=weights)
+    ridge = Ridge(alpha, solver="svd").fit(X, Y, sample_weight=weights)
+    assert_matches_ridge(coef, intercept, ridge)
+
+
+@pytest.mark.parametrize("shape", [(50, 10), (12, 30)])
+def test_rank_deficient_design_matches_sklearn_svd(shape):
+    X, Y = make_data(*shape, 3)
+    X = np.hstack([X, X[:, :4], 2 * X[:, :1]])
+    X_centered, _ = center(X)
+    _, s, _ = svd_decompose(X_centered)
+    assert s.shape[0] == np.linalg.matrix_rank(X_centered)
+    coef, intercept = fit_ridge(X, Y, 0.7)
+    ridge = Ridge(0.7, solver="svd").fit(X, Y)
+    assert_matches_ridge(coef, intercept, ridge)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize("shape", [(60, 15), (25, 40)])
+def test_loo_matches_ridgecv(shape, fit_intercept, weighted):
+    X, Y = make_data(*shape, 20)
+    weights = make_weights(shape[0]) if weighted else None
+    scores = loo(X, Y, ALPHAS, fit_intercept=fit_intercept, sample_weight=weights)
+    best_index, best_score = select_alpha(scores)
+
+    ridge_cv = RidgeCV(
+        ALPHAS,
+        fit_intercept=fit_intercept,
+        alpha_per_target=True,
+        gcv_mode="svd",
+        store_cv_results=True,
+    ).fit(X, Y, sample_weight=weights)
+    assert_array_equal(ALPHAS[best_index], ridge_cv.alpha_)
+    assert_allclose(best_score, ridge_cv.best_score_, rtol=1e-8)
+    assert_allclose(-scores, ridge_cv.cv_results_.mean(axis=0).T, rtol=1e-8)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("scoring", ["r2", "neg_mean_squared_error"])
+@pytest.mark.parametrize("shape", [(60, 15), (25, 40)])
+def test_loo_named_scoring_matches_ridgecv(shape, scoring, weighted):
+    X, Y = make_data(*shape, 8)
+    weights = make_weights(shape[0]) if weighted else None
+    scores = loo(X, Y, ALPHAS, sample_weight=weights, scoring=scoring)
+    best_index, best_score = select_alpha(scores)
+
+    ridge_cv = RidgeCV(
+        ALPHAS, alpha_per_target=True, gcv_mode="svd", scoring=scoring
+    ).fit(X, Y, sample_weight=weights)
+    assert_array_equal(ALPHAS[best_index], ridge_cv.alpha_)
+    assert_allclose(best_score, ridge_cv.best_score_, rtol=1e-8)
+
+
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize("shape", [(14, 5), (9, 14)])
+def test_loo_matches_explicit_refits(shape, fit_intercept):
+    """Each sample left out in turn, with weights: the definition itself."""
+    n_samples = shape[0]
+    X, Y = make_data(*shape, 3)
+    weights = make_weights(n_samples)
+    alphas = [0.01, 1.0, 30.0]
+    errors = np.empty((len(alphas), n_samples, Y.shape[1]))
+    for k, alpha in enumerate(alphas):
+        for i in range(n_samples):
+            keep = np.arange(n_samples) != i
+            ridge = Ridge(alpha, fit_intercept=fit_intercept).fit(
+                X[keep], Y[keep], sample_weight=weights[keep]
+            )
+            errors[k, i] = Y[i] - ridge.predict(X[i : i + 1])[0]
+
+    expected = -np.mean(weights[:, None] * errors**2, axis=1)
+    scores = loo(X, Y, alphas, fit_intercept=fit_intercept, sample_weight=weights)
+    assert_allclose(scores, expected, rtol=1e-7)
+
+    expected_r2 = [
+        r2_score(Y, Y - e, sample_weight=weights, multioutput="raw_values")
+        for e in errors
+    ]
+    scores_r2 = loo(
+        X,
+        Y,
+        alphas,
+        fit_intercept=fit_intercept,
+        sample_weight=weights,
+        scoring="r2",
+    )
+    assert_allclose(scores_r2, expected_r2, rtol=1e-7)
+
+
+def test_loo_correlation_matches_corrcoef_of_loo_predictions():
+    X, Y = make_data(30, 8, 4)
+    errors = -loo(X, Y, ALPHAS, scoring="neg_mean_squared_error")
+    assert np.all(errors > 0)
+    ridge_cv = RidgeCV(
+        ALPHAS[:1], alpha_per_target=True, store_cv_results=True, scoring="r2"
+    ).fit(X, Y)
+    predictions = ridge_cv.cv_results_[:, :, 0]
+    expected = [np.corrcoef(Y[:, j], predictions[:, j])[0, 1] for j in range(4)]
+    scores = loo(X, Y, ALPHAS[:1], scoring="correlation")
+    assert_allclose(scores[0], expected, rtol=1e-8)
+
+
+def naive_gcv(X, Y, alpha, fit_intercept):
+    n_samples, n_features = X.shape
+    if fit_intercept:
+        X = X - X.mean(axis=0)
+    hat = X @ np.linalg.solve(X.T @ X + alpha * np.eye(n_features), X.T)
+    if fit_intercept:
+        hat = hat + np.full((n_samples, n_samples), 1.0 / n_samples)
+    residual = Y - hat @ Y
+    return -np.mean(residual**2, axis=0) / (1 - np.trace(hat) / n_samples) ** 2
+
+
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize("shape", [(30, 8), (12, 25)])
+def test_gcv_matches_naive_hat_matrix(shape, fit_intercept):
+    X, Y = make_data(*shape, 5)
+    alphas = [0.1, 1.0, 10.0, 300.0]
+    expected = [naive_gcv(X, Y, alpha, fit_intercept) for alpha in alphas]
+    assert_allclose(gcv(X, Y, alphas, fit_intercept=fit_intercept), expected, rtol=1e-8)
+
+
+def hand_kfold(X, Y, alphas, scoring, sample_weight=None):
+    """Loop of sklearn Ridge over KFold(5), scored per target."""
+    metrics = {
+        "r2": lambda y, p: r2_score(y, p, multioutput="raw_values"),
+        "neg_mean_squared_error": lambda y, p: (
+            -mean_squared_error(y, p, multioutput="raw_values")
+        ),
+        "correlation": lambda y, p: np.array(
+            [np.corrcoef(y[:, j], p[:, j])[0, 1] for j in range(y.shape[1])]
+        ),
+    }
+    folds = []
+    for train, test in KFold(5).split(X):
+        weights = None if sample_weight is None else sample_weight[train]
+        folds.append(
+            [
+                metrics[scoring](
+                    Y[test],
+                    Ridge(alpha)
+                    .fit(X[train], Y[train], sample_weight=weights)
+                    .predict(X[test]),
+                )
+                for alpha in alphas
+            ]
+        )
+    return np.mean(folds, axis=0)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("scoring", ["r2", "neg_mean_squared_error", "correlation"])
+@pytest.mark.parametrize("shape", [(50, 12), (30, 45)])
+def test_kfold_matches_hand_loop_of_ridge(shape, scoring, weighted):
+    X, Y = make_data(*shape, 6)
+    weights = make_weights(shape[0]) if weighted else None
+    alphas = [0.01, 1.0, 100.0]
+    scores = np.mean(
+        [
+            kfold_scores(
+                X, Y, train, test, alphas, scoring=scoring, sample_weight=weights
+            )
+            for train, test in KFold(5).split(X)
+        ],
+        axis=0,
+    )
+    expected = hand_kfold(X, Y, alphas, scoring, sample_weight=weights)
+    assert_allclose(scores, expected, rtol=1e-8)
+
+
+def test_fold_scores_in_target_batches_equal_one_batch():
+    X, Y = make_data(40, 10, 9)
+    train, test = next(iter(KFold(4).split(X)))
+    U, s, X_test_V = fold_basis(X[train], X[test])
+    whole = fold_scores(U, s, X_test_V, Y[train], Y[test], ALPHAS)
+    batches = [
+        fold_scores(U, s, X_test_V, Y[train][:, j], Y[test][:, j], ALPHAS)
+        for j in (slice(0, 4), slice(4, 9))
+    ]
+    assert_allclose(np.hstack(batches), whole, rtol=1e-12)
+
+
+def test_score_per_target_matches_sklearn_metrics():
+    rng = np.random.default_rng(0)
+    y_true = rng.standard_normal((20, 5))
+    y_pred = y_true + rng.standard_normal((20, 5))
+    y_true[:, 3] = 2.0
+    y_pred[:, 3] = 2.0  # constant target predicted exactly: 1.0
+    y_true[:, 4] = -1.0  # constant target missed: 0.0
+
+    assert_allclose(
+        score_per_target(y_true, y_pred, "r2"),
+        r2_score(y_true, y_pred, multioutput="raw_values"),
+    )
+    assert_allclose(
+        score_per_target(y_true, y_pred, "neg_mean_squared_error"),
+        -mean_squared_error(y_true, y_pred, multioutput="raw_values"),
+    )
+    correlation = score_per_target(y_true, y_pred, "correlation")
+    assert_allclose(
+        correlation[:3],
+        [np.corrcoef(y_true[:, j], y_pred[:, j])[0, 1] for j in range(3)],
+    )
+    assert_array_equal(correlation[3:], 0.0)
+
+
+def test_weighted_score_per_target_matches_sklearn_metrics():
+    rng = np.random.default_rng(1)
+    y_true = rng.standard_normal((20, 3))
+    y_pred = y_true + rng.standard_normal((20, 3))
+    weights = make_weights(20)
+    weights[:3] = 0.0
+
+    def scores(scoring):
+        return score_per_target(y_true, y_pred, scoring, sample_weight=weights)
+
+    assert_allclose(
+        scores("r2"),
+        r2_score(y_true, y_pred, sample_weight=weights, multioutput="raw_values"),
+    )
+    assert_allclose(
+        scores("neg_mean_squared_error"),
+        -mean_squared_error(
+            y_true, y_pred, sample_weight=weights, multioutput="raw_values"
+        ),
+    )
+    covariances = [
+        np.cov(y_true[:, j], y_pred[:, j], aweights=weights) for j in range(3)
+    ]
+    assert_allclose(
+        scores("correlation"),
+        [c[0, 1] / np.sqrt(c[0, 0] * c[1, 1]) for c in covariances],
+    )
+
+
+def test_select_alpha_prefers_first_of_ties_and_ignores_nan():
+    scores = np.array([[1.0, np.nan, 0.0], [2.0, 5.0, 0.0], [2.0, 1.0, -1.0]])
+    best_index, best_score = select_alpha(scores)
+    assert_array_equal(best_index, [1, 1, 0])
+    assert_array_equal(best_score, [2.0, 5.0, 0.0])
+
+
+@pytest.mark.parametrize("scoring", ["accuracy", "mse"])
+def test_unknown_scoring_is_rejected(scoring):
+    X, Y = make_data(20, 5, 2)
+    with pytest.raises(ValueError, match="scoring must be one of"):
+        loo(X, Y, ALPHAS, scoring=scoring)
+    with pytest.raises(ValueError, match=repr(scoring)):
+        score_per_target(Y, Y, scoring)
+
+
+@pytest.mark.parametrize("shape", [(40, 12), (20, 35)])
+def test_backends_agree_with_numpy(backend, shape):
+    to_backend, to_numpy = backend
+    X, Y = make_data(*shape, 7)
+    weights = make_weights(shape[0])
+    train, test = next(iter(KFold(5).split(X)))
+
+    def run(convert):
+        Xb, Yb, wb = convert(X), convert(Y), convert(weights)
+        loo_all = loo(Xb, Yb, ALPHAS, sample_weight=wb)
+        return {
+            "loo": loo_all,
+            "loo_r2": loo(Xb, Yb, ALPHAS, scoring="r2"),
+            "gcv": gcv(Xb, Yb, ALPHAS),
+            "kfold": kfold_scores(Xb, Yb, train, test, ALPHAS, sample_weight=wb),
+            "coef": fit_ridge(Xb, Yb, ALPHAS[select_alpha(loo_all)[0]])[0],
+        }
+
+    expected = run(np.asarray)
+    for name, result in run(to_backend).items():
+        assert type(result) is type(to_backend(X)), name
+        assert_allclose(to_numpy(result), expected[name], rtol=1e-6, err_msg=name)
+        if name != "coef":
+            assert_array_equal(
+                to_numpy(select_alpha(result)[0]), select_alpha(expected[name])[0]
+            )
+
+
+@pytest.mark.parametrize("shape", [(200, 30), (40, 120)])
+def test_float32_picks_the_alphas_of_float64(shape):
+    X, Y = make_data(*shape, 40)
+    scores64 = loo(X, Y, ALPHAS)
+    scores32 = loo(X.astype(np.float32), Y.astype(np.float32), ALPHAS)
+    assert scores32.dtype == np.float64
+    assert_array_equal(select_alpha(scores32)[0], select_alpha(scores64)[0])
+    assert_allclose(scores32, scores64, rtol=1e-3)

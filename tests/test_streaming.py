@@ -1,0 +1,365 @@
+import tracemalloc
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from numpy.testing import assert_allclose, assert_array_equal
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import permutation_test_score
+
+from skbatch.streaming import BootstrapAccumulator, PermutationCounter
+
+# The bounds follow np.percentile's own arithmetic, so only rounding may differ.
+TOL = {"rtol": 1e-12, "atol": 1e-12}
+
+
+def reference_interval(samples, confidence_level):
+    c = confidence_level
+    return np.percentile(samples, [100 * (1 - c) / 2, 100 * (1 + c) / 2], axis=0)
+
+
+def split_points(rng, n, n_chunks):
+    return np.sort(
+        rng.choice(np.arange(1, n), size=min(n_chunks, n) - 1, replace=False)
+    )
+
+
+@pytest.mark.parametrize("n_total", [2, 37, 40, 201, 1000])
+@pytest.mark.parametrize("confidence_level", [0.8, 0.95, 0.99])
+def test_interval_and_moments_match_numpy(n_total, confidence_level):
+    rng = np.random.default_rng(n_total)
+    samples = rng.normal(loc=3.0, size=(n_total, 4, 3))
+    samples[rng.random(n_total) < 0.3, 0, 0] = np.nan
+    samples[-1, 1, 2] = np.nan
+    acc = BootstrapAccumulator((4, 3), n_total, confidence_level)
+    # Uneven batches cross the fold boundary at different offsets.
+    for batch in np.split(samples, split_points(rng, n_total, 7)):
+        acc.update(batch)
+
+    lower, upper = acc.interval()
+    expected_lower, expected_upper = reference_interval(samples, confidence_level)
+    assert_allclose(lower, expected_lower, **TOL)
+    assert_allclose(upper, expected_upper, **TOL)
+    assert np.isnan(lower[1, 2])
+    assert np.isnan(upper[1, 2])
+    assert_allclose(acc.mean, samples.mean(axis=0), rtol=1e-12)
+    assert_allclose(acc.std, samples.std(axis=0, ddof=1), rtol=1e-12)
+    assert_allclose(acc.variance, samples.var(axis=0, ddof=1), rtol=1e-12)
+
+
+# numpy's reference warns about inf - inf just as the accumulator does.
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")
+@pytest.mark.parametrize(("n_total", "confidence_level"), [(5, 0.5), (41, 0.95)])
+def test_interval_keeps_neighbour_of_integer_position(n_total, confidence_level):
+    # Here the bounds fall exactly on order statistics; numpy still reads the
+    # next one, which turns the bound into NaN when that neighbour is infinite.
+    samples = np.tile(np.arange(n_total, dtype=float)[:, None], (1, 3))
+    samples[2, 0] = np.inf
+    samples[-3, 1] = -np.inf
+    acc = BootstrapAccumulator(3, n_total, confidence_level).update(samples)
+
+    expected_lower, expected_upper = reference_interval(samples, confidence_level)
+    lower, upper = acc.interval()
+    assert_array_equal(lower, expected_lower)
+    assert_array_equal(upper, expected_upper)
+
+
+def test_basic_interval_reflects_percentile_interval():
+    rng = np.random.default_rng(0)
+    samples = rng.normal(size=(300, 5))
+    estimate = rng.normal(size=5)
+    acc = BootstrapAccumulator(5, 300, 0.9).update(samples)
+
+    lower, upper = acc.interval("basic", estimate=estimate)
+    pct_lower, pct_upper = reference_interval(samples, 0.9)
+    assert_allclose(lower, 2 * estimate - pct_upper, **TOL)
+    assert_allclose(upper, 2 * estimate - pct_lower, **TOL)
+
+
+@st.composite
+def split_replicates(draw):
+    n_total = draw(st.integers(2, 300))
+    confidence_level = draw(st.floats(0.05, 0.995))
+    seed = draw(st.integers(0, 2**32 - 1))
+    n_parts = draw(st.integers(1, 6))
+    with_ties = draw(st.booleans())
+    with_nan = draw(st.booleans())
+    return n_total, confidence_level, seed, n_parts, with_ties, with_nan
+
+
+@settings(deadline=None, max_examples=50)
+@given(split_replicates())
+def test_merge_in_any_order_equals_single_pass(case):
+    n_total, confidence_level, seed, n_parts, with_ties, with_nan = case
+    rng = np.random.default_rng(seed)
+    samples = rng.normal(loc=2.0, size=(n_total, 3))
+    if with_ties:
+        samples = np.round(samples)
+    if with_nan:
+        samples[rng.integers(n_total), 2] = np.nan
+    order = rng.permutation(n_total)
+    partials = []
+    for part in np.split(order, split_points(rng, n_total, n_parts)):
+        acc = BootstrapAccumulator(3, n_total, confidence_level)
+        for batch in np.array_split(part, rng.integers(1, 4)):
+            acc.update(samples[batch])
+        partials.append(acc)
+    while len(partials) > 1:
+        i, j = rng.choice(len(partials), size=2, replace=False)
+        partials[i].merge(partials[j])
+        del partials[j]
+    (acc,) = partials
+
+    lower, upper = acc.interval()
+    expected_lower, expected_upper = reference_interval(samples, confidence_level)
+    assert acc.n_seen == n_total
+    assert_allclose(lower, expected_lower, **TOL)
+    assert_allclose(upper, expected_upper, **TOL)
+    assert_allclose(acc.mean, samples.mean(axis=0), rtol=1e-12)
+    assert_allclose(acc.std, samples.std(axis=0, ddof=1), rtol=1e-12)
+
+
+def test_keep_samples_stores_rows_at_ids():
+    rng = np.random.default_rng(0)
+    samples = rng.normal(size=(100, 2))
+    ids = rng.permutation(100)
+    first = BootstrapAccumulator(2, 100, keep_samples=True)
+    second = BootstrapAccumulator(2, 100, keep_samples=True)
+    first.update(samples[ids[:37]], ids=ids[:37])
+    second.update(samples[ids[37:70]], ids=ids[37:70])
+    second.update(samples[ids[70:]], ids=ids[70:])
+
+    merged = second.merge(first)
+    assert_array_equal(merged.samples, samples)
+    assert BootstrapAccumulator(2, 100).samples is None
+
+
+def test_keep_samples_without_ids_numbers_consecutively():
+    samples = np.random.default_rng(0).normal(size=(10, 2))
+    acc = BootstrapAccumulator(2, 10, keep_samples=True)
+    acc.update(samples[:4])
+    acc.update(samples[4:])
+    assert_array_equal(acc.samples, samples)
+
+
+def test_keep_samples_rejects_reused_ids():
+    acc = BootstrapAccumulator(2, 10, keep_samples=True).update(np.ones((4, 2)))
+    with pytest.raises(ValueError, match="ids"):
+        acc.update(np.ones((1, 2)), ids=[3])
+    other = BootstrapAccumulator(2, 10, keep_samples=True).update(np.ones((4, 2)))
+    with pytest.raises(ValueError, match="ids"):
+        acc.merge(other)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"n_total": 1}, "n_total"),
+        ({"n_total": 10.0}, "n_total"),
+        ({"n_total": 10, "confidence_level": 0.0}, "confidence_level"),
+        ({"n_total": 10, "confidence_level": 1.0}, "confidence_level"),
+        ({"n_total": 10, "confidence_level": np.nan}, "confidence_level"),
+    ],
+)
+def test_bootstrap_rejects_bad_parameters(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        BootstrapAccumulator((3,), **kwargs)
+
+
+def test_bootstrap_rejects_bad_updates():
+    acc = BootstrapAccumulator((3,), 10, keep_samples=True)
+    with pytest.raises(ValueError, match=r"shape.*\(4, 2\)"):
+        acc.update(np.zeros((4, 2)))
+    with pytest.raises(ValueError, match=r"shape.*\(3,\)"):
+        acc.update(np.zeros(3))
+    with pytest.raises(ValueError, match="ids"):
+        acc.update(np.zeros((2, 3)), ids=[0, 10])
+    with pytest.raises(ValueError, match="ids"):
+        acc.update(np.zeros((2, 3)), ids=[0])
+    acc.update(np.zeros((8, 3)))
+    with pytest.raises(ValueError, match=r"n_total=10.*11"):
+        acc.update(np.zeros((3, 3)))
+    assert acc.n_seen == 8
+
+
+def test_interval_rejects_incomplete_or_unknown():
+    acc = BootstrapAccumulator(3, 10).update(np.zeros((9, 3)))
+    with pytest.raises(ValueError, match=r"n_total=10.*9"):
+        acc.interval()
+    acc.update(np.zeros((1, 3)))
+    with pytest.raises(ValueError, match=r"method.*'percentile', 'basic'"):
+        acc.interval("bca")
+    with pytest.raises(ValueError, match="estimate"):
+        acc.interval("basic")
+
+
+@pytest.mark.parametrize(
+    ("other", "match"),
+    [
+        (BootstrapAccumulator(4, 10), "shape"),
+        (BootstrapAccumulator(3, 11), "n_total"),
+        (BootstrapAccumulator(3, 10, 0.9), "confidence_level"),
+        (BootstrapAccumulator(3, 10, keep_samples=True), "keep_samples"),
+        (BootstrapAccumulator(3, 10).update(np.zeros((6, 3))), "n_total"),
+    ],
+)
+def test_merge_rejects_incompatible(other, match):
+    acc = BootstrapAccumulator(3, 10).update(np.zeros((5, 3)))
+    with pytest.raises(ValueError, match=match):
+        acc.merge(other)
+    assert acc.n_seen == 5
+
+
+def traced_peak(func):
+    tracemalloc.start()
+    try:
+        func()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def stream_replicates(n_total, size=10_000, batch_size=100):
+    rng = np.random.default_rng(0)
+    acc = BootstrapAccumulator(size, n_total)
+    for _ in range(n_total // batch_size):
+        acc.update(rng.standard_normal((batch_size, size)))
+    acc.interval()
+
+
+def test_peak_memory_does_not_grow_with_n_total():
+    peak_small = traced_peak(lambda: stream_replicates(200))
+    peak_large = traced_peak(lambda: stream_replicates(2000))
+    assert peak_large <= 1.3 * peak_small
+    # All of the growth is the longer percentile tails nbytes_needed predicts.
+    tail_growth = BootstrapAccumulator.nbytes_needed(
+        10_000, 2000
+    ) - BootstrapAccumulator.nbytes_needed(10_000, 200)
+    assert peak_large - peak_small <= 1.05 * tail_growth
+
+
+@pytest.mark.parametrize("keep_samples", [False, True])
+def test_nbytes_needed_is_what_construction_allocates(keep_samples):
+    nbytes = BootstrapAccumulator.nbytes_needed(
+        (100, 50), 500, 0.9, keep_samples=keep_samples
+    )
+    peak = traced_peak(
+        lambda: BootstrapAccumulator((100, 50), 500, 0.9, keep_samples=keep_samples)
+    )
+    assert nbytes <= peak <= 1.02 * nbytes
+
+
+def test_nbytes_needed_grows_with_tail_size_not_n_total():
+    small = BootstrapAccumulator.nbytes_needed(1000, 200)
+    large = BootstrapAccumulator.nbytes_needed(1000, 20_000)
+    # k grows from 6 to 501 per tail; storing every replicate would be 100x.
+    assert large < 10 * small
+    kept = BootstrapAccumulator.nbytes_needed(1000, 20_000, keep_samples=True)
+    assert_allclose(kept - large, 8 * 20_000 * 1000, rtol=1e-3)
+
+
+def naive_counts(null, observed):
+    n_perm, n_targets = null.shape
+    counts = np.zeros(n_targets, dtype=int)
+    max_counts = np.zeros(n_targets, dtype=int)
+    for i in range(n_perm):
+        finite = [s for s in null[i] if not np.isnan(s)]
+        for t in range(n_targets):
+            counts[t] += null[i, t] >= observed[t]
+            max_counts[t] += bool(finite) and max(finite) >= observed[t]
+    return counts, max_counts
+
+
+def test_permutation_counts_match_naive_loop():
+    rng = np.random.default_rng(0)
+    null = np.round(rng.normal(size=(250, 6)), 1)
+    null[rng.random(null.shape) < 0.05] = np.nan
+    observed = np.array([0.0, 0.5, 1.0, 2.0, -3.0, 0.3])
+    counter = PermutationCounter(observed, 250)
+    for batch in np.array_split(null, 9):
+        counter.update(batch)
+
+    counts, max_counts = naive_counts(null, observed)
+    assert_array_equal(counter.counts, counts)
+    assert_array_equal(counter.max_counts, max_counts)
+    assert_allclose(counter.pvalue(), (counts + 1) / 251, rtol=1e-15)
+    assert_allclose(counter.pvalue_fwer(), (max_counts + 1) / 251, rtol=1e-15)
+    assert np.all(counter.pvalue_fwer() >= counter.pvalue())
+
+
+def test_permutation_moments_match_numpy():
+    null = np.random.default_rng(0).normal(loc=1.0, size=(130, 4))
+    counter = PermutationCounter(np.zeros(4), 130)
+    for batch in np.array_split(null, 3):
+        counter.update(batch)
+    assert_allclose(counter.null_mean, null.mean(axis=0), rtol=1e-12)
+    assert_allclose(counter.null_std, null.std(axis=0, ddof=1), rtol=1e-12)
+
+
+def test_permutation_pvalue_matches_sklearn():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 3))
+    y = (X[:, 0] + rng.normal(size=60) > 0).astype(int)
+    score, null, pvalue = permutation_test_score(
+        LogisticRegression(), X, y, cv=3, n_permutations=30, random_state=0
+    )
+    counter = PermutationCounter(score, 30).update(null)
+    assert counter.pvalue() == pytest.approx(pvalue, rel=1e-15)
+    assert np.ndim(counter.pvalue()) == 0
+    assert counter.counts == np.sum(null >= score)
+
+
+@settings(deadline=None, max_examples=30)
+@given(st.integers(1, 200), st.integers(1, 5), st.integers(0, 2**32 - 1))
+def test_permutation_merge_in_any_order_equals_single_pass(n_total, n_parts, seed):
+    rng = np.random.default_rng(seed)
+    null = np.round(rng.normal(size=(n_total, 3)), 1)
+    observed = np.array([0.0, 0.4, 1.2])
+    partials = []
+    for part in np.split(null, split_points(rng, n_total, n_parts)):
+        partials.append(PermutationCounter(observed, n_total).update(part))
+    single = PermutationCounter(observed, n_total).update(null)
+    merged = partials.pop(rng.integers(len(partials)))
+    for i in rng.permutation(len(partials)):
+        merged.merge(partials[i])
+
+    assert_array_equal(merged.counts, single.counts)
+    assert_array_equal(merged.max_counts, single.max_counts)
+    assert_allclose(merged.pvalue(), single.pvalue())
+    assert_allclose(merged.null_mean, null.mean(axis=0), rtol=1e-12, atol=1e-12)
+    if n_total > 1:
+        assert_allclose(merged.null_std, null.std(axis=0, ddof=1), rtol=1e-12)
+
+
+def test_keep_null_stores_rows_at_ids():
+    rng = np.random.default_rng(0)
+    null = rng.normal(size=40)
+    ids = rng.permutation(40)
+    first = PermutationCounter(0.5, 40, keep_null=True)
+    first.update(null[ids[:15]], ids=ids[:15])
+    second = PermutationCounter(0.5, 40, keep_null=True)
+    second.update(null[ids[15:]], ids=ids[15:])
+    assert_array_equal(second.merge(first).null, null)
+    assert PermutationCounter(0.5, 40).null is None
+
+
+def test_permutation_counter_validates():
+    with pytest.raises(ValueError, match="n_total"):
+        PermutationCounter(0.5, 0)
+    with pytest.raises(ValueError, match="observed"):
+        PermutationCounter(np.zeros((2, 2)), 10)
+    counter = PermutationCounter(np.zeros(3), 10)
+    with pytest.raises(ValueError, match=r"null_scores.*\(4, 2\)"):
+        counter.update(np.zeros((4, 2)))
+    with pytest.raises(ValueError, match=r"null_scores.*\(3,\)"):
+        counter.update(np.zeros(3))
+    counter.update(np.zeros((6, 3)))
+    with pytest.raises(ValueError, match=r"n_total=10.*12"):
+        counter.update(np.zeros((6, 3)))
+    with pytest.raises(ValueError, match=r"n_total=10.*6"):
+        counter.pvalue()
+    with pytest.raises(ValueError, match="observed"):
+        counter.merge(PermutationCounter(np.ones(3), 10))
+    with pytest.raises(ValueError, match="keep_null"):
+        counter.merge(PermutationCounter(np.zeros(3), 10, keep_null=True))
