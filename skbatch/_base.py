@@ -1,8 +1,11 @@
 """Pieces shared by the three estimators: device moves and array I/O."""
 
+import copy
 import numbers
 
 import numpy as np
+from sklearn.utils import get_tags
+from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from .backend import backend_of_array, resolve_backend, to_numpy
@@ -95,3 +98,86 @@ class DeviceMixin:
             if hasattr(nested, "to_device") and hasattr(nested, "backend_"):
                 nested.to_device(device)
         return self
+
+
+def _estimator_has(attr):
+    """For ``available_if``: the fitted (or else the given) estimator has attr."""
+
+    def check(self):
+        if hasattr(self, "estimator_"):
+            return hasattr(self.estimator_, attr)
+        return hasattr(self._get_estimator(), attr)
+
+    return check
+
+
+def check_groups(groups, n_samples):
+    """Groups as a 1-D array of one label per sample, or None."""
+    if groups is None:
+        return None
+    groups = np.asarray(groups)
+    if groups.ndim != 1 or groups.shape[0] != n_samples:
+        raise ValueError(
+            f"groups must be 1-D with one label per sample ({n_samples} samples), "
+            f"got shape {groups.shape}"
+        )
+    return groups
+
+
+class WrapperMixin(DeviceMixin):
+    """Delegation to ``estimator_`` for the meta-estimators.
+
+    Subclasses define ``_default_estimator()`` (used when ``estimator`` is
+    None).
+    """
+
+    def _get_estimator(self):
+        return self._default_estimator() if self.estimator is None else self.estimator
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        inner = get_tags(self._get_estimator())
+        tags.input_tags = copy.deepcopy(inner.input_tags)
+        tags.target_tags = copy.deepcopy(inner.target_tags)
+        tags.regressor_tags = copy.deepcopy(inner.regressor_tags)
+        return tags
+
+    @available_if(_estimator_has("predict"))
+    def predict(self, X):
+        """Predict with ``estimator_``, the estimator fit on all data.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Samples.
+
+        Returns
+        -------
+        y_pred : array of shape (n_samples,) or (n_samples, n_targets)
+            ``estimator_.predict(X)``.
+        """
+        check_is_fitted(self)
+        return self.estimator_.predict(X)
+
+    @available_if(_estimator_has("score"))
+    def score(self, X, y, sample_weight=None):
+        """Score of ``estimator_`` on (X, y).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Test samples.
+        y : array-like of shape (n_samples,) or (n_samples, n_targets)
+            True values.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Sample weights.
+
+        Returns
+        -------
+        score : float
+            ``estimator_.score(X, y)``.
+        """
+        check_is_fitted(self)
+        if sample_weight is None:
+            return self.estimator_.score(X, y)
+        return self.estimator_.score(X, y, sample_weight=sample_weight)
