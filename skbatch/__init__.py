@@ -14,11 +14,13 @@ from .memory import (
     memory_budget,
 )
 from .oom import compute_oom_safe, is_oom_error
+from .ridge import BatchedRidge
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
     "Backend",
+    "BatchedRidge",
     "auto_batch_size",
     "auto_n_jobs",
     "check_gpu_available",

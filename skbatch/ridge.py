@@ -187,7 +187,9 @@ default=None
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.target_tags.multi_output = True
-        tags.array_api_support = True
+        # Not sklearn's array-API convention: fitted arrays stay host numpy
+        # (portable pickles) and the device is chosen by `device`, not by X.
+        tags.array_api_support = False
         return tags
 
     def _check_params(self):

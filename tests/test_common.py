@@ -1,0 +1,16 @@
+"""scikit-learn's estimator checks on every public estimator."""
+
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from skbatch import BatchedRidge
+
+ESTIMATORS = [
+    BatchedRidge(),
+    BatchedRidge(alphas=[0.1, 1.0, 10.0], cv=3, scoring="neg_mean_squared_error"),
+    BatchedRidge(cv="gcv", alpha_per_target=False),
+]
+
+
+@parametrize_with_checks(ESTIMATORS)
+def test_sklearn_compatible_estimator(estimator, check):
+    check(estimator)

@@ -1,0 +1,325 @@
+import pickle
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_diabetes, load_linnerud
+from sklearn.linear_model import Ridge, RidgeCV
+from sklearn.metrics import mean_squared_error, r2_score
+from sklearn.model_selection import GridSearchCV, KFold, cross_val_score
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from skbatch import Backend, BatchedRidge
+from skbatch.testing import simulate_oom
+
+ALPHAS = np.logspace(-3, 4, 12)
+
+
+def make_data(n, p, t, seed=0, noise=1.0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, p))
+    W = rng.standard_normal((p, t)) * rng.uniform(0, 1, size=t)
+    Y = X @ W + noise * rng.standard_normal((n, t)) + rng.standard_normal(t)
+    return X, Y
+
+
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize(("n", "p", "t"), [(50, 10, 1), (40, 60, 7), (80, 20, 500)])
+def test_single_alpha_matches_sklearn_ridge(n, p, t, fit_intercept):
+    X, Y = make_data(n, p, t)
+    y = Y[:, 0] if t == 1 else Y
+    ours = BatchedRidge(alphas=2.5, fit_intercept=fit_intercept).fit(X, y)
+    ref = Ridge(alpha=2.5, solver="svd", fit_intercept=fit_intercept).fit(X, y)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(ours.intercept_, ref.intercept_, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(ours.predict(X), ref.predict(X), rtol=1e-8, atol=1e-10)
+    assert ours.coef_.shape == ref.coef_.shape
+    assert ours.predict(X).dtype == np.float64
+
+
+@pytest.mark.parametrize("loader", [load_diabetes, load_linnerud])
+def test_bundled_datasets_match_sklearn(loader):
+    X, y = loader(return_X_y=True)
+    X = X.astype(np.float64)
+    ours = BatchedRidge(alphas=0.7).fit(X, y)
+    ref = Ridge(alpha=0.7, solver="svd").fit(X, y)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(ours.predict(X), ref.predict(X), rtol=1e-8)
+    cv_ours = BatchedRidge(alphas=ALPHAS).fit(X, y)
+    cv_ref = RidgeCV(alphas=ALPHAS, alpha_per_target=True).fit(X, y)
+    np.testing.assert_array_equal(cv_ours.alpha_, cv_ref.alpha_)
+
+
+@pytest.mark.parametrize(("n", "p"), [(60, 15), (30, 45)])
+def test_loo_picks_sklearn_ridgecv_alphas(n, p):
+    X, Y = make_data(n, p, 40, seed=1, noise=3.0)
+    ours = BatchedRidge(alphas=ALPHAS).fit(X, Y)
+    ref = RidgeCV(alphas=ALPHAS, alpha_per_target=True).fit(X, Y)
+    np.testing.assert_array_equal(ours.alpha_, ref.alpha_)
+    assert len(np.unique(ours.alpha_)) > 1
+    np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(ours.intercept_, ref.intercept_, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(ours.best_score_, ref.best_score_, rtol=1e-8)
+
+
+def test_loo_with_sample_weight_matches_sklearn():
+    X, Y = make_data(50, 8, 6, seed=2, noise=2.0)
+    weight = np.random.default_rng(3).uniform(0.5, 2.0, size=50)
+    ours = BatchedRidge(alphas=ALPHAS).fit(X, Y, sample_weight=weight)
+    ref = RidgeCV(alphas=ALPHAS, alpha_per_target=True).fit(X, Y, sample_weight=weight)
+    np.testing.assert_array_equal(ours.alpha_, ref.alpha_)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-7, atol=1e-9)
+
+
+def test_shared_alpha_matches_sklearn():
+    X, Y = make_data(60, 10, 8, seed=4, noise=2.0)
+    ours = BatchedRidge(alphas=ALPHAS, alpha_per_target=False).fit(X, Y)
+    ref = RidgeCV(alphas=ALPHAS).fit(X, Y)
+    assert ours.alpha_ == ref.alpha_
+    np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(ours.best_score_, ref.best_score_, rtol=1e-8)
+
+
+def test_loo_r2_scoring_matches_hand_loo():
+    X, Y = make_data(30, 5, 4, seed=5, noise=2.0)
+    ours = BatchedRidge(alphas=ALPHAS, scoring="r2", store_cv_results=True).fit(X, Y)
+    for k, alpha in enumerate(ALPHAS):
+        predictions = np.empty_like(Y)
+        for i in range(len(X)):
+            keep = np.arange(len(X)) != i
+            fit = Ridge(alpha=alpha).fit(X[keep], Y[keep])
+            predictions[i] = fit.predict(X[i : i + 1])[0]
+        expected = r2_score(Y, predictions, multioutput="raw_values")
+        np.testing.assert_allclose(
+            ours.cv_results_["scores"][:, k], expected, rtol=1e-8
+        )
+
+
+@pytest.mark.parametrize("scoring", [None, "neg_mean_squared_error", "correlation"])
+def test_kfold_scores_equal_hand_loop(scoring):
+    X, Y = make_data(70, 12, 9, seed=6, noise=2.0)
+    cv = KFold(5, shuffle=True, random_state=0)
+    ours = BatchedRidge(alphas=ALPHAS, cv=cv, scoring=scoring, store_cv_results=True)
+    ours.fit(X, Y)
+    expected = np.zeros((Y.shape[1], ALPHAS.size))
+    for train, test in cv.split(X):
+        for k, alpha in enumerate(ALPHAS):
+            pred = Ridge(alpha=alpha).fit(X[train], Y[train]).predict(X[test])
+            if scoring is None:
+                fold = r2_score(Y[test], pred, multioutput="raw_values")
+            elif scoring == "neg_mean_squared_error":
+                fold = -mean_squared_error(Y[test], pred, multioutput="raw_values")
+            else:
+                fold = [np.corrcoef(Y[test][:, j], pred[:, j])[0, 1] for j in range(9)]
+            expected[:, k] += np.asarray(fold) / 5
+    np.testing.assert_allclose(
+        ours.cv_results_["scores"], expected, rtol=1e-8, atol=1e-12
+    )
+    np.testing.assert_array_equal(ours.alpha_, ALPHAS[np.argmax(expected, axis=1)])
+    refit = Ridge(alpha=ours.alpha_).fit(X, Y)
+    np.testing.assert_allclose(ours.coef_, refit.coef_, rtol=1e-8, atol=1e-10)
+
+
+def test_gcv_picks_alpha_of_naive_gcv():
+    X, Y = make_data(40, 6, 5, seed=7, noise=2.0)
+    ours = BatchedRidge(alphas=ALPHAS, cv="gcv", store_cv_results=True).fit(X, Y)
+    Xc, Yc = X - X.mean(0), Y - Y.mean(0)
+    n = len(X)
+    expected = np.empty((5, ALPHAS.size))
+    for k, alpha in enumerate(ALPHAS):
+        H = Xc @ np.linalg.solve(Xc.T @ Xc + alpha * np.eye(6), Xc.T) + 1.0 / n
+        residual = Y - Y.mean(0) - (H - 1.0 / n) @ Yc
+        expected[:, k] = -np.mean(residual**2, 0) / (1 - np.trace(H) / n) ** 2
+    np.testing.assert_allclose(ours.cv_results_["scores"], expected, rtol=1e-8)
+    np.testing.assert_array_equal(ours.alpha_, ALPHAS[np.argmax(expected, 1)])
+
+
+@pytest.mark.parametrize("cv", [None, "gcv", 4])
+def test_batching_budget_and_oom_do_not_change_results(cv):
+    X, Y = make_data(50, 10, 40, seed=8, noise=2.0)
+    ref = BatchedRidge(alphas=ALPHAS, cv=cv).fit(X, Y)
+    variants = [
+        BatchedRidge(alphas=ALPHAS, cv=cv, n_targets_batch=1),
+        BatchedRidge(alphas=ALPHAS, cv=cv, n_targets_batch=17),
+        BatchedRidge(alphas=ALPHAS, cv=cv, n_targets_batch=40),
+        BatchedRidge(alphas=ALPHAS, cv=cv, max_memory_gb=1e-4),
+    ]
+    for model in variants:
+        model.fit(X, Y)
+        np.testing.assert_array_equal(model.alpha_, ref.alpha_)
+        np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-10, atol=1e-12)
+    with simulate_oom(max_items=3):
+        model = BatchedRidge(alphas=ALPHAS, cv=cv).fit(X, Y)
+        predictions = model.predict(X)
+    np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(predictions, ref.predict(X), rtol=1e-10)
+
+
+def test_impossible_budget_is_refused_up_front():
+    X, Y = make_data(200, 50, 3)
+    with pytest.raises(ValueError, match="max_memory_gb"):
+        BatchedRidge(max_memory_gb=1e-6).fit(X, Y)
+
+
+@pytest.mark.parametrize("device", ["torch", "jax"])
+@pytest.mark.parametrize("cv", [None, 3])
+def test_torch_and_jax_agree_with_numpy(device, cv):
+    pytest.importorskip(device)
+    X, Y = make_data(40, 8, 6, seed=9, noise=2.0)
+    ref = BatchedRidge(alphas=ALPHAS, cv=cv).fit(X, Y)
+    model = BatchedRidge(alphas=ALPHAS, cv=cv, device=device, dtype="float64").fit(X, Y)
+    assert model.backend_.library == device
+    np.testing.assert_array_equal(model.alpha_, ref.alpha_)
+    np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(model.predict(X), ref.predict(X), rtol=1e-6)
+
+
+def test_float32_on_cpu_picks_float64_alphas():
+    X, Y = make_data(100, 20, 30, seed=10, noise=2.0)
+    ref = BatchedRidge(alphas=ALPHAS).fit(X, Y)
+    model = BatchedRidge(alphas=ALPHAS, dtype="float32").fit(X, Y)
+    assert model.dtype_ == np.float32
+    np.testing.assert_array_equal(model.alpha_, ref.alpha_)
+    np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-3, atol=1e-4)
+
+
+def test_torch_input_gives_torch_output():
+    torch = pytest.importorskip("torch")
+    X, Y = make_data(30, 4, 2)
+    model = BatchedRidge(alphas=1.0, device="torch").fit(
+        torch.tensor(X), torch.tensor(Y)
+    )
+    out = model.predict(torch.tensor(X))
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.float64
+    np.testing.assert_allclose(out.numpy(), model.predict(X), rtol=1e-12)
+    assert isinstance(model.predict(X), np.ndarray)
+
+
+def test_jax_input_gives_jax_output():
+    pytest.importorskip("jax")
+    import jax
+
+    X, Y = make_data(30, 4, 2)
+    model = BatchedRidge(alphas=1.0, device="jax", dtype="float64").fit(X, Y)
+    with jax.enable_x64(True):
+        out = model.predict(jax.numpy.asarray(X))
+    assert isinstance(out, jax.Array) and out.dtype == np.float64
+    np.testing.assert_allclose(np.asarray(out), model.predict(X), rtol=1e-12)
+
+
+def test_sklearn_tools_work():
+    X, Y = make_data(60, 6, 3, seed=11)
+    pipe = make_pipeline(StandardScaler(), BatchedRidge(alphas=ALPHAS)).fit(X, Y)
+    assert pipe.predict(X).shape == Y.shape
+    scores = cross_val_score(BatchedRidge(alphas=ALPHAS), X, Y[:, 0], cv=3)
+    ref = cross_val_score(RidgeCV(alphas=ALPHAS), X, Y[:, 0], cv=3)
+    np.testing.assert_allclose(scores, ref, rtol=1e-8)
+    search = GridSearchCV(
+        BatchedRidge(),
+        {"alphas": [0.1, 1.0, 100.0], "fit_intercept": [True, False]},
+        cv=3,
+        n_jobs=2,
+    ).fit(X, Y)
+    ref = GridSearchCV(
+        Ridge(), {"alpha": [0.1, 1.0, 100.0], "fit_intercept": [True, False]}, cv=3
+    ).fit(X, Y)
+    np.testing.assert_allclose(
+        search.cv_results_["mean_test_score"],
+        ref.cv_results_["mean_test_score"],
+        rtol=1e-8,
+    )
+
+
+def test_score_and_score_per_target():
+    X, Y = make_data(60, 6, 4, seed=12)
+    model = BatchedRidge(alphas=ALPHAS).fit(X, Y)
+    per_target = model.score_per_target(X, Y)
+    np.testing.assert_allclose(
+        per_target, r2_score(Y, model.predict(X), multioutput="raw_values")
+    )
+    assert model.score(X, Y) == pytest.approx(per_target.mean())
+
+
+def test_pickle_round_trip():
+    X, Y = make_data(30, 5, 3)
+    model = BatchedRidge(alphas=ALPHAS).fit(X, Y)
+    loaded = pickle.loads(pickle.dumps(model))
+    np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+    assert loaded.backend_ == model.backend_
+
+
+def _pretend_cuda(monkeypatch, available):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: int(available))
+
+
+def test_cuda_model_refuses_cpu_host_until_moved(monkeypatch):
+    X, Y = make_data(30, 5, 3)
+    model = BatchedRidge(alphas=1.0).fit(X, Y)
+    expected = model.predict(X)
+    model.backend_ = Backend("torch", "cuda:0")
+    _pretend_cuda(monkeypatch, False)
+    loaded = pickle.loads(pickle.dumps(model))
+    assert loaded.backend_ == Backend("torch", "cuda:0")
+    with pytest.raises(RuntimeError, match=r"cuda:0.*to_device"):
+        loaded.predict(X)
+    loaded.to_device("cpu")
+    assert loaded.backend_.name == "numpy"
+    np.testing.assert_allclose(loaded.predict(X), expected, rtol=1e-12)
+
+
+def test_array_on_other_device_is_refused(monkeypatch):
+    torch = pytest.importorskip("torch")
+    X, Y = make_data(30, 5, 3)
+    model = BatchedRidge(alphas=1.0).fit(X, Y)
+    _pretend_cuda(monkeypatch, True)
+    model.backend_ = Backend("torch", "cuda:0")
+    with pytest.raises(ValueError, match=r"device 'cpu'.*cuda:0"):
+        model.predict(torch.tensor(X))
+
+
+def test_gpu_request_without_gpu_raises(monkeypatch):
+    X, Y = make_data(20, 3, 2)
+    _pretend_cuda(monkeypatch, False)
+    with pytest.raises(RuntimeError, match="cuda"):
+        BatchedRidge(device="cuda").fit(X, Y)
+
+
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [
+        ({"alphas": 0.0}, "alphas"),
+        ({"alphas": [1.0, -1.0]}, "alphas"),
+        ({"alphas": [1.0, np.nan]}, "alphas"),
+        ({"alphas": []}, "alphas"),
+        ({"alphas": "big"}, "alphas"),
+        ({"scoring": "accuracy"}, "scoring"),
+        ({"cv": "loo"}, "cv"),
+        ({"cv": "gcv", "scoring": "r2"}, "scoring"),
+        ({"dtype": "float16"}, "dtype"),
+        ({"n_targets_batch": 0}, "n_targets_batch"),
+        ({"max_memory_gb": 0}, "max_memory_gb"),
+        ({"max_memory_gb": -1.0}, "max_memory_gb"),
+        ({"device": "tpu"}, "device"),
+        ({"verbose": -1}, "verbose"),
+    ],
+)
+def test_bad_parameters_are_named(params, match):
+    X, Y = make_data(20, 3, 2)
+    with pytest.raises((ValueError, TypeError), match=match):
+        BatchedRidge(**params).fit(X, Y)
+
+
+def test_bad_data_is_refused():
+    X, Y = make_data(20, 3, 2)
+    X_nan = X.copy()
+    X_nan[0, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        BatchedRidge().fit(X_nan, Y)
+    Y_inf = Y.copy()
+    Y_inf[1, 1] = np.inf
+    with pytest.raises(ValueError, match="infinity"):
+        BatchedRidge().fit(X, Y_inf)
+    with pytest.raises(ValueError, match="1 sample"):
+        BatchedRidge().fit(X[:1], Y[:1])
