@@ -195,37 +195,24 @@ def loo_scores(
     xp = _namespace(xp, U, s, UtY, Y)
     _check_scoring(scoring, allow_none=True)
     alphas = _as_float_array(alphas, s, xp)
-    n_samples = U.shape[0]
     dtype = _criterion_dtype(Y, xp)
     shrinkage = alphas[:, None] / (s**2 + alphas[:, None])
-
-    if not fit_intercept:
-        intercept_leverage = 0.0
-    elif sample_weight is None:
-        intercept_leverage = 1.0 / n_samples
-    else:
-        weight = xp.astype(sample_weight, U.dtype, copy=False)
-        intercept_leverage = weight / xp.sum(weight)
     outside_residual = _residual_outside_span(U, UtY, Y, fit_intercept, xp)
-    U_sq = U**2
-    # 1 - h_ii as a sum of non-negative terms rather than 1 - (1 - small):
-    # at small alphas the subtraction would be all rounding error.
-    if outside_residual is None:
-        loo_denominators = U_sq @ shrinkage.T
-    else:
-        outside_leverage = 1.0 - xp.sum(U_sq, axis=1) - intercept_leverage
-        loo_denominators = U_sq @ shrinkage.T + outside_leverage[:, None]
-
-    score_weight = None
-    if scoring is not None and sample_weight is not None:
+    loo_denominators = _loo_denominators(U, shrinkage, fit_intercept, sample_weight, xp)
+    loo_denominators = xp.astype(loo_denominators, dtype, copy=False)
+    if scoring is None:
+        # mean((residual / d)^2) as a product with 1 / d^2: no n x t quotient.
+        inverse_sq_denominators = 1.0 / loo_denominators**2
+    elif sample_weight is not None:
         # Scorers compare errors and targets on the original scale, weighted;
         # rows of zero weight are zero in Y and U, and stay out of the score.
         score_weight = xp.astype(sample_weight, dtype, copy=False)
-        scale = xp.sqrt(xp.astype(sample_weight, U.dtype, copy=False))[:, None]
+        scale = xp.sqrt(score_weight)[:, None]
         scale = xp.where(scale == 0, 1.0, scale)
         loo_denominators = loo_denominators * scale
-        y_true = xp.astype(Y / scale, dtype, copy=False)
+        y_true = xp.astype(Y, dtype, copy=False) / scale
     else:
+        score_weight = None
         y_true = xp.astype(Y, dtype, copy=False)
 
     scores = []
@@ -233,10 +220,11 @@ def loo_scores(
         residual = U @ (shrinkage[k, :, None] * UtY)
         if outside_residual is not None:
             residual = residual + outside_residual
-        errors = xp.astype(residual / loo_denominators[:, k, None], dtype, copy=False)
+        residual = xp.astype(residual, dtype, copy=False)
         if scoring is None:
-            scores.append(-xp.mean(errors**2, axis=0))
+            scores.append(-(inverse_sq_denominators[:, k] @ residual**2) / Y.shape[0])
         else:
+            errors = residual / loo_denominators[:, k, None]
             scores.append(_score_errors(errors, y_true, scoring, score_weight, xp))
     return xp.stack(scores)
 
@@ -486,16 +474,46 @@ def _average(A, sample_weight, xp):
     return sample_weight @ A / xp.sum(sample_weight)
 
 
-def _residual_outside_span(U, UtY, Y, fit_intercept, xp):
-    """``Y - U U'Y``, or None when U spans every centred target.
+def _spans_centered_targets(U, fit_intercept):
+    """Whether the basis spans every centred (weight-scaled) target.
 
-    With rank n (n - 1 after centring, whose direction sqrt(w) is orthogonal
-    to both X and Y) that part is zero: forming it would cost a product and
-    add only rounding noise, enough to swamp small-alpha residuals in float32.
+    True at rank n, or n - 1 after centring: the direction centring removes,
+    sqrt(w), is orthogonal to both X and Y.
     """
-    if U.shape[1] + int(fit_intercept) == U.shape[0]:
+    return U.shape[1] + int(fit_intercept) == U.shape[0]
+
+
+def _residual_outside_span(U, UtY, Y, fit_intercept, xp):
+    """``Y - U U'Y``, or None where it is zero.
+
+    Forming a residual known to be zero would cost a product and add only
+    rounding noise, enough to swamp small-alpha residuals in float32.
+    """
+    if _spans_centered_targets(U, fit_intercept):
         return None
     return Y - U @ UtY
+
+
+def _loo_denominators(U, shrinkage, fit_intercept, sample_weight, xp):
+    """``1 - h_ii`` for every sample (rows) and alpha (columns).
+
+    Summed from non-negative parts, the leverage each alpha shrinks away and
+    the leverage outside span(U) and the intercept, rather than computed as
+    ``1 - h_ii``: at small alphas that subtraction is all rounding error.
+    """
+    U_sq = U**2
+    shrunk_leverage = U_sq @ shrinkage.T
+    if _spans_centered_targets(U, fit_intercept):
+        return shrunk_leverage
+    if not fit_intercept:
+        intercept_leverage = 0.0
+    elif sample_weight is None:
+        intercept_leverage = 1.0 / U.shape[0]
+    else:
+        weight = xp.astype(sample_weight, U.dtype, copy=False)
+        intercept_leverage = weight / xp.sum(weight)
+    outside_leverage = 1.0 - xp.sum(U_sq, axis=1) - intercept_leverage
+    return shrunk_leverage + outside_leverage[:, None]
 
 
 def _criterion_dtype(array, xp):

@@ -22,10 +22,10 @@ __all__ = [
     "resolve_backend",
 ]
 
-# Below about this many floating-point operations a GPU loses to numpy once
-# host-to-device transfers and kernel launches are counted (about 10 ms of
-# CPU BLAS work); "auto" keeps such problems on numpy.
-AUTO_GPU_MIN_FLOPS = 1e9
+# Below about this many floating-point operations (a second of CPU BLAS work) a
+# GPU loses to numpy once importing its library, creating a context and moving
+# the data are counted; "auto" keeps such problems on numpy.
+AUTO_GPU_MIN_FLOPS = 1e11
 
 _LIBRARIES = ("numpy", "torch", "jax")
 _NAMED = {

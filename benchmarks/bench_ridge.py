@@ -1,0 +1,199 @@
+"""BatchedRidge against sklearn RidgeCV and himalaya RidgeCV, side by side.
+
+Workload (defaults): n=2000 samples, p=500 features, 20,000 targets, 20
+alphas (np.logspace(-2, 6, 20)), per-target alpha. Every configuration runs
+in its own subprocess, so its peak RSS is its own; each is repeated and the
+median time is reported, with the ratio to the peer measured in the same
+run. The achieved GFLOP/s of the dominant loop (one n x rank x targets GEMM
+per alpha and fold) is printed next to the BLAS GEMM rate measured here.
+
+    python benchmarks/bench_ridge.py            # full workload, 3 repeats
+    python benchmarks/bench_ridge.py --quick    # tiny, to check it runs
+"""
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+CONFIGS = {
+    "sklearn RidgeCV LOO f64": ("sklearn", {}),
+    "himalaya RidgeCV cv=5 numpy f64": ("himalaya", {"backend": "numpy"}),
+    "himalaya RidgeCV cv=5 torch f32": ("himalaya", {"backend": "torch"}),
+    "skbatch LOO f64": ("skbatch", {"cv": None, "dtype": "float64"}),
+    "skbatch LOO f32": ("skbatch", {"cv": None, "dtype": "float32"}),
+    "skbatch LOO f32 torch": (
+        "skbatch",
+        {"cv": None, "dtype": "float32", "device": "torch"},
+    ),
+    "skbatch GCV f64": ("skbatch", {"cv": "gcv", "dtype": "float64"}),
+    "skbatch cv=5 f64": ("skbatch", {"cv": 5, "dtype": "float64"}),
+    "skbatch cv=5 f32 torch": (
+        "skbatch",
+        {"cv": 5, "dtype": "float32", "device": "torch"},
+    ),
+    "skbatch LOO f64 max_memory_gb=0.2": (
+        "skbatch",
+        {"cv": None, "dtype": "float64", "max_memory_gb": 0.2},
+    ),
+}
+# (config, peer) pairs whose ratio is printed, with the target ratio.
+RATIOS = [
+    ("skbatch LOO f64", "sklearn RidgeCV LOO f64", 2.0),
+    ("skbatch LOO f32", "sklearn RidgeCV LOO f64", 4.0),
+    ("skbatch GCV f64", "sklearn RidgeCV LOO f64", 15.0),
+    ("skbatch cv=5 f64", "himalaya RidgeCV cv=5 numpy f64", 3.5),
+    ("skbatch cv=5 f32 torch", "himalaya RidgeCV cv=5 torch f32", 3.0),
+]
+
+
+def make_data(n, p, t, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, p))
+    W = rng.standard_normal((p, t)) * rng.uniform(0, 0.1, size=t)
+    return X, X @ W + rng.standard_normal((n, t))
+
+
+def run_one(name, n, p, t):
+    """Run one configuration in this process; print time, RSS and alphas."""
+    kind, params = CONFIGS[name]
+    X, Y = make_data(n, p, t)
+    alphas = np.logspace(-2, 6, 20)
+    if kind == "sklearn":
+        from sklearn.linear_model import RidgeCV
+
+        def fit():
+            return RidgeCV(alphas=alphas, alpha_per_target=True).fit(X, Y).alpha_
+    elif kind == "himalaya":
+        from himalaya.backend import set_backend
+        from himalaya.ridge import RidgeCV
+
+        backend = set_backend(params["backend"])
+        dtype = "float32" if params["backend"] == "torch" else "float64"
+
+        def fit():
+            model = RidgeCV(
+                alphas=alphas, cv=5, solver_params={"n_targets_batch": 2000}
+            ).fit(backend.asarray(X.astype(dtype)), backend.asarray(Y.astype(dtype)))
+            return backend.to_numpy(model.best_alphas_)
+    else:
+        from skbatch import BatchedRidge
+
+        def fit():
+            return BatchedRidge(alphas=alphas, **params).fit(X, Y).alpha_
+
+    base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    start = time.perf_counter()
+    chosen = fit()
+    elapsed = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(
+        json.dumps(
+            {
+                "time": elapsed,
+                "peak_gb": peak / 1e9,
+                "work_gb": (peak - base_rss) / 1e9,
+                "alphas": np.asarray(chosen, dtype=float).tolist(),
+            }
+        )
+    )
+
+
+def gemm_rate(dtype, size=2000, repeats=3):
+    a = np.random.default_rng(0).standard_normal((size, size)).astype(dtype)
+    a @ a
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ a
+        times.append(time.perf_counter() - start)
+    return 2 * size**3 / min(times) / 1e9
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, 1 repeat")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--only", nargs="*", help="subset of configuration names")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--size", nargs=3, type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        run_one(args.one, *args.size)
+        return
+    n, p, t = (200, 50, 500) if args.quick else (2000, 500, 20000)
+    repeats = 1 if args.quick else args.repeats
+    names = args.only or list(CONFIGS)
+    print(f"n={n}, p={p}, targets={t}, 20 alphas; median of {repeats} run(s)")
+    rates = {dtype: gemm_rate(dtype) for dtype in (np.float64, np.float32)}
+    print(
+        f"BLAS GEMM 2000^3: f64 {rates[np.float64]:.0f} GFLOP/s, "
+        f"f32 {rates[np.float32]:.0f} GFLOP/s"
+    )
+    results = {}
+    for name in names:
+        runs = []
+        for _ in range(repeats):
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--one",
+                    name,
+                    "--size",
+                    str(n),
+                    str(p),
+                    str(t),
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        results[name] = {
+            "time": statistics.median(r["time"] for r in runs),
+            "peak_gb": max(r["peak_gb"] for r in runs),
+            "work_gb": max(r["work_gb"] for r in runs),
+            "alphas": np.asarray(runs[0]["alphas"]),
+        }
+    reference = results.get("sklearn RidgeCV LOO f64")
+    print(
+        f"\n{'configuration':<36}{'time s':>8}{'peak GB':>9}{'above data':>11}"
+        f"{'GFLOP/s':>9}{'% GEMM':>8}{'alpha = sklearn':>16}"
+    )
+    for name in names:
+        res = results[name]
+        kind, params = CONFIGS[name]
+        folds = 5 if params.get("cv") == 5 or kind == "himalaya" else 1
+        rank = min(n, p)
+        flops = 20 * folds * 2 * (n * (folds - 1) // folds or n) * rank * t
+        gflops = flops / res["time"] / 1e9
+        dtype = np.float32 if "f32" in name else np.float64
+        same = (
+            f"{np.mean(res['alphas'] == reference['alphas']):.2%}"
+            if reference is not None and params.get("cv") is None and kind != "himalaya"
+            else ""
+        )
+        dominant = params.get("cv") != "gcv"
+        print(
+            f"{name:<36}{res['time']:>8.2f}{res['peak_gb']:>9.2f}"
+            f"{res['work_gb']:>11.2f}"
+            f"{gflops if dominant else float('nan'):>9.0f}"
+            f"{100 * gflops / rates[dtype] if dominant else float('nan'):>7.0f}%"
+            f"{same:>16}"
+        )
+    print()
+    for ours, peer, target in RATIOS:
+        if ours in results and peer in results:
+            ratio = results[peer]["time"] / results[ours]["time"]
+            verdict = "ok" if ratio >= target else "BELOW TARGET"
+            print(f"{ours} vs {peer}: {ratio:.1f}x faster (target {target}x) {verdict}")
+
+
+if __name__ == "__main__":
+    main()
