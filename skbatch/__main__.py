@@ -42,15 +42,16 @@ def _version(dist):
 
 def _device_budget(backend):
     try:
-        return f"{memory_budget(backend):.1f} GB"
+        return f"{memory_budget(backend, for_batching=True):.1f} GB"
     except Exception as exc:  # a driver error must not abort the report
         return f"not measurable ({exc})"
 
 
-def info(out=sys.stdout):
+def info(out=None):
     """Print versions, usable backends, memory budgets and the auto choice."""
     from . import __version__
 
+    out = sys.stdout if out is None else out
     write = out.write
     write(
         f"skbatch {__version__}  (Python {platform.python_version()}, "

@@ -94,6 +94,12 @@ def plan_batches(
     ):
         if not (value >= 0 and math.isfinite(value)):
             raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    if max_batch_size is not None and (
+        isinstance(max_batch_size, bool) or not max_batch_size >= 1
+    ):
+        raise ValueError(
+            f"max_batch_size must be None or an int >= 1, got {max_batch_size!r}"
+        )
     device_budget = memory_budget(backend, max_memory_gb, for_batching=True)
     if batch_size != "auto":
         if (
@@ -125,7 +131,7 @@ def plan_batches(
             n_items, device_bytes_per_item + host_bytes_per_item, budget_gb=available
         )
     if max_batch_size is not None:
-        size = min(size, max_batch_size)
+        size = min(size, int(max_batch_size))
     return Plan(n_items, size, math.ceil(n_items / size), device_budget)
 
 
@@ -211,6 +217,9 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size :
             for lo, hi, result in runner.run(counted, ids):
                 reduce(ids[lo:hi], _to_host(result))
                 bar.update(hi - lo)
+            # Otherwise the next batch's kernel runs while this batch's last
+            # device result is still held: two working sets, one budgeted.
+            del result
             start += len(ids)
             if runner.largest_ok is not None and runner.largest_ok < size:
                 if verbose >= 2:
@@ -289,4 +298,7 @@ def run_parallel(
             for ids, result in zip(chunks, results):
                 reduce(ids, result)
                 bar.update(len(ids))
+            # Release this window before the next one is computed, so that at
+            # most one window of results is in flight.
+            del results, result
     return window

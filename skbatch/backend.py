@@ -111,7 +111,9 @@ class Backend:
                 f"{_DEVICE_PATTERN[library].pattern}"
             )
         self.library = library
-        self.device = device
+        # A bare "cuda" / "gpu" means the first card: recording the index keeps
+        # a pickled model on the card it was fitted on.
+        self.device = f"{device}:0" if device in ("cuda", "gpu") else device
         self._xp = None
 
     @property
@@ -467,8 +469,6 @@ def resolve_backend(spec=None, *, flops=None):
             raise ValueError(f"device must be one of {_ALLOWED_SPECS}, got {spec!r}")
         library, device = _NAMED[name]
         backend = Backend(library, f"{device}:{index}" if index else device)
-    if backend.library == "torch" and backend.device == "cuda":
-        backend = Backend("torch", "cuda:0")
     backend.check_available()
     return backend
 

@@ -69,7 +69,7 @@ def item_rng(entropy, item):
     Examples
     --------
     >>> from skbatch.random import item_rng
-    >>> item_rng(0, 5).integers(100) == item_rng(0, 5).integers(100)
+    >>> bool(item_rng(0, 5).integers(100) == item_rng(0, 5).integers(100))
     True
     """
     return np.random.default_rng(

@@ -52,7 +52,7 @@ def _forbid_device_queries(monkeypatch):
         monkeypatch.setattr(module, name, fail)
 
 
-# --- the value object -------------------------------------------------------
+# --- the value object --------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -70,7 +70,9 @@ def _forbid_device_queries(monkeypatch):
 )
 def test_backend_name_and_is_gpu(library, device, name, is_gpu):
     backend = Backend(library, device)
-    assert (backend.library, backend.device) == (library, device)
+    # a bare "cuda" / "gpu" is recorded with the index of the first card
+    expected = f"{device}:0" if device in ("cuda", "gpu") else device
+    assert (backend.library, backend.device) == (library, expected)
     assert backend.name == name
     assert backend.is_gpu is is_gpu
 
@@ -83,10 +85,18 @@ def test_backend_rejects_unknown_library(library):
 
 @pytest.mark.parametrize(
     "library, device",
-    [("numpy", "cuda"), ("jax", "cuda"), ("torch", "gpu"), ("torch", "cuda:x"), ("jax", 0)],
+    [
+        ("numpy", "cuda"),
+        ("jax", "cuda"),
+        ("torch", "gpu"),
+        ("torch", "cuda:x"),
+        ("jax", 0),
+    ],
 )
 def test_backend_rejects_device_of_another_library(library, device):
-    with pytest.raises(ValueError, match=rf"device {device!r} is not a device of {library}"):
+    with pytest.raises(
+        ValueError, match=rf"device {device!r} is not a device of {library}"
+    ):
         Backend(library, device)
 
 
@@ -106,13 +116,13 @@ def test_constructing_and_unpickling_never_touch_the_device(monkeypatch):
         assert (clone.name, clone.is_gpu) == (backend.name, backend.is_gpu)
 
 
-# --- pickling ---------------------------------------------------------------
+# --- pickling ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS + GPU_BACKENDS, ids=repr)
 def test_only_strings_are_pickled(backend):
     if backend.library != "numpy" and not backend.is_gpu:
-        backend.xp  # a cached module must not end up in the pickle
+        assert backend.xp is not None  # a cached module must not be pickled
     func, args = backend.__reduce__()
     assert func is Backend
     assert args == (backend.library, backend.device)
@@ -125,7 +135,11 @@ def test_only_strings_are_pickled(backend):
             "Backend",
             backend.library,
             backend.device,
-        } or set(strings) == {"skbatch.backend Backend", backend.library, backend.device}
+        } or set(strings) == {
+            "skbatch.backend Backend",
+            backend.library,
+            backend.device,
+        }
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS, ids=repr)
@@ -186,7 +200,7 @@ def test_jax_gpu_made_backend_unpickles_and_raises_without_gpu(no_gpu, monkeypat
         data = pickle.dumps(made)
     loaded = pickle.loads(data)
     assert loaded == Backend("jax", "gpu")
-    _assert_unusable_here(loaded, "gpu")
+    _assert_unusable_here(loaded, "gpu:0")
     with pytest.raises(RuntimeError, match="jax reports no GPU device"):
         loaded.check_available()
 
@@ -204,13 +218,17 @@ def test_gpu_pickle_loads_in_a_fresh_cpu_only_process():
     )
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:2] == ["torch cuda:0", "raised True True"]
 
 
-# --- resolve_backend ------------------------------------------------------------
+# --- resolve_backend ---------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -249,7 +267,7 @@ def test_resolve_cuda_specs(fake_cuda, spec, device):
 
 
 @pytest.mark.parametrize(
-    "spec, device", [("jax-gpu", "gpu"), ("jax-gpu:1", "gpu:1"), ("gpu", "gpu")]
+    "spec, device", [("jax-gpu", "gpu:0"), ("jax-gpu:1", "gpu:1"), ("gpu", "gpu:0")]
 )
 def test_resolve_jax_gpu_specs(no_gpu, monkeypatch, spec, device):
     monkeypatch.setattr(skbatch.backend, "_jax_gpu_count", lambda: 2)
@@ -279,7 +297,7 @@ def test_resolve_mps(no_gpu, monkeypatch):
         ("cuda:1", "'cuda:1'.*no CUDA device"),
         ("torch-cuda", "'cuda:0'.*no CUDA device"),
         ("mps", "'mps'.*no MPS device"),
-        ("jax-gpu", "'gpu'.*jax reports no GPU device"),
+        ("jax-gpu", "'gpu:0'.*jax reports no GPU device"),
     ],
 )
 def test_resolve_gpu_specs_raise_without_gpu(no_gpu, spec, missing):
@@ -288,14 +306,17 @@ def test_resolve_gpu_specs_raise_without_gpu(no_gpu, spec, missing):
 
 
 def test_resolve_raises_when_library_is_missing(no_gpu, monkeypatch):
-    monkeypatch.setattr(skbatch.backend, "_library_installed", lambda lib: lib != "torch")
+    monkeypatch.setattr(
+        skbatch.backend, "_library_installed", lambda lib: lib != "torch"
+    )
     with pytest.raises(RuntimeError, match="'torch-cpu'.*torch is not installed"):
         resolve_backend("torch")
     assert resolve_backend("jax") == Backend("jax", "cpu")
 
 
 @pytest.mark.parametrize(
-    "spec", ["tpu", "", "gpu:0", "cuda:x", "numpy-cpu", "torch-mps:1", "jax-cpu:0", "torch-"]
+    "spec",
+    ["tpu", "", "gpu:0", "cuda:x", "numpy-cpu", "torch-mps:1", "jax-cpu:0", "torch-"],
 )
 def test_resolve_rejects_unknown_strings(no_gpu, spec):
     with pytest.raises(ValueError, match=rf"device must be one of .*got {spec!r}"):
@@ -304,7 +325,9 @@ def test_resolve_rejects_unknown_strings(no_gpu, spec):
 
 @pytest.mark.parametrize("spec", [0, 1.5, ["cpu"], b"cpu"])
 def test_resolve_rejects_non_strings(spec):
-    with pytest.raises(TypeError, match=rf"device must be a string.*{type(spec).__name__}"):
+    with pytest.raises(
+        TypeError, match=rf"device must be a string.*{type(spec).__name__}"
+    ):
         resolve_backend(spec)
 
 
@@ -340,7 +363,7 @@ def test_auto_prefers_gpu_is_a_threshold():
     assert auto_prefers_gpu(AUTO_GPU_MIN_FLOPS)
 
 
-# --- MPS precision warning ----------------------------------------------------
+# --- MPS precision warning ---------------------------------------------------
 
 
 def test_mps_float32_warning_once_per_process(no_gpu, monkeypatch):
@@ -365,7 +388,7 @@ def test_no_mps_warning_for_other_backends(fake_cuda, monkeypatch):
     assert skbatch.backend._mps_warned is False
 
 
-# --- check_gpu_available --------------------------------------------------------
+# --- check_gpu_available -----------------------------------------------------
 
 
 def test_check_gpu_available_without_gpu(no_gpu):
@@ -391,7 +414,7 @@ def test_check_gpu_available_with_mps_only(no_gpu, monkeypatch):
     assert (info["backend"], info["device"]) == ("torch-mps", "mps")
 
 
-# --- host arrays and array backends -------------------------------------------
+# --- host arrays and array backends ------------------------------------------
 
 
 def test_to_numpy_numpy_is_not_copied():

@@ -1,0 +1,513 @@
+import logging
+import math
+import tracemalloc
+from types import SimpleNamespace
+
+import joblib
+import numpy as np
+import pytest
+
+from skbatch import Backend
+from skbatch._engine import plan_batches, run_batched, run_parallel
+from skbatch.random import item_rng
+from skbatch.testing import simulate_oom
+
+SEED = 20240611
+WIDTH = 5
+ITEM_BYTES = WIDTH * 8
+BACKENDS = [Backend("numpy"), Backend("torch", "cpu"), Backend("jax", "cpu")]
+
+
+def _draw(ids, seed=SEED, width=WIDTH):
+    """Per-item random vectors, item i from its own stream."""
+    out = np.empty((len(ids), width))
+    for row, item in enumerate(ids):
+        out[row] = item_rng(seed, item).standard_normal(width)
+    return out
+
+
+def _draw_task(ids):
+    """Module level, so that loky workers can unpickle it."""
+    return _draw(ids) * 2.0
+
+
+def _reference(n_items):
+    """A naive loop over items, no engine."""
+    return np.stack([item_rng(SEED, i).standard_normal(WIDTH) for i in range(n_items)])
+
+
+class Recorder:
+    """A kernel that counts calls and items, and a reducer that collects."""
+
+    def __init__(self, backend=None, oom_above=None):
+        self.backend = Backend("numpy") if backend is None else backend
+        self.oom_above = oom_above
+        self.kernel_sizes = []
+        self.computed = []
+        self.reduced_ids = []
+        self.reduced = []
+
+    def kernel(self, ids):
+        assert isinstance(ids, np.ndarray) and ids.dtype == np.int64
+        self.kernel_sizes.append(len(ids))
+        if self.oom_above is not None and len(ids) > self.oom_above:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 1.00 GiB")
+        self.computed.append(ids.copy())
+        return self.backend.asarray(_draw(ids), dtype=np.float64) * 2
+
+    def reduce(self, ids, result):
+        assert isinstance(result, np.ndarray)
+        assert len(ids) == len(result)
+        self.reduced_ids.append(ids.copy())
+        self.reduced.append(result)
+
+    def result(self):
+        return np.concatenate(self.reduced)
+
+    def run(self, n_items, **kwargs):
+        kwargs.setdefault("backend", self.backend)
+        kwargs.setdefault("device_bytes_per_item", ITEM_BYTES)
+        return run_batched(self.kernel, self.reduce, n_items=n_items, **kwargs)
+
+    def assert_exact(self, n_items):
+        """Result equals the naive loop; every item reduced once, in order."""
+        np.testing.assert_array_equal(self.result(), 2 * _reference(n_items))
+        np.testing.assert_array_equal(
+            np.concatenate(self.reduced_ids), np.arange(n_items)
+        )
+        np.testing.assert_array_equal(np.concatenate(self.computed), np.arange(n_items))
+
+
+# --- batch-size and budget invariance ----------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b.name)
+@pytest.mark.parametrize("batch_size", [1, 7, 64, 100, "auto"])
+def test_results_do_not_depend_on_batch_size(backend, batch_size):
+    pytest.importorskip(backend.library)
+    n_items = 100
+    rec = Recorder(backend)
+    plan = rec.run(n_items, batch_size=batch_size, max_memory_gb=1.0)
+    rec.assert_exact(n_items)
+    expected_size = n_items if batch_size == "auto" else batch_size
+    assert plan.batch_size == expected_size
+    assert plan.n_batches == math.ceil(n_items / expected_size)
+    assert plan.n_kernel_calls == math.ceil(n_items / expected_size)
+    assert rec.kernel_sizes == [len(ids) for ids in rec.reduced_ids]
+    assert plan.n_oom_recoveries == 0
+
+
+def test_fixed_batch_size_is_capped_at_n_items():
+    rec = Recorder()
+    plan = rec.run(10, batch_size=64)
+    assert (plan.batch_size, plan.n_batches, plan.n_kernel_calls) == (10, 1, 1)
+    rec.assert_exact(10)
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b.name)
+def test_results_do_not_depend_on_the_budget(backend):
+    pytest.importorskip(backend.library)
+    n_items = 50
+    tiny, large = Recorder(backend), Recorder(backend)
+    # Device and host bytes are both charged to RAM on a CPU backend:
+    # 80 bytes an item, so a budget of 280 bytes holds 3 items.
+    tiny_plan = tiny.run(
+        n_items,
+        host_bytes_per_item=ITEM_BYTES,
+        max_memory_gb=3.5 * 2 * ITEM_BYTES / 1e9,
+    )
+    large_plan = large.run(n_items, host_bytes_per_item=ITEM_BYTES, max_memory_gb=100.0)
+    assert (tiny_plan.batch_size, tiny_plan.n_batches) == (3, 17)
+    assert (large_plan.batch_size, large_plan.n_batches) == (n_items, 1)
+    tiny.assert_exact(n_items)
+    large.assert_exact(n_items)
+    np.testing.assert_array_equal(tiny.result(), large.result())
+
+
+def test_tuple_results_reach_the_reducer_as_numpy():
+    pytest.importorskip("torch")
+    backend = Backend("torch", "cpu")
+    received = []
+
+    def kernel(ids):
+        x = backend.asarray(_draw(ids), dtype=np.float64)
+        return x, x.sum(dim=1)
+
+    run_batched(
+        kernel,
+        lambda ids, result: received.append((ids, result)),
+        n_items=9,
+        backend=backend,
+        device_bytes_per_item=ITEM_BYTES,
+        batch_size=4,
+    )
+    assert all(
+        isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
+        for _, (a, b) in received
+    )
+    full = np.concatenate([a for _, (a, _) in received])
+    sums = np.concatenate([b for _, (_, b) in received])
+    np.testing.assert_array_equal(full, _reference(9))
+    np.testing.assert_allclose(sums, _reference(9).sum(axis=1), rtol=1e-15)
+
+
+# --- OOM recovery ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "n_items, batch_size, max_items, calls, recoveries, reduced_sizes",
+    [
+        # 16 -> 8, 8 -> 4 x 4 (3 recoveries); then 48 items in batches of 4.
+        (64, 16, 5, 16, 3, [4] * 16),
+        # 16 -> 8 x 2 (1 recovery); then 48 items in batches of 8.
+        (64, 16, 8, 8, 1, [8] * 8),
+        # Fits: no recovery.
+        (64, 16, 16, 4, 0, [16] * 4),
+        # 16 -> 8 x 2 -> 4 x 4 -> 2 x 8 (1 + 2 + 4 recoveries); 34 items by 2.
+        (50, 16, 3, 8 + 17, 7, [2] * 25),
+        # 10 -> 5 + 5, each 5 -> 2 + 3 (3 recoveries), 3 worked:
+        # the other 20 items in batches of 3, 3, 3, 3, 3, 3, 2.
+        (30, 10, 3, 4 + 7, 3, [2, 3, 2, 3] + [3] * 6 + [2]),
+        # One batch of all 64: 64 -> 32 -> 16 -> 8 -> 4 (1 + 2 + 4 + 8 recoveries).
+        (64, "auto", 5, 16, 15, [4] * 16),
+    ],
+)
+def test_simulated_oom_splits_and_remembers_the_size_that_worked(
+    n_items, batch_size, max_items, calls, recoveries, reduced_sizes
+):
+    unsplit = Recorder()
+    unsplit.run(n_items, batch_size=n_items)
+    rec = Recorder()
+    with simulate_oom(max_items=max_items):
+        plan = rec.run(n_items, batch_size=batch_size, max_memory_gb=1.0)
+    rec.assert_exact(n_items)
+    np.testing.assert_array_equal(rec.result(), unsplit.result())
+    assert plan.n_kernel_calls == calls == len(rec.kernel_sizes)
+    assert plan.n_oom_recoveries == recoveries
+    assert [len(ids) for ids in rec.reduced_ids] == reduced_sizes
+    # The simulated OOM strikes before the kernel: it only sees batches that fit.
+    assert max(rec.kernel_sizes) <= max_items
+
+
+def test_oom_raised_by_the_kernel_itself_is_recovered():
+    rec = Recorder(oom_above=5)
+    plan = rec.run(64, batch_size=16)
+    rec.assert_exact(64)
+    # 16 fails, 8 fails, 4, 4, 8 fails, 4, 4; then 12 batches of 4.
+    assert rec.kernel_sizes == [16, 8, 4, 4, 8, 4, 4] + [4] * 12
+    assert plan.n_kernel_calls == 19
+    assert plan.n_oom_recoveries == 3
+
+
+def test_oom_on_one_item_raises_memory_error_saying_what_to_lower():
+    rec = Recorder(oom_above=0)
+    with pytest.raises(MemoryError, match=r"chunk of 1 item\(s\).*lower max_memory_gb"):
+        rec.run(8, batch_size=4)
+    assert rec.reduced == []
+
+
+def test_non_oom_kernel_errors_propagate():
+    error = KeyError("kernel bug")
+
+    def kernel(ids):
+        raise error
+
+    with simulate_oom(max_items=2), pytest.raises(KeyError) as excinfo:
+        run_batched(
+            kernel,
+            lambda ids, r: None,
+            n_items=8,
+            backend=Backend("numpy"),
+            device_bytes_per_item=8,
+            batch_size=4,
+        )
+    assert excinfo.value is error
+
+
+def test_verbose_logs_the_plan_and_the_recovery(caplog):
+    rec = Recorder()
+    with caplog.at_level(logging.INFO, logger="skbatch"), simulate_oom(max_items=5):
+        rec.run(64, batch_size=16, verbose=2, desc="replicates")
+    messages = [record.getMessage() for record in caplog.records]
+    assert any("64 replicates in batches of 16 (4 batches)" in m for m in messages)
+    assert any(
+        "out of memory at 16, continuing with batches of 4" in m for m in messages
+    )
+
+
+def test_verbose_zero_is_silent(capsys, caplog):
+    with caplog.at_level(logging.INFO, logger="skbatch"):
+        Recorder().run(20, batch_size=5)
+    assert caplog.records == []
+    assert capsys.readouterr().err == ""
+
+
+# --- planning ----------------------------------------------------------------
+
+
+def test_plan_on_gpu_uses_the_smaller_of_device_and_host_budgets(
+    fake_cuda, monkeypatch
+):
+    import psutil
+
+    torch = pytest.importorskip("torch")
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (10e9, 80e9))
+    monkeypatch.setattr(
+        psutil, "virtual_memory", lambda: SimpleNamespace(available=4e9)
+    )
+    # Device: 10 GB x 0.8 = 8 GB -> 8000 items of 1 MB.
+    # Host: 4 GB x 0.5 = 2 GB -> 2000 results of 1 MB.
+    plan = plan_batches(
+        10**5,
+        backend=Backend("torch", "cuda:0"),
+        device_bytes_per_item=1e6,
+        host_bytes_per_item=1e6,
+    )
+    assert (plan.batch_size, plan.n_batches) == (2000, 50)
+    assert plan.budget_gb == pytest.approx(8.0, rel=1e-15)
+    plan = plan_batches(
+        10**5, backend=Backend("torch", "cuda:0"), device_bytes_per_item=4e6
+    )
+    assert plan.batch_size == 2000  # now the device is the limit: 8 GB / 4 MB
+
+
+@pytest.mark.parametrize("max_batch_size, expected", [(7, 7), (100, 50), (None, 50)])
+def test_max_batch_size_caps_the_auto_plan(max_batch_size, expected):
+    rec = Recorder()
+    plan = rec.run(50, max_memory_gb=1.0, max_batch_size=max_batch_size)
+    assert (plan.batch_size, plan.n_batches) == (expected, math.ceil(50 / expected))
+    assert rec.kernel_sizes == [
+        len(ids) for ids in np.array_split(np.arange(50), range(expected, 50, expected))
+    ]
+    rec.assert_exact(50)
+
+
+@pytest.mark.parametrize("max_batch_size", [0, -3, True, float("nan")])
+def test_bad_max_batch_size_raises_before_the_kernel_runs(max_batch_size):
+    rec = Recorder()
+    match = rf"max_batch_size must be None or an int >= 1, got {max_batch_size!r}"
+    with pytest.raises(ValueError, match=match):
+        rec.run(10, max_batch_size=max_batch_size)
+    assert rec.kernel_sizes == []
+
+
+def test_plan_charges_fixed_bytes_first():
+    # 1 GB budget, 0.5 GB of data: 0.5 GB left for items of 1 MB.
+    plan = plan_batches(
+        10**4,
+        backend=Backend("numpy"),
+        device_bytes_per_item=1e6,
+        fixed_bytes=0.5e9,
+        max_memory_gb=1.0,
+    )
+    assert (plan.batch_size, plan.n_batches, plan.budget_gb) == (500, 20, 1.0)
+
+
+def test_plan_rejects_data_larger_than_the_budget():
+    with pytest.raises(
+        ValueError, match=r"data alone needs 2 GB .*budget on numpy is 1 GB"
+    ):
+        plan_batches(
+            10,
+            backend=Backend("numpy"),
+            device_bytes_per_item=8,
+            fixed_bytes=2e9,
+            max_memory_gb=1.0,
+        )
+
+
+def test_plan_rejects_an_item_larger_than_the_budget():
+    with pytest.raises(ValueError, match=r"needs 2 GB .*budget is 1 GB"):
+        plan_batches(
+            10, backend=Backend("numpy"), device_bytes_per_item=2e9, max_memory_gb=1.0
+        )
+
+
+# --- bad input: nothing runs -------------------------------------------------
+
+
+@pytest.mark.parametrize("batch_size", ["auto", 4])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"n_items": 0}, ValueError, "n_items must be >= 1, got 0"),
+        ({"n_items": -5}, ValueError, "n_items must be >= 1, got -5"),
+        ({"n_items": 2.5}, TypeError, "n_items must be an int, got 2.5"),
+        ({"device_bytes_per_item": -1}, ValueError, "device_bytes_per_item .*got -1"),
+        (
+            {"device_bytes_per_item": np.nan},
+            ValueError,
+            "device_bytes_per_item .*got nan",
+        ),
+        # A negative device figure must not hide behind a positive host one.
+        (
+            {"device_bytes_per_item": -1, "host_bytes_per_item": 100},
+            ValueError,
+            "device_bytes_per_item .*got -1",
+        ),
+        ({"host_bytes_per_item": -8.0}, ValueError, "host_bytes_per_item .*got -8.0"),
+        ({"fixed_bytes": -1.0}, ValueError, "fixed_bytes .*got -1.0"),
+        ({"max_memory_gb": 0}, ValueError, "max_memory_gb .*got 0"),
+    ],
+)
+def test_bad_input_raises_before_the_kernel_runs(batch_size, kwargs, error, match):
+    rec = Recorder()
+    kwargs = {"n_items": 10, "batch_size": batch_size, **kwargs}
+    with pytest.raises(error, match=match):
+        rec.run(**kwargs)
+    assert rec.kernel_sizes == []
+    assert rec.reduced == []
+
+
+@pytest.mark.parametrize("batch_size", [0, -1, 2.5, True, "8", None])
+def test_bad_batch_size_raises_before_the_kernel_runs(batch_size):
+    rec = Recorder()
+    with pytest.raises(
+        ValueError,
+        match=rf"batch_size must be 'auto' or an int >= 1, got {batch_size!r}",
+    ):
+        rec.run(10, batch_size=batch_size)
+    assert rec.kernel_sizes == []
+
+
+# --- run_parallel ------------------------------------------------------------
+
+
+def _run_parallel_collect(n_items, **kwargs):
+    received = []
+    window = run_parallel(
+        _draw_task,
+        lambda ids, result: received.append((ids.copy(), result)),
+        n_items=n_items,
+        host_bytes_per_item=ITEM_BYTES,
+        **kwargs,
+    )
+    ids = np.concatenate([ids for ids, _ in received])
+    np.testing.assert_array_equal(ids, np.arange(n_items))  # each once, in order
+    return window, np.concatenate([result for _, result in received])
+
+
+@pytest.mark.parametrize("n_jobs", [None, 1, 2])
+def test_run_parallel_is_independent_of_n_jobs(n_jobs):
+    # A budget of 10 results: 37 items go in windows of 10, 10, 10, 7.
+    window, result = _run_parallel_collect(
+        37, n_jobs=n_jobs, max_memory_gb=10 * ITEM_BYTES / 1e9
+    )
+    assert window == 10
+    np.testing.assert_array_equal(result, 2 * _reference(37))
+
+
+@pytest.mark.parametrize("backend", ["threading", "loky", "sequential"])
+def test_run_parallel_is_independent_of_the_joblib_backend(backend):
+    with joblib.parallel_config(backend=backend):
+        window, result = _run_parallel_collect(
+            29, n_jobs=2, max_memory_gb=8 * ITEM_BYTES / 1e9
+        )
+    assert window == 8
+    np.testing.assert_array_equal(result, 2 * _reference(29))
+
+
+def test_run_parallel_window_is_capped():
+    window, result = _run_parallel_collect(5000, n_jobs=1, max_memory_gb=100.0)
+    assert window == 4096
+    np.testing.assert_array_equal(result, 2 * _reference(5000))
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"n_items": 0}, ValueError, "n_items must be >= 1, got 0"),
+        ({"host_bytes_per_item": -1.0}, ValueError, "bytes_per_item .*got -1.0"),
+        ({"max_memory_gb": -1.0}, ValueError, "max_memory_gb .*got -1.0"),
+    ],
+)
+def test_run_parallel_bad_input_raises_before_any_task(kwargs, error, match):
+    calls = []
+
+    def task(ids):
+        calls.append(ids)
+        return ids
+
+    kwargs = {"n_items": 10, "host_bytes_per_item": 8.0, **kwargs}
+    with pytest.raises(error, match=match):
+        run_parallel(task, lambda ids, result: calls.append(ids), **kwargs)
+    assert calls == []
+
+
+def test_run_parallel_holds_one_window_of_results():
+    width = 10_000
+    window = 50
+
+    def task(ids):
+        return _draw(ids, width=width)
+
+    def peak(n_items):
+        total = np.zeros(width)
+
+        def reduce(ids, result):
+            total.__iadd__(result.sum(axis=0))
+
+        tracemalloc.start()
+        try:
+            run_parallel(
+                task,
+                reduce,
+                n_items=n_items,
+                host_bytes_per_item=width * 8,
+                n_jobs=1,
+                max_memory_gb=window * width * 8 / 1e9,
+            )
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    one_window = peak(window)
+    # A window is 4 MB of results; holding two windows would double the peak.
+    assert peak(6 * window) <= 1.3 * one_window
+
+
+# --- memory does not grow with the number of replicates ----------------------
+
+
+def test_engine_with_streaming_bootstrap_peak_does_not_grow_with_b():
+    from skbatch.streaming import BootstrapAccumulator
+
+    width = 10_000
+    # The same budget for both: 16 MB, 200 replicates of 80 kB per batch.
+    max_memory_gb = 200 * width * 8 / 1e9
+
+    def kernel(ids):
+        return _draw(ids, width=width)
+
+    def run(n_total):
+        acc = BootstrapAccumulator((width,), n_total, 0.95)
+        plan = run_batched(
+            kernel,
+            lambda ids, samples: acc.update(samples, ids),
+            n_items=n_total,
+            backend=Backend("numpy"),
+            device_bytes_per_item=width * 8,
+            max_memory_gb=max_memory_gb,
+        )
+        assert plan.batch_size == 200
+        return acc
+
+    def peak(n_total):
+        tracemalloc.start()
+        try:
+            run(n_total)
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    small, large = peak(200), peak(2000)
+    # Storing every replicate would make this 10x.
+    assert large <= 1.3 * small, (small, large)
+
+    # The streamed interval is the exact percentile of all replicates.
+    acc = run(200)
+    samples = _draw(np.arange(200), width=width)
+    lower, upper = acc.interval()
+    np.testing.assert_allclose(lower, np.percentile(samples, 2.5, axis=0), rtol=1e-12)
+    np.testing.assert_allclose(upper, np.percentile(samples, 97.5, axis=0), rtol=1e-12)
