@@ -10,7 +10,9 @@ raises :class:`RuntimeError` (run-or-raise), it never falls back to the CPU.
 
 import contextlib
 import importlib.util
+import os
 import re
+import sys
 import warnings
 
 import numpy as np
@@ -353,6 +355,19 @@ def _warn_mps_once():
         )
 
 
+def _gpu_driver_absent():
+    """True on a Linux host without NVIDIA or ROCm device nodes.
+
+    Lets "auto" skip importing torch and jax (seconds) on CPU-only Linux
+    hosts; elsewhere the libraries are asked.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    return not any(
+        os.path.exists(node) for node in ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd")
+    )
+
+
 def _first_gpu(include_mps):
     """The first usable accelerator backend, or None."""
     candidates = [Backend("torch", "cuda:0"), Backend("jax", "gpu")]
@@ -437,7 +452,7 @@ def resolve_backend(spec=None, *, flops=None):
     if key in ("cpu", "numpy"):
         return Backend("numpy")
     if key == "auto":
-        if auto_prefers_gpu(flops):
+        if auto_prefers_gpu(flops) and not _gpu_driver_absent():
             gpu = _first_gpu(include_mps=False)
             if gpu is not None:
                 return gpu

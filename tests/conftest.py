@@ -8,6 +8,8 @@ CUDA devices, which is enough for everything that only *queries* CUDA
 
 import pytest
 
+import skbatch.backend
+
 FAKE_CUDA_NAME = "Fake CUDA Device"
 FAKE_CUDA_COUNT = 2
 
@@ -36,4 +38,5 @@ def fake_cuda(no_gpu, monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: FAKE_CUDA_COUNT)
+    monkeypatch.setattr(skbatch.backend, "_gpu_driver_absent", lambda: False)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: FAKE_CUDA_NAME)

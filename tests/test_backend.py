@@ -343,7 +343,15 @@ def test_auto_sends_large_problems_to_cuda(fake_cuda, flops):
     assert resolve_backend("auto", flops=flops) == Backend("torch", "cuda:0")
 
 
-def test_auto_large_problem_without_gpu_stays_on_numpy(no_gpu):
+def test_auto_large_problem_without_gpu_stays_on_numpy(no_gpu, monkeypatch):
+    assert resolve_backend("auto", flops=1e15) == Backend("numpy")
+    monkeypatch.setattr(skbatch.backend, "_gpu_driver_absent", lambda: False)
+    assert resolve_backend("auto", flops=1e15) == Backend("numpy")
+
+
+def test_auto_skips_gpu_libraries_without_a_driver(monkeypatch):
+    monkeypatch.setattr(skbatch.backend, "_gpu_driver_absent", lambda: True)
+    _forbid_device_queries(monkeypatch)
     assert resolve_backend("auto", flops=1e15) == Backend("numpy")
 
 
@@ -354,6 +362,7 @@ def test_auto_never_chooses_mps(no_gpu, monkeypatch):
 
 def test_auto_uses_jax_gpu_when_torch_has_no_cuda(no_gpu, monkeypatch):
     monkeypatch.setattr(skbatch.backend, "_jax_gpu_count", lambda: 1)
+    monkeypatch.setattr(skbatch.backend, "_gpu_driver_absent", lambda: False)
     assert resolve_backend("auto", flops=1e15) == Backend("jax", "gpu")
 
 
