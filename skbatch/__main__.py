@@ -1,4 +1,4 @@
-"""Command line: ``skbatch info`` (also ``python -m skbatch info``)."""
+"""Command line: ``skbatch info`` and ``skbatch demo`` (or ``python -m skbatch``)."""
 
 import argparse
 import importlib.metadata
@@ -88,10 +88,96 @@ def main(argv=None):
     commands.add_parser(
         "info", help="versions, usable devices, memory budgets, what 'auto' picks"
     )
+    demo = _add_demo_parser(commands)
     args = parser.parse_args(argv)
     if args.command == "info":
         info()
+    elif args.command == "demo":
+        from . import _demo
+
+        try:
+            resolve_backend(args.device)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            demo.error(f"--device {args.device}: {exc}")
+        _demo.main(args)
     return 0
+
+
+def _int_at_least(minimum):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(
+                f"must be an int >= {minimum}, got {text!r}"
+            )
+        return value
+
+    return parse
+
+
+def _add_demo_parser(commands):
+    from . import _demo
+
+    demo = commands.add_parser(
+        "demo",
+        help="ridge, permutation test and bootstrap on a simulated encoding model",
+        description=(
+            "Simulate an encoding model (many targets, a tenth of them driven by "
+            "the features), fit BatchedRidge with a per-target alpha, test every "
+            "target with PermutationScorer (family-wise corrected), bootstrap the "
+            "weights of the significant ones, compare with the ground truth, "
+            "print the cost of each step and write figures."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    demo.add_argument(
+        "--targets",
+        type=_int_at_least(1),
+        default=_demo.N_TARGETS,
+        help="simulated responses (voxels)",
+    )
+    demo.add_argument(
+        "--samples",
+        type=_int_at_least(_demo.MIN_SAMPLES),
+        default=_demo.N_SAMPLES,
+        help="simulated stimuli (rows)",
+    )
+    demo.add_argument(
+        "--features",
+        type=_int_at_least(1),
+        default=_demo.N_FEATURES,
+        help="stimulus features",
+    )
+    demo.add_argument(
+        "--permutations",
+        type=_int_at_least(1),
+        default=_demo.N_PERMUTATIONS,
+        help="permutations of the test",
+    )
+    demo.add_argument(
+        "--bootstrap",
+        type=_int_at_least(2),
+        default=_demo.N_BOOTSTRAP,
+        help="bootstrap replicates",
+    )
+    demo.add_argument(
+        "--device",
+        default="auto",
+        help="auto, cpu, torch, jax, cuda, cuda:N, mps or gpu",
+    )
+    demo.add_argument("--out", default="skbatch-demo", help="folder of the figures")
+    demo.add_argument("--seed", type=_int_at_least(0), default=0, help="random seed")
+    demo.add_argument(
+        "--verbose",
+        type=int,
+        choices=(0, 1, 2),
+        default=1,
+        help="0: quiet; 1: progress bars on a terminal; 2: also log batch plans",
+    )
+    return demo
 
 
 if __name__ == "__main__":

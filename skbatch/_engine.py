@@ -14,12 +14,14 @@ Reducers always receive results in item order, whatever the batch size, OOM
 splits or number of workers, so results do not depend on them.
 """
 
+import functools
 import logging
 import math
+import sys
 from dataclasses import dataclass
 
 import numpy as np
-from joblib import effective_n_jobs
+from joblib.parallel import get_active_backend
 from sklearn.utils.parallel import Parallel, delayed
 from tqdm.auto import tqdm
 
@@ -35,6 +37,15 @@ TASKS_PER_WORKER = 4
 # Upper bound on items in flight in one joblib window, whatever the budget,
 # so a progress bar and a KeyboardInterrupt react in reasonable time.
 MAX_WINDOW = 4096
+# Items per call of a run_parallel reducer. Results are regrouped on this
+# fixed grid of item ids, so the reducer sees the same blocks, and its
+# floating-point sums round the same way, whatever n_jobs, the joblib backend
+# or the size of the tasks.
+REDUCE_BLOCK = 64
+# Task arguments bigger than this (dask's sizeof) go to a dask cluster once,
+# scattered, instead of inside every task: joblib's dask backend scatters from
+# the same size on, but again for every window.
+SCATTER_MIN_BYTES = 1e3
 
 
 @dataclass
@@ -136,7 +147,24 @@ def plan_batches(
 
 
 def _progress(total, verbose, desc):
-    return tqdm(total=total, desc=desc, disable=not verbose, leave=False)
+    """The progress bar of one loop; never stored on an estimator.
+
+    ``verbose=0``: none. ``verbose=1``: shown where someone watches, that is
+    when stderr is a terminal or in a Jupyter notebook (``tqdm.auto`` then
+    draws a widget), hidden in logs and pipes. ``verbose>=2``: always shown,
+    also into a redirected stderr (a batch job's log file).
+    """
+    if verbose <= 0:
+        disable = True
+    elif verbose >= 2:
+        disable = False
+    else:
+        notebook = sys.modules.get("tqdm.notebook")
+        # tqdm's disable=None hides the bar on a non-terminal stream, which a
+        # notebook's output stream is, although its widget is seen.
+        in_notebook = notebook is not None and issubclass(tqdm, notebook.tqdm)
+        disable = False if in_notebook else None
+    return tqdm(total=total, desc=desc, disable=disable, leave=False)
 
 
 def run_batched(
@@ -188,17 +216,20 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size :
         batch_size=batch_size,
         max_batch_size=max_batch_size,
     )
-    if verbose >= 2:
-        logger.info(
-            "%s: %d %s in batches of %d (%d batches), budget %.3g GB on %s",
-            desc,
-            n_items,
-            desc,
-            plan.batch_size,
-            plan.n_batches,
-            plan.budget_gb,
-            backend.name,
-        )
+    # The plan is always logged: at DEBUG for whoever configures the
+    # "skbatch" logger (the demo's table reads it), at INFO with verbose>=2.
+    log_level = logging.INFO if verbose >= 2 else logging.DEBUG
+    logger.log(
+        log_level,
+        "%s: %d %s in batches of %d (%d batches), budget %.3g GB on %s",
+        desc,
+        n_items,
+        desc,
+        plan.batch_size,
+        plan.n_batches,
+        plan.budget_gb,
+        backend.name,
+    )
     runner = ChunkRunner(
         backend=backend, hint="lower max_memory_gb, or the batch size, or the data size"
     )
@@ -222,16 +253,25 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size :
             del result
             start += len(ids)
             if runner.largest_ok is not None and runner.largest_ok < size:
-                if verbose >= 2:
-                    logger.info(
-                        "%s: out of memory at %d, continuing with batches of %d",
-                        desc,
-                        size,
-                        runner.largest_ok,
-                    )
+                logger.log(
+                    log_level,
+                    "%s: out of memory at %d, continuing with batches of %d",
+                    desc,
+                    size,
+                    runner.largest_ok,
+                )
                 size = runner.largest_ok
     plan.n_oom_recoveries = runner.n_recoveries
     plan.n_kernel_calls = calls[0]
+    logger.log(
+        log_level,
+        "%s: done in %d kernel calls, %d out-of-memory recoveries on %s",
+        desc,
+        plan.n_kernel_calls,
+        plan.n_oom_recoveries,
+        backend.name,
+        extra={"skbatch_plan": plan, "skbatch_backend": backend},
+    )
     return plan
 
 
@@ -257,12 +297,17 @@ def run_parallel(
     Parameters
     ----------
     task : callable
-        ``task(ids) -> result`` for a chunk of item ids; ``result`` has axis 0
-        over ``ids`` (numpy). Must be picklable for process backends: a
-        module-level function (or ``functools.partial`` of one) whose
-        arguments are numpy arrays and strings, never live device tensors.
+        ``task(ids) -> result`` for a chunk of item ids; ``result`` is a numpy
+        array with axis 0 over ``ids``. Must be picklable for process
+        backends: a module-level function (or ``functools.partial`` of one)
+        whose arguments are numpy arrays and strings, never live device
+        tensors. A partial's arguments are passed to joblib as arguments:
+        with the dask backend those bigger than ``SCATTER_MIN_BYTES`` are
+        scattered to the cluster once for all windows.
     reduce : callable
-        ``reduce(ids, result)``, called in item order.
+        ``reduce(ids, result)``, called in item order on consecutive blocks
+        of ``REDUCE_BLOCK`` items (fewer when the window is smaller, and at
+        the end): the same blocks whatever ``n_jobs`` and joblib backend.
     n_items : int
         Number of items.
     host_bytes_per_item : float
@@ -284,21 +329,120 @@ def run_parallel(
     budget = memory_budget(None, max_memory_gb, for_batching=True)
     window, _ = auto_batch_size(n_items, host_bytes_per_item, budget_gb=budget)
     window = min(window, MAX_WINDOW)
+    block = min(window, REDUCE_BLOCK)
+    # Windows end on block boundaries: no block waits for the next window.
+    window -= window % block
     parallel = Parallel(n_jobs=n_jobs)
-    n_workers = max(effective_n_jobs(n_jobs), 1)
+    n_workers = max(_n_workers(parallel), 1)
     chunk = max(1, math.ceil(window / (n_workers * TASKS_PER_WORKER)))
+    logger.log(
+        logging.INFO if verbose >= 2 else logging.DEBUG,
+        "%s: %d %s in windows of %d, %d per task, on %d joblib workers, "
+        "host budget %.3g GB",
+        desc,
+        n_items,
+        desc,
+        window,
+        chunk,
+        n_workers,
+        budget,
+        extra={
+            "skbatch_plan": Plan(n_items, window, math.ceil(n_items / window), budget)
+        },
+    )
     all_ids = np.arange(n_items, dtype=np.int64)
+    function, args, kwargs = _task_parts(task)
     with _progress(n_items, verbose, desc) as bar, parallel:
+        # Held until every window is done: the cluster keeps the data as long.
+        args, kwargs = _scatter_to_dask(args, kwargs, n_workers)
         for start in range(0, n_items, window):
             window_ids = all_ids[start : start + window]
             chunks = [
                 window_ids[i : i + chunk] for i in range(0, len(window_ids), chunk)
             ]
-            results = parallel(delayed(task)(ids) for ids in chunks)
-            for ids, result in zip(chunks, results):
-                reduce(ids, result)
-                bar.update(len(ids))
+            results = parallel(
+                delayed(function)(*args, ids, **kwargs) for ids in chunks
+            )
+            for lo in range(0, len(window_ids), block):
+                hi = min(lo + block, len(window_ids))
+                reduce(window_ids[lo:hi], _block_result(results, chunk, lo, hi))
+                bar.update(hi - lo)
             # Release this window before the next one is computed, so that at
             # most one window of results is in flight.
-            del results, result
+            del results
     return window
+
+
+def _n_workers(parallel):
+    """Workers a call of ``parallel`` uses, as joblib decides it.
+
+    Asked of the backend with the ``Parallel``'s own ``n_jobs``, as joblib
+    does: the dask backend ignores ``n_jobs`` and counts the cluster's
+    threads, so ``n_jobs=1`` still runs on the cluster, while a one-thread
+    cluster runs the tasks in this process.
+    """
+    backend, _ = get_active_backend()
+    return backend.effective_n_jobs(parallel.n_jobs)
+
+
+def _task_parts(task):
+    """``(function, args, kwargs)`` of a task called as ``function(*args, ids,
+    **kwargs)``.
+
+    A ``functools.partial`` is opened so that its arguments reach joblib as
+    arguments, which the dask backend can scatter, not as part of the function,
+    which it sends with every task.
+    """
+    if isinstance(task, functools.partial):
+        return task.func, task.args, dict(task.keywords)
+    return task, (), {}
+
+
+def _scatter_to_dask(args, kwargs, n_workers):
+    """Large arguments sent once to the dask cluster of the active joblib backend.
+
+    Returns the arguments with each one bigger than ``SCATTER_MIN_BYTES``
+    replaced by its dask future, which a worker resolves to the data it
+    received once; the arguments unchanged for any other joblib backend, and
+    for one worker, where joblib runs the tasks in this process.
+    """
+    if n_workers == 1:
+        return args, kwargs
+    backend, _ = get_active_backend()
+    # joblib defines its dask backend in joblib._dask, imported when the
+    # "dask" backend is first configured: absent, the backend is not dask.
+    dask_module = sys.modules.get("joblib._dask")
+    if dask_module is None or not isinstance(
+        backend, dask_module.DaskDistributedBackend
+    ):
+        return args, kwargs
+    from dask.sizeof import sizeof
+    from distributed import Future
+
+    values = [*args, *kwargs.values()]
+    large = [
+        i
+        for i, value in enumerate(values)
+        if not isinstance(value, Future) and sizeof(value) > SCATTER_MIN_BYTES
+    ]
+    if large:
+        # hash=False, as joblib does: hashed keys are unreliable when a task
+        # on a worker scatters again (nested parallelism).
+        futures = backend.client.scatter([values[i] for i in large], hash=False)
+        for i, future in zip(large, futures):
+            values[i] = future
+    return tuple(values[: len(args)]), dict(zip(kwargs, values[len(args) :]))
+
+
+def _block_result(results, chunk, lo, hi):
+    """Rows ``lo:hi`` of a window's results, given per task of ``chunk`` rows.
+
+    A view when the rows come from one task, else a copy of at most
+    ``REDUCE_BLOCK`` rows.
+    """
+    first, last = lo // chunk, (hi - 1) // chunk
+    pieces = [
+        results[k][max(lo - k * chunk, 0) : hi - k * chunk]
+        for k in range(first, last + 1)
+    ]
+    return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)

@@ -1,0 +1,566 @@
+"""``skbatch demo``: the three estimators on a simulated encoding model.
+
+An encoding model predicts many brain responses (voxels, "targets") from
+stimulus features. The demo simulates one in which a known minority of the
+targets respond to the features, fits :class:`~skbatch.BatchedRidge` with a
+per-target alpha, tests every target with :class:`~skbatch.PermutationScorer`
+(family-wise corrected), bootstraps the weights of the significant targets
+with :class:`~skbatch.BootstrapEstimator`, and checks the findings against
+the ground truth.
+"""
+
+import contextlib
+import logging
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+from .bootstrap import BootstrapEstimator
+from .permutation import PermutationScorer
+from .plotting import BootstrapDisplay, PermutationTestDisplay
+from .ridge import BatchedRidge
+
+# Default sizes: the whole demo runs in about a minute on two CPU cores.
+N_SAMPLES = 300
+N_FEATURES = 40
+N_TARGETS = 2000
+N_PERMUTATIONS = 200
+N_BOOTSTRAP = 1000
+# Fewest samples the demo runs with: 5-fold CV of the test and a held-out
+# fifth both need rows.
+MIN_SAMPLES = 20
+# Share of the targets that respond to the stimulus (the rest is noise), as
+# in a whole-brain map where most voxels do not follow a given feature space.
+SIGNAL_FRACTION = 0.1
+# Features that drive a responsive target: sparse weights give the bootstrap
+# intervals true zeros to be checked against.
+N_ACTIVE_FEATURES = 8
+# Variance explained by the stimulus in a responsive target, drawn uniformly:
+# from hard to detect among thousands of tests, to strong.
+SIGNAL_R2 = (0.1, 0.5)
+# Correlation of neighbouring features (AR(1) across the feature axis), as
+# between related stimulus descriptors.
+FEATURE_CORRELATION = 0.3
+# Regularisation grid and criterion of every ridge in the demo. GCV chooses
+# alpha at O(rank) per target and alpha, which matters when each of the
+# permutations refits every target.
+ALPHAS = np.logspace(-1, 4, 11)
+RIDGE_CV = "gcv"
+# Rows held out to report the prediction accuracy of the fitted model.
+TEST_FRACTION = 0.2
+# Family-wise error rate of the significance test.
+ALPHA_LEVEL = 0.05
+# Interval between two readings of the resident memory of the process.
+MEMORY_POLL_S = 0.005
+FIGURES = ("ridge_scores", "permutation_test", "bootstrap_intervals", "overview")
+# Size (inches) of one panel, and resolutions: the overview, three panels
+# side by side, stays a small file (it is the picture of the README).
+PANEL_SIZE = (5.5, 4.2)
+PANEL_DPI = 100
+OVERVIEW_DPI = 80
+# Bins of the held-out R^2 histogram.
+SCORE_BINS = 40
+
+
+@dataclass
+class EncodingData:
+    """A simulated encoding model and its ground truth.
+
+    Attributes
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+        Stimulus features.
+    Y : ndarray of shape (n_samples, n_targets)
+        Responses: stimulus-driven signal plus unit-variance noise.
+    coef : ndarray of shape (n_targets, n_features)
+        True weights; rows of targets without signal are zero.
+    has_signal : ndarray of shape (n_targets,)
+        Which targets respond to the stimulus.
+    r2 : ndarray of shape (n_targets,)
+        Share of each target's variance explained by the stimulus.
+    """
+
+    X: np.ndarray
+    Y: np.ndarray
+    coef: np.ndarray
+    has_signal: np.ndarray
+    r2: np.ndarray
+
+
+def simulate_encoding_data(
+    n_samples=N_SAMPLES, n_features=N_FEATURES, n_targets=N_TARGETS, *, random_state=0
+):
+    """Simulate stimulus features and the responses of many targets.
+
+    Parameters
+    ----------
+    n_samples : int, default=300
+        Stimuli (rows), independent so that permuting them is valid.
+    n_features : int, default=40
+        Stimulus features.
+    n_targets : int, default=2000
+        Responses; a tenth of them carry signal.
+    random_state : int, default=0
+        Seed of the simulation.
+
+    Returns
+    -------
+    EncodingData
+
+    Examples
+    --------
+    >>> from skbatch._demo import simulate_encoding_data
+    >>> data = simulate_encoding_data(50, 5, 100)
+    >>> data.X.shape, data.Y.shape, int(data.has_signal.sum())
+    ((50, 5), (50, 100), 10)
+    """
+    for name, value, minimum in (
+        ("n_samples", n_samples, MIN_SAMPLES),
+        ("n_features", n_features, 1),
+        ("n_targets", n_targets, 1),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    rng = np.random.default_rng(random_state)
+    lags = np.abs(np.subtract.outer(np.arange(n_features), np.arange(n_features)))
+    mixing = np.linalg.cholesky(FEATURE_CORRELATION**lags)
+    X = rng.standard_normal((n_samples, n_features)) @ mixing.T
+
+    n_signal = max(1, round(SIGNAL_FRACTION * n_targets))
+    has_signal = np.zeros(n_targets, dtype=bool)
+    has_signal[rng.choice(n_targets, n_signal, replace=False)] = True
+    coef = np.zeros((n_targets, n_features))
+    n_active = min(N_ACTIVE_FEATURES, n_features)
+    for target in np.flatnonzero(has_signal):
+        active = rng.choice(n_features, n_active, replace=False)
+        coef[target, active] = rng.standard_normal(n_active)
+    r2 = np.where(has_signal, rng.uniform(*SIGNAL_R2, n_targets), 0.0)
+    # Scale each signal so that it explains r2 of its target's variance, the
+    # noise having unit variance.
+    signal_var = np.einsum("tf,fg,tg->t", coef, mixing @ mixing.T, coef)
+    scale = np.sqrt(r2 / (1.0 - r2) / np.where(signal_var > 0, signal_var, 1.0))
+    coef *= scale[:, None]
+    Y = X @ coef.T + rng.standard_normal((n_samples, n_targets))
+    return EncodingData(X, Y, coef, has_signal, r2)
+
+
+@dataclass
+class StepReport:
+    """Cost of one step of the demo."""
+
+    name: str
+    seconds: float
+    device: str
+    n_batches: int
+    n_oom_recoveries: int
+    peak_memory_gb: float
+    peak_gpu_memory_gb: float | None = None
+
+
+@dataclass
+class DemoResult:
+    """What the demo found, against the ground truth.
+
+    Attributes
+    ----------
+    n_targets, n_true_effects : int
+        Targets, and those with signal.
+    n_significant : int
+        Targets with a family-wise p-value <= 0.05.
+    n_recovered : int
+        Significant targets that have signal.
+    n_false_positives : int
+        Significant targets without signal.
+    median_r2_signal, median_r2_noise : float
+        Median held-out R^2 of targets with and without signal.
+    n_weights_detected, n_true_weights : int
+        Among significant targets with signal: true non-zero weights whose
+        bootstrap interval excludes 0, and all their true non-zero weights.
+    n_zero_weights_excluded, n_zero_weights : int
+        The same for true zero weights (intervals that wrongly exclude 0).
+    steps : list of StepReport
+        Time, device, batches and memory of each step.
+    figures : dict of str to Path
+        PNG files written (empty without matplotlib).
+    """
+
+    n_targets: int
+    n_true_effects: int
+    n_significant: int
+    n_recovered: int
+    n_false_positives: int
+    median_r2_signal: float
+    median_r2_noise: float
+    n_weights_detected: int = 0
+    n_true_weights: int = 0
+    n_zero_weights_excluded: int = 0
+    n_zero_weights: int = 0
+    steps: list = field(default_factory=list)
+    figures: dict = field(default_factory=dict)
+
+    @property
+    def recall(self):
+        """Share of the true effects found significant."""
+        return self.n_recovered / max(self.n_true_effects, 1)
+
+
+class _PlanRecorder(logging.Handler):
+    """Collects the plans the engine logs at DEBUG on the skbatch logger.
+
+    While it records, the logger passes DEBUG records and does not propagate;
+    the recorder forwards to the parent loggers' handlers only the records
+    they would have received without it.
+    """
+
+    def __init__(self, logger):
+        super().__init__(logging.DEBUG)
+        self.plans = []
+        self._logger = logger
+        self._threshold = logger.getEffectiveLevel()
+        self._propagate = logger.propagate
+
+    def __enter__(self):
+        self._level = self._logger.level
+        self._logger.addHandler(self)
+        self._logger.setLevel(logging.DEBUG)
+        self._logger.propagate = False
+        return self
+
+    def __exit__(self, *exc_info):
+        self._logger.removeHandler(self)
+        self._logger.setLevel(self._level)
+        self._logger.propagate = self._propagate
+
+    def emit(self, record):
+        plan = getattr(record, "skbatch_plan", None)
+        if plan is not None:
+            self.plans.append(plan)
+        parent = self._logger.parent
+        if self._propagate and parent and record.levelno >= self._threshold:
+            parent.handle(record)
+
+
+class _PeakMemory:
+    """Largest resident memory of this process, read every few ms in a thread."""
+
+    def __init__(self):
+        self._process = psutil.Process()
+        self._stop = threading.Event()
+        self.peak = self._process.memory_info().rss
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self):
+        while not self._stop.wait(MEMORY_POLL_S):
+            self.peak = max(self.peak, self._process.memory_info().rss)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._process.memory_info().rss)
+
+
+def _cuda():
+    """torch.cuda when torch is already imported and sees a GPU, else None."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return None
+    return torch.cuda
+
+
+def _device_label(backend):
+    """ "numpy", "torch-cpu", "torch-cuda:0", "jax-gpu:1"..."""
+    return f"{backend.library}-{backend.device}" if backend.is_gpu else backend.name
+
+
+@contextlib.contextmanager
+def _measure(name, steps, verbose):
+    """Time a step, count its engine batches and its peak memory.
+
+    Host memory is the resident size of the process; when torch computes on
+    CUDA during the step, its peak allocation there is reported too.
+    """
+    if verbose:
+        print(f"{name} ...", file=sys.stderr, flush=True)
+    step = StepReport(name, 0.0, "", 0, 0, 0.0)
+    cuda = _cuda()
+    if cuda is not None:
+        for index in range(cuda.device_count()):
+            cuda.reset_peak_memory_stats(index)
+    start = time.perf_counter()
+    with (
+        _PlanRecorder(logging.getLogger("skbatch")) as recorder,
+        _PeakMemory() as memory,
+    ):
+        yield step
+    step.seconds = time.perf_counter() - start
+    step.peak_memory_gb = memory.peak / 1e9
+    cuda = _cuda()
+    if cuda is not None:
+        peak = max(cuda.max_memory_allocated(i) for i in range(cuda.device_count()))
+        step.peak_gpu_memory_gb = peak / 1e9 if peak else None
+    step.n_batches = sum(plan.n_batches for plan in recorder.plans)
+    step.n_oom_recoveries = sum(plan.n_oom_recoveries for plan in recorder.plans)
+    steps.append(step)
+
+
+def run_demo(
+    *,
+    n_targets=N_TARGETS,
+    n_samples=N_SAMPLES,
+    n_features=N_FEATURES,
+    n_permutations=N_PERMUTATIONS,
+    n_bootstrap=N_BOOTSTRAP,
+    device="auto",
+    out="skbatch-demo",
+    random_state=0,
+    verbose=1,
+):
+    """Simulate an encoding model, fit, test, bootstrap, and draw the result.
+
+    Parameters
+    ----------
+    n_targets, n_samples, n_features : int
+        Size of the simulated data set.
+    n_permutations : int, default=200
+        Permutations of the test.
+    n_bootstrap : int, default=1000
+        Bootstrap replicates.
+    device : str, default="auto"
+        Where the estimators compute.
+    out : str or Path, default="skbatch-demo"
+        Folder of the figures, created if needed.
+    random_state : int, default=0
+        Seed of the simulation, the permutations and the resamples.
+    verbose : int, default=1
+        Passed to the estimators: 1 shows progress bars on a terminal.
+
+    Returns
+    -------
+    DemoResult
+    """
+    data = simulate_encoding_data(
+        n_samples, n_features, n_targets, random_state=random_state
+    )
+    n_train = n_samples - round(TEST_FRACTION * n_samples)
+    steps = []
+
+    def ridge():
+        return BatchedRidge(ALPHAS, cv=RIDGE_CV, device=device, verbose=verbose)
+
+    with _measure("BatchedRidge: fit, held-out R\u00b2", steps, verbose) as step:
+        model = ridge().fit(data.X[:n_train], data.Y[:n_train])
+        test_r2 = model.score_per_target(data.X[n_train:], data.Y[n_train:])
+        step.device = _device_label(model.backend_)
+
+    with _measure(
+        f"PermutationScorer: {n_permutations} permutations", steps, verbose
+    ) as step:
+        scorer = PermutationScorer(
+            ridge(),
+            n_permutations=n_permutations,
+            multioutput="raw_values",
+            random_state=random_state,
+            device=device,
+            verbose=verbose,
+        ).fit(data.X, data.Y)
+        step.device = _device_label(scorer.backend_)
+    significant = scorer.pvalue_fwer_ <= ALPHA_LEVEL
+
+    result = DemoResult(
+        n_targets=n_targets,
+        n_true_effects=int(data.has_signal.sum()),
+        n_significant=int(significant.sum()),
+        n_recovered=int((significant & data.has_signal).sum()),
+        n_false_positives=int((significant & ~data.has_signal).sum()),
+        median_r2_signal=_median(test_r2[data.has_signal]),
+        median_r2_noise=_median(test_r2[~data.has_signal]),
+        steps=steps,
+    )
+
+    boot = None
+    if significant.any():
+        with _measure(
+            f"BootstrapEstimator: {n_bootstrap} replicates", steps, verbose
+        ) as step:
+            boot = BootstrapEstimator(
+                ridge(),
+                n_bootstrap=n_bootstrap,
+                attributes=["coef_"],
+                random_state=random_state,
+                device=device,
+                verbose=verbose,
+            ).fit(data.X, data.Y[:, significant])
+            step.device = _device_label(boot.backend_)
+        coef = boot.results_["coef_"]
+        excludes_zero = (coef.ci_lower > 0) | (coef.ci_upper < 0)
+        true_coef = data.coef[significant]
+        kept = data.has_signal[significant]
+        nonzero = (true_coef != 0) & kept[:, None]
+        zero = (true_coef == 0) & kept[:, None]
+        result.n_weights_detected = int((excludes_zero & nonzero).sum())
+        result.n_true_weights = int(nonzero.sum())
+        result.n_zero_weights_excluded = int((excludes_zero & zero).sum())
+        result.n_zero_weights = int(zero.sum())
+
+    result.figures = _draw(Path(out), data, test_r2, scorer, boot, significant, n_train)
+    return result
+
+
+def _median(values):
+    return float(np.median(values)) if values.size else float("nan")
+
+
+def _draw(out, data, test_r2, scorer, boot, significant, n_train):
+    """Write the figures; none (an empty dict) without matplotlib."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        return {}
+    out.mkdir(parents=True, exist_ok=True)
+    panels = (
+        lambda ax: _plot_scores(ax, data, test_r2, n_train),
+        lambda ax: PermutationTestDisplay.from_estimator(
+            scorer, ax=ax, alpha=ALPHA_LEVEL
+        ),
+        lambda ax: _plot_intervals(ax, data, scorer, boot, significant),
+    )
+    paths = {}
+    for name, panel in zip(FIGURES, panels):
+        figure = Figure(figsize=PANEL_SIZE, layout="constrained")
+        panel(figure.add_subplot())
+        paths[name] = out / f"{name}.png"
+        figure.savefig(paths[name], dpi=PANEL_DPI)
+    width, height = PANEL_SIZE
+    overview = Figure(figsize=(3 * width, height), layout="constrained")
+    for ax, panel in zip(overview.subplots(1, 3), panels):
+        panel(ax)
+    paths["overview"] = out / "overview.png"
+    overview.savefig(paths["overview"], dpi=OVERVIEW_DPI)
+    return paths
+
+
+def _plot_scores(ax, data, test_r2, n_train):
+    bins = np.linspace(min(test_r2.min(), -0.1), max(test_r2.max(), 0.1), SCORE_BINS)
+    for mask, color, label in (
+        (~data.has_signal, "tab:gray", "no signal"),
+        (data.has_signal, "tab:blue", "signal"),
+    ):
+        n = np.count_nonzero(mask)
+        # Shares rather than counts: the few targets with signal stay visible.
+        ax.hist(
+            test_r2[mask],
+            bins=bins,
+            weights=np.full(n, 1.0 / max(n, 1)),
+            color=color,
+            alpha=0.7,
+            label=f"{label} ({n})",
+        )
+    ax.legend()
+    ax.set_xlabel("held-out R\u00b2")
+    ax.set_ylabel("share of targets")
+    ax.set_title(
+        f"BatchedRidge, per-target alpha ({data.Y.shape[0] - n_train} test rows)"
+    )
+
+
+def _plot_intervals(ax, data, scorer, boot, significant):
+    if boot is None:
+        ax.text(0.5, 0.5, "no significant target", ha="center", va="center")
+        ax.set_axis_off()
+        return
+    # The most significant target, then the best score among ties.
+    targets = np.flatnonzero(significant)
+    order = np.lexsort((-scorer.score_[targets], scorer.pvalue_fwer_[targets]))
+    row = int(order[0])
+    display = BootstrapDisplay.from_estimator(boot, target=row, ax=ax)
+    truth = data.coef[targets[row], display.indices_]
+    ax.plot(
+        truth,
+        np.arange(truth.size),
+        "x",
+        color="tab:red",
+        label="true weight",
+    )
+    ax.legend(loc="lower right")
+    ax.set_xlabel(f"weight, {boot.confidence_level:.0%} interval")
+    ax.set_title(f"BootstrapEstimator: weights of target {targets[row]}")
+
+
+def format_report(result, data_shape, seed):
+    """The table ``skbatch demo`` prints."""
+    n_samples, n_features = data_shape
+    gpu = any(step.peak_gpu_memory_gb is not None for step in result.steps)
+    lines = [
+        f"skbatch demo: {result.n_targets} targets ({result.n_true_effects} with "
+        f"signal), {n_samples} samples x {n_features} features, seed {seed}",
+        "",
+        f"{'step':<42}{'time':>9}  {'device':<13}{'batches':>8}{'OOM':>5}"
+        f"{'peak RSS':>10}{'  peak GPU' if gpu else ''}",
+    ]
+    for step in result.steps:
+        line = (
+            f"{step.name:<42}{step.seconds:>8.2f}s  {step.device:<13}"
+            f"{step.n_batches:>8}{step.n_oom_recoveries:>5}"
+            f"{step.peak_memory_gb:>8.2f}GB"
+        )
+        if step.peak_gpu_memory_gb is not None:
+            line += f"{step.peak_gpu_memory_gb:>8.2f}GB"
+        lines.append(line)
+    non_signal = result.n_targets - result.n_true_effects
+    lines += [
+        "",
+        f"held-out R\u00b2 (median): {result.median_r2_signal:.3f} on targets with "
+        f"signal, {result.median_r2_noise:.3f} on the others",
+        f"significant targets (FWER p <= {ALPHA_LEVEL}): {result.n_significant} "
+        f"of {result.n_targets}",
+        f"true effects recovered: {result.n_recovered} of {result.n_true_effects} "
+        f"({result.recall:.0%}); false positives: {result.n_false_positives} of "
+        f"{non_signal}",
+    ]
+    if result.n_true_weights:
+        lines.append(
+            f"bootstrap 95% intervals excluding 0: {result.n_weights_detected} of "
+            f"{result.n_true_weights} true non-zero weights, "
+            f"{result.n_zero_weights_excluded} of {result.n_zero_weights} zero "
+            "weights"
+        )
+    if result.figures:
+        lines.append(
+            "figures: " + ", ".join(str(path) for path in result.figures.values())
+        )
+    else:
+        lines.append(
+            "figures: skipped, matplotlib is not installed "
+            "(pip install 'skbatch[plot]')"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(args, out=None):
+    """Run the demo for parsed command-line ``args`` and print the table."""
+    out = sys.stdout if out is None else out
+    if args.verbose >= 2:
+        logging.basicConfig(format="%(name)s: %(message)s")
+        logging.getLogger("skbatch").setLevel(logging.INFO)
+    result = run_demo(
+        n_targets=args.targets,
+        n_samples=args.samples,
+        n_features=args.features,
+        n_permutations=args.permutations,
+        n_bootstrap=args.bootstrap,
+        device=args.device,
+        out=args.out,
+        random_state=args.seed,
+        verbose=args.verbose,
+    )
+    out.write(format_report(result, (args.samples, args.features), args.seed))
+    return result

@@ -1,0 +1,535 @@
+"""Figures of permutation tests and bootstrap intervals.
+
+Two displays follow scikit-learn's visualization API: build them with
+``from_estimator`` from a fitted estimator, draw again with ``plot(ax=...)``,
+and find the figure in ``figure_`` and the axes in ``ax_``. matplotlib is an
+optional dependency (``pip install "skbatch[plot]"``), imported only when a
+display draws.
+"""
+
+import numbers
+
+import numpy as np
+from sklearn.utils.validation import check_is_fitted
+
+__all__ = ["BootstrapDisplay", "PermutationTestDisplay"]
+
+# Histogram bins of a permutation null: 1000 permutations give about 33 per
+# bin, enough for a smooth shape without hiding the tail.
+DEFAULT_BINS = 30
+# Elements shown by a bootstrap display: more labels than this do not read.
+DEFAULT_TOP_K = 20
+# Colors of the matplotlib default cycle, named for what they show.
+_NULL_COLOR = "tab:gray"
+_OBSERVED_COLOR = "tab:red"
+_ESTIMATE_COLOR = "tab:blue"
+
+
+def _check_matplotlib(caller):
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(
+            f"{caller} needs matplotlib, which is not installed. Install it with "
+            "the plot extra: pip install 'skbatch[plot]'"
+        ) from exc
+
+
+def _axes(ax):
+    """``ax`` and its figure, or a new pyplot figure when ``ax`` is None."""
+    if ax is None:
+        import matplotlib.pyplot as plt
+
+        _, ax = plt.subplots()
+    return ax, ax.figure
+
+
+def _check_fitted(estimator, attributes, kind):
+    check_is_fitted(estimator)
+    missing = [name for name in attributes if not hasattr(estimator, name)]
+    if missing:
+        raise TypeError(
+            f"expected a fitted {kind}, got {type(estimator).__name__} without "
+            f"{', '.join(missing)}"
+        )
+
+
+def _format_p(p):
+    return f"{p:.2g}"
+
+
+class PermutationTestDisplay:
+    """Permutation test visualization: null distribution and observed score.
+
+    One score (a single target, or ``multioutput="uniform_average"``) is
+    drawn as a histogram of its permutation null with the observed score as
+    a vertical line and its p-value in the title. Several scores
+    (``multioutput="raw_values"``) are drawn as a per-target summary: the
+    observed score against ``-log10`` of the family-wise p-value, with the
+    significance threshold as a horizontal line.
+
+    Build it with :meth:`from_estimator`; the constructor only stores data.
+
+    Parameters
+    ----------
+    score : float or ndarray of shape (n_targets,)
+        Observed score(s).
+    pvalue : float or ndarray of shape (n_targets,)
+        Uncorrected permutation p-value(s).
+    null_scores : ndarray of shape (n_permutations,), default=None
+        Permuted scores of the single score; needed for the histogram.
+    pvalue_fwer : float or ndarray of shape (n_targets,), default=None
+        Family-wise p-value(s); the summary uses them when given, else the
+        uncorrected ones.
+    target : int, default=None
+        Index of the target a single score belongs to, for the title.
+    score_name : str, default="score"
+        Axis label of the score.
+
+    Attributes
+    ----------
+    ax_ : matplotlib Axes
+        Axes the display is drawn on.
+    figure_ : matplotlib Figure
+        Figure holding ``ax_``.
+    bars_ : matplotlib BarContainer or None
+        Histogram bars of the null (one per bin); None for the summary.
+    line_ : matplotlib Line2D
+        The observed score (histogram), or the significance threshold
+        (summary).
+    scatter_ : list of matplotlib PathCollection
+        Summary only (else empty): targets that are not significant, then
+        those that are.
+
+    See Also
+    --------
+    skbatch.PermutationScorer : The test this display draws.
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> import numpy as np
+    >>> from sklearn.linear_model import Ridge
+    >>> from skbatch import PermutationScorer
+    >>> from skbatch.plotting import PermutationTestDisplay
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((60, 3))
+    >>> y = X[:, 0] + rng.standard_normal(60)
+    >>> scorer = PermutationScorer(
+    ...     Ridge(), n_permutations=99, return_null=True, random_state=0
+    ... ).fit(X, y)
+    >>> display = PermutationTestDisplay.from_estimator(scorer, bins=20)
+    >>> len(display.bars_)
+    20
+    >>> display.ax_.get_title()
+    'p = 0.01 (99 permutations)'
+    """
+
+    def __init__(
+        self,
+        score,
+        pvalue,
+        *,
+        null_scores=None,
+        pvalue_fwer=None,
+        target=None,
+        score_name="score",
+    ):
+        self.score = score
+        self.pvalue = pvalue
+        self.null_scores = null_scores
+        self.pvalue_fwer = pvalue_fwer
+        self.target = target
+        self.score_name = score_name
+
+    def plot(self, ax=None, *, bins=DEFAULT_BINS, alpha=0.05):
+        """Draw the histogram (one score) or the per-target summary.
+
+        Parameters
+        ----------
+        ax : matplotlib Axes, default=None
+            Axes to draw on; None creates a figure.
+        bins : int or sequence, default=30
+            Histogram bins, as in :meth:`matplotlib.axes.Axes.hist`.
+        alpha : float, default=0.05
+            Significance level of the summary's threshold.
+
+        Returns
+        -------
+        display : PermutationTestDisplay
+            The display, with ``ax_``, ``figure_`` and the artists set.
+        """
+        _check_matplotlib("PermutationTestDisplay.plot")
+        if not 0 < alpha < 1:
+            raise ValueError(
+                f"alpha must be in the open interval (0, 1), got {alpha!r}"
+            )
+        if np.ndim(self.score) == 0 and self.null_scores is None:
+            raise ValueError(
+                "The histogram of a single score needs its permutation scores "
+                "(null_scores); fit the PermutationScorer with return_null=True."
+            )
+        self.ax_, self.figure_ = _axes(ax)
+        if np.ndim(self.score) == 0:
+            self._plot_histogram(bins)
+        else:
+            self._plot_summary(alpha)
+        return self
+
+    def _plot_histogram(self, bins):
+        ax = self.ax_
+        null = np.asarray(self.null_scores, dtype=np.float64).ravel()
+        _, _, self.bars_ = ax.hist(
+            null,
+            bins=bins,
+            color=_NULL_COLOR,
+            alpha=0.7,
+            label=f"permuted scores ({null.size})",
+        )
+        self.line_ = ax.axvline(
+            float(self.score),
+            color=_OBSERVED_COLOR,
+            linewidth=2,
+            label=f"observed score {float(self.score):.3g}",
+        )
+        self.scatter_ = []
+        title = f"p = {_format_p(float(self.pvalue))} ({null.size} permutations)"
+        if self.pvalue_fwer is not None and np.ndim(self.pvalue_fwer) == 0:
+            title += f", FWER p = {_format_p(float(self.pvalue_fwer))}"
+        if self.target is not None:
+            title = f"target {self.target}: {title}"
+        ax.set_title(title)
+        ax.set_xlabel(self.score_name)
+        ax.set_ylabel("permutations")
+        ax.legend(loc="best")
+
+    def _plot_summary(self, alpha):
+        ax = self.ax_
+        score = np.asarray(self.score, dtype=np.float64)
+        fwer = self.pvalue_fwer is not None
+        pvalue = np.asarray(self.pvalue_fwer if fwer else self.pvalue, np.float64)
+        label = "FWER p" if fwer else "p"
+        height = -np.log10(pvalue)
+        significant = pvalue <= alpha
+        self.bars_ = None
+        self.scatter_ = [
+            ax.scatter(
+                score[~significant],
+                height[~significant],
+                s=8,
+                color=_NULL_COLOR,
+                alpha=0.6,
+                label=f"{label} > {alpha:g} ({np.count_nonzero(~significant)})",
+            ),
+            ax.scatter(
+                score[significant],
+                height[significant],
+                s=8,
+                color=_OBSERVED_COLOR,
+                label=f"{label} \u2264 {alpha:g} ({np.count_nonzero(significant)})",
+            ),
+        ]
+        self.line_ = ax.axhline(
+            -np.log10(alpha),
+            color="black",
+            linestyle="--",
+            linewidth=1,
+            label=f"{label} = {alpha:g}",
+        )
+        ax.set_xlabel(f"observed {self.score_name}")
+        ax.set_ylabel(f"-log10({label})")
+        ax.set_title(
+            f"{score.size} targets, {np.count_nonzero(significant)} significant"
+        )
+        ax.legend(loc="upper left")
+
+    @classmethod
+    def from_estimator(
+        cls, scorer, *, target=None, ax=None, bins=DEFAULT_BINS, alpha=0.05
+    ):
+        """Draw the result of a fitted :class:`~skbatch.PermutationScorer`.
+
+        Parameters
+        ----------
+        scorer : PermutationScorer
+            Fitted. A histogram needs ``return_null=True``; the per-target
+            summary of ``multioutput="raw_values"`` does not.
+        target : int, default=None
+            With ``multioutput="raw_values"``: draw this target's histogram
+            instead of the summary of all targets.
+        ax : matplotlib Axes, default=None
+            Axes to draw on; None creates a figure.
+        bins : int or sequence, default=30
+            Histogram bins.
+        alpha : float, default=0.05
+            Significance level of the summary's threshold.
+
+        Returns
+        -------
+        display : PermutationTestDisplay
+            The drawn display.
+        """
+        _check_matplotlib("PermutationTestDisplay.from_estimator")
+        _check_fitted(
+            scorer, ("score_", "pvalue_", "pvalue_fwer_"), "PermutationScorer"
+        )
+        null = getattr(scorer, "permutation_scores_", None)
+        score, pvalue, fwer = scorer.score_, scorer.pvalue_, scorer.pvalue_fwer_
+        per_target = np.ndim(score) > 0
+        if target is not None:
+            if not per_target:
+                raise ValueError(
+                    "target applies to multioutput='raw_values'; this scorer "
+                    f"has one score (multioutput={scorer.multioutput!r})"
+                )
+            n_targets = np.shape(score)[0]
+            if not isinstance(target, numbers.Integral) or not (
+                -n_targets <= target < n_targets
+            ):
+                raise ValueError(
+                    f"target must be an int in [0, {n_targets}), got {target!r}"
+                )
+            score, pvalue, fwer = score[target], pvalue[target], fwer[target]
+            null = None if null is None else null[:, target]
+            per_target = False
+        if not per_target and null is None:
+            raise ValueError(
+                "The histogram of a permutation test needs the permuted scores: "
+                "fit the PermutationScorer with return_null=True."
+            )
+        scoring = getattr(scorer, "scoring", None)
+        if scoring is None:
+            score_name = "R\u00b2"
+        else:
+            score_name = scoring if isinstance(scoring, str) else "score"
+        display = cls(
+            score,
+            pvalue,
+            null_scores=None if per_target else null,
+            # One statistic has no family to correct for.
+            pvalue_fwer=None if np.ndim(scorer.score_) == 0 else fwer,
+            target=target,
+            score_name=score_name,
+        )
+        return display.plot(ax=ax, bins=bins, alpha=alpha)
+
+
+class BootstrapDisplay:
+    """Bootstrap estimates with their confidence intervals, largest first.
+
+    A forest plot: the ``top_k`` elements of an attribute with the largest
+    absolute estimates, one row each, sorted by estimate, each drawn as a
+    point (the estimate on all data) and a horizontal segment (its
+    interval), with a reference line at zero.
+
+    Build it with :meth:`from_estimator`; the constructor only stores data.
+
+    Parameters
+    ----------
+    estimate, ci_lower, ci_upper : ndarray of shape (n_elements,)
+        Estimates and interval bounds.
+    names : list of str, default=None
+        Label of each element; None numbers them.
+    attribute : str, default="coef_"
+        Name of the attribute, for the title.
+    confidence_level : float, default=None
+        Coverage of the intervals, for the title.
+
+    Attributes
+    ----------
+    ax_ : matplotlib Axes
+        Axes the display is drawn on.
+    figure_ : matplotlib Figure
+        Figure holding ``ax_``.
+    indices_ : ndarray of shape (top_k,)
+        Elements drawn, bottom row first (increasing estimate).
+    intervals_ : matplotlib LineCollection
+        One segment per drawn interval.
+    estimates_ : matplotlib Line2D
+        The drawn estimates.
+
+    See Also
+    --------
+    skbatch.BootstrapEstimator : Computes the intervals this display draws.
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> import numpy as np
+    >>> from sklearn.linear_model import Ridge
+    >>> from skbatch import BootstrapEstimator
+    >>> from skbatch.plotting import BootstrapDisplay
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((100, 5))
+    >>> y = X @ [3.0, 0.0, -1.0, 0.0, 0.5] + rng.standard_normal(100)
+    >>> boot = BootstrapEstimator(Ridge(), n_bootstrap=100, random_state=0)
+    >>> display = BootstrapDisplay.from_estimator(boot.fit(X, y), top_k=3)
+    >>> [label.get_text() for label in display.ax_.get_yticklabels()]
+    ['x2', 'x4', 'x0']
+    """
+
+    def __init__(
+        self,
+        estimate,
+        ci_lower,
+        ci_upper,
+        *,
+        names=None,
+        attribute="coef_",
+        confidence_level=None,
+    ):
+        self.estimate = estimate
+        self.ci_lower = ci_lower
+        self.ci_upper = ci_upper
+        self.names = names
+        self.attribute = attribute
+        self.confidence_level = confidence_level
+
+    def plot(self, ax=None, *, top_k=DEFAULT_TOP_K):
+        """Draw the ``top_k`` largest estimates with their intervals.
+
+        Parameters
+        ----------
+        ax : matplotlib Axes, default=None
+            Axes to draw on; None creates a figure.
+        top_k : int or None, default=20
+            How many elements to draw, those with the largest absolute
+            estimate; None draws all.
+
+        Returns
+        -------
+        display : BootstrapDisplay
+            The display, with ``ax_``, ``figure_`` and the artists set.
+        """
+        _check_matplotlib("BootstrapDisplay.plot")
+        estimate = np.asarray(self.estimate, dtype=np.float64).ravel()
+        lower = np.asarray(self.ci_lower, dtype=np.float64).ravel()
+        upper = np.asarray(self.ci_upper, dtype=np.float64).ravel()
+        n = estimate.size
+        if not (lower.size == upper.size == n):
+            raise ValueError(
+                f"estimate, ci_lower and ci_upper must have the same size, got "
+                f"{n}, {lower.size} and {upper.size}"
+            )
+        names = [str(i) for i in range(n)] if self.names is None else list(self.names)
+        if len(names) != n:
+            raise ValueError(f"names must have {n} entries, got {len(names)}")
+        if top_k is None:
+            top_k = n
+        if (
+            isinstance(top_k, bool)
+            or not isinstance(top_k, numbers.Integral)
+            or top_k < 1
+        ):
+            raise ValueError(f"top_k must be None or an int >= 1, got {top_k!r}")
+        # NaN estimates sort last, so they are dropped first.
+        magnitude = np.nan_to_num(np.abs(estimate), nan=-1.0)
+        largest = np.argsort(-magnitude, kind="stable")[:top_k]
+        self.indices_ = largest[np.argsort(estimate[largest], kind="stable")]
+
+        self.ax_, self.figure_ = _axes(ax)
+        ax = self.ax_
+        rows = np.arange(self.indices_.size)
+        self.intervals_ = ax.hlines(
+            rows,
+            lower[self.indices_],
+            upper[self.indices_],
+            color=_ESTIMATE_COLOR,
+            linewidth=2,
+            alpha=0.6,
+        )
+        (self.estimates_,) = ax.plot(
+            estimate[self.indices_],
+            rows,
+            "o",
+            color=_ESTIMATE_COLOR,
+            markersize=4,
+            label="estimate",
+        )
+        ax.axvline(0.0, color="black", linestyle=":", linewidth=1)
+        ax.set_yticks(rows, [names[i] for i in self.indices_])
+        level = (
+            ""
+            if self.confidence_level is None
+            else f", {self.confidence_level:.0%} intervals"
+        )
+        ax.set_title(
+            f"{self.attribute}: {self.indices_.size} of {n} by |estimate|{level}"
+        )
+        ax.set_xlabel(self.attribute)
+        return self
+
+    @classmethod
+    def from_estimator(
+        cls, boot, *, attribute="coef_", target=None, top_k=DEFAULT_TOP_K, ax=None
+    ):
+        """Draw the intervals of a fitted :class:`~skbatch.BootstrapEstimator`.
+
+        Parameters
+        ----------
+        boot : BootstrapEstimator
+            Fitted.
+        attribute : str, default="coef_"
+            Key of ``boot.results_``.
+        target : int, default=None
+            For a 2-D attribute (``coef_`` of several targets, shape
+            (n_targets, n_features)): draw this row, over the features.
+            None draws the largest elements of the whole array.
+        top_k : int or None, default=20
+            How many elements to draw, those with the largest absolute
+            estimate; None draws all.
+        ax : matplotlib Axes, default=None
+            Axes to draw on; None creates a figure.
+
+        Returns
+        -------
+        display : BootstrapDisplay
+            The drawn display.
+        """
+        _check_matplotlib("BootstrapDisplay.from_estimator")
+        _check_fitted(boot, ("results_",), "BootstrapEstimator")
+        if attribute not in boot.results_:
+            raise ValueError(
+                f"attribute must be one of {sorted(boot.results_)}, the "
+                f"bootstrapped attributes, got {attribute!r}"
+            )
+        result = boot.results_[attribute]
+        estimate = np.asarray(result.estimate)
+        lower, upper = np.asarray(result.ci_lower), np.asarray(result.ci_upper)
+        if target is not None:
+            if estimate.ndim != 2:
+                raise ValueError(
+                    f"target selects a row of a 2-D attribute; {attribute} has "
+                    f"shape {estimate.shape}"
+                )
+            if not isinstance(target, numbers.Integral) or not (
+                -estimate.shape[0] <= target < estimate.shape[0]
+            ):
+                raise ValueError(
+                    f"target must be an int in [0, {estimate.shape[0]}), got {target!r}"
+                )
+            estimate, lower, upper = estimate[target], lower[target], upper[target]
+        display = cls(
+            estimate.ravel(),
+            lower.ravel(),
+            upper.ravel(),
+            names=_element_names(boot, attribute, estimate.shape),
+            attribute=attribute if target is None else f"{attribute}[{target}]",
+            confidence_level=getattr(boot, "confidence_level", None),
+        )
+        return display.plot(ax=ax, top_k=top_k)
+
+
+def _element_names(boot, attribute, shape):
+    """Feature names for a vector over the features, else array indices."""
+    n_features = getattr(boot, "n_features_in_", None)
+    if len(shape) == 1 and attribute == "coef_" and shape[0] == n_features:
+        names = getattr(boot, "feature_names_in_", None)
+        if names is None:
+            return [f"x{j}" for j in range(n_features)]
+        return [str(name) for name in names]
+    if len(shape) == 0:
+        return [attribute]
+    return [str(list(index)) for index in np.ndindex(*shape)]

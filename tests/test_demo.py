@@ -1,0 +1,199 @@
+import logging
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from skbatch import _demo
+from skbatch.__main__ import main
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+FIGURE_NAMES = [f"{name}.png" for name in _demo.FIGURES]
+
+
+def _check_pngs(folder):
+    for name in FIGURE_NAMES:
+        path = folder / name
+        assert path.is_file(), name
+        content = path.read_bytes()
+        assert content.startswith(PNG_SIGNATURE), name
+        assert len(content) > 1000, name
+
+
+def test_main_demo_finds_the_true_effects_and_writes_figures(
+    tmp_path, capsys, monkeypatch
+):
+    results = []
+    run_demo = _demo.run_demo
+
+    def spy(**kwargs):
+        results.append(run_demo(**kwargs))
+        return results[-1]
+
+    monkeypatch.setattr(_demo, "run_demo", spy)
+    argv = ["demo", "--targets", "500", "--permutations", "100", "--bootstrap"]
+    argv += ["100", "--out", str(tmp_path / "figs"), "--verbose", "0"]
+    assert main(argv) == 0
+    (result,) = results
+
+    assert result.n_targets == 500
+    assert result.n_true_effects == 50
+    # FWER control: a false positive anywhere has probability <= 5%.
+    assert result.n_false_positives <= 1
+    assert result.recall >= 0.75
+    assert result.n_significant == result.n_recovered + result.n_false_positives
+    assert result.median_r2_signal > 0.05 > result.median_r2_noise
+    # Bootstrap intervals find most true weights and few of the zero ones.
+    assert result.n_weights_detected >= 0.5 * result.n_true_weights > 0
+    assert result.n_zero_weights_excluded <= 0.15 * result.n_zero_weights
+
+    names = [step.name.split(":")[0] for step in result.steps]
+    assert names == ["BatchedRidge", "PermutationScorer", "BootstrapEstimator"]
+    for step in result.steps:
+        assert step.device == "numpy"
+        assert step.seconds > 0
+        assert step.n_batches >= 1
+        assert step.peak_memory_gb > 0
+
+    _check_pngs(tmp_path / "figs")
+    out, err = capsys.readouterr()
+    assert (
+        f"true effects recovered: {result.n_recovered} of 50 "
+        f"({result.recall:.0%}); false positives: {result.n_false_positives} of 450"
+    ) in out
+    assert "PermutationScorer: 100 permutations" in out
+    assert str(tmp_path / "figs" / "overview.png") in out
+    # verbose=0: no progress bar.
+    assert err == ""
+
+
+def test_python_m_skbatch_demo(tmp_path):
+    out = tmp_path / "demo out"
+    command = [sys.executable, "-m", "skbatch", "demo", "--targets", "200"]
+    command += ["--samples", "100", "--features", "10", "--permutations", "20"]
+    command += ["--bootstrap", "20", "--out", str(out)]
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert "true effects recovered:" in result.stdout
+    assert "200 targets (20 with signal), 100 samples x 10 features" in result.stdout
+    _check_pngs(out)
+    # verbose=1 names each step on stderr, but hides the bars there when it
+    # is not a terminal.
+    assert "PermutationScorer: 20 permutations ..." in result.stderr
+    assert "%|" not in result.stderr
+
+
+def test_demo_without_matplotlib_still_reports(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    result = _tiny_demo(tmp_path / "figs", verbose=0)
+    assert result.figures == {}
+    assert not (tmp_path / "figs").exists()
+    report = _demo.format_report(result, (40, 4), 0)
+    assert "figures: skipped, matplotlib is not installed" in report
+    assert "skbatch[plot]" in report
+
+
+def _tiny_demo(tmp_path, verbose):
+    return _demo.run_demo(
+        n_targets=30,
+        n_samples=40,
+        n_features=4,
+        n_permutations=5,
+        n_bootstrap=5,
+        out=tmp_path,
+        verbose=verbose,
+    )
+
+
+@pytest.mark.parametrize("verbose", [0, 2])
+def test_demo_reads_the_plans_without_leaking_debug_logs(
+    tmp_path, caplog, monkeypatch, verbose
+):
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    with caplog.at_level(logging.INFO, logger="skbatch"):
+        result = _tiny_demo(tmp_path, verbose)
+    assert all(step.n_batches >= 1 for step in result.steps)
+    levels = {record.levelno for record in caplog.records}
+    # The demo listens at DEBUG; the user's handlers get what they asked for.
+    assert levels == (set() if verbose == 0 else {logging.INFO})
+    logger = logging.getLogger("skbatch")
+    assert logger.propagate and not any(
+        isinstance(h, _demo._PlanRecorder) for h in logger.handlers
+    )
+
+
+def test_demo_reports_the_gpu_peak_when_torch_used_cuda(tmp_path, monkeypatch):
+    class FakeCuda:
+        """torch.cuda of a host with two cards, torch having used 1.5 GB."""
+
+        resets = 0
+
+        def device_count(self):
+            return 2
+
+        def reset_peak_memory_stats(self, index):
+            FakeCuda.resets += 1
+
+        def max_memory_allocated(self, index):
+            return 1.5e9 if index == 1 else 0
+
+    monkeypatch.setattr(_demo, "_cuda", FakeCuda)
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    result = _tiny_demo(tmp_path, verbose=0)
+    assert FakeCuda.resets == 2 * len(result.steps)
+    assert [step.peak_gpu_memory_gb for step in result.steps] == [1.5] * len(
+        result.steps
+    )
+    report = _demo.format_report(result, (40, 4), 0)
+    assert "peak RSS  peak GPU" in report
+    assert report.count("    1.50GB") == len(result.steps)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--targets", "0"], "--targets: must be an int >= 1, got '0'"),
+        (["--permutations", "x"], "--permutations: must be an int >= 1, got 'x'"),
+        (["--bootstrap", "1"], "--bootstrap: must be an int >= 2, got '1'"),
+        (["--samples", "10"], "--samples: must be an int >= 20, got '10'"),
+        (["--device", "tpu"], "--device tpu: device must be one of"),
+    ],
+)
+def test_demo_rejects_bad_options_before_work(argv, message, capsys):
+    with pytest.raises(SystemExit) as excinfo:
+        main(["demo", *argv])
+    assert excinfo.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_demo_names_a_missing_device(capsys, no_gpu):
+    with pytest.raises(SystemExit) as excinfo:
+        main(["demo", "--device", "cuda"])
+    assert excinfo.value.code == 2
+    assert "torch reports no CUDA device" in capsys.readouterr().err
+
+
+def test_simulation_matches_its_ground_truth():
+    data = _demo.simulate_encoding_data(20_000, 6, 40, random_state=1)
+    signal = data.has_signal
+    assert signal.sum() == 4
+    assert np.all(data.coef[~signal] == 0)
+    assert np.all((data.coef[signal] != 0).sum(axis=1) == 6)
+    assert np.all((data.r2[signal] >= 0.1) & (data.r2[signal] <= 0.5))
+    # The simulated share of variance explained is the one drawn.
+    explained = np.var(data.X @ data.coef.T, axis=0) / np.var(data.Y, axis=0)
+    np.testing.assert_allclose(explained[signal], data.r2[signal], atol=0.02)
+    # Neighbouring features correlate as documented.
+    corr = np.corrcoef(data.X, rowvar=False)
+    np.testing.assert_allclose(np.diag(corr, 1), _demo.FEATURE_CORRELATION, atol=0.03)
+
+
+def test_simulation_is_seeded():
+    a = _demo.simulate_encoding_data(30, 4, 10, random_state=3)
+    b = _demo.simulate_encoding_data(30, 4, 10, random_state=3)
+    np.testing.assert_array_equal(a.Y, b.Y)
+    with pytest.raises(ValueError, match="n_samples must be an int >= 20"):
+        _demo.simulate_encoding_data(5, 4, 10)
