@@ -6,6 +6,7 @@ PyTorch or JAX within a memory budget: :class:`BatchedRidge`,
 """
 
 from .backend import Backend, check_gpu_available, resolve_backend
+from .bootstrap import BootstrapEstimator, BootstrapResult
 from .memory import (
     auto_batch_size,
     auto_n_jobs,
@@ -14,6 +15,7 @@ from .memory import (
     memory_budget,
 )
 from .oom import compute_oom_safe, is_oom_error
+from .permutation import PermutationScorer
 from .ridge import BatchedRidge
 
 __version__ = "0.1.0.dev0"
@@ -21,6 +23,9 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "Backend",
     "BatchedRidge",
+    "BootstrapEstimator",
+    "BootstrapResult",
+    "PermutationScorer",
     "auto_batch_size",
     "auto_n_jobs",
     "check_gpu_available",

@@ -53,10 +53,29 @@ _MOVE_HINT = (
     "available device), or run it on a host that has this device."
 )
 _mps_warned = False
+# jax grabs 75% of a GPU's memory when its GPU client starts unless told not
+# to. skbatch sizes batches from the memory actually free and may share the
+# card with torch, so when it is the one importing jax it asks for allocation
+# on demand, unless the user has set this variable.
+_JAX_PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"
 
 
 def _library_installed(library):
     return importlib.util.find_spec(library) is not None
+
+
+def _import_jax():
+    """Import jax; the first import, by skbatch, turns off GPU preallocation.
+
+    ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` is set only when jax is not yet
+    imported (a user's own import of jax leaves the choice to them) and the
+    variable is not set. skbatch never imports jax at import time.
+    """
+    if "jax" not in sys.modules:
+        os.environ.setdefault(_JAX_PREALLOCATE, "false")
+    import jax
+
+    return jax
 
 
 def _split_index(device):
@@ -132,6 +151,7 @@ class Backend:
     def xp(self):
         if self._xp is None:
             if self.library == "jax":
+                _import_jax()
                 import jax.numpy as xp
             else:
                 xp = importlib.import_module(f"array_api_compat.{self.library}")
@@ -227,8 +247,7 @@ class Backend:
             import torch
 
             return torch.device(self.device)
-        import jax
-
+        jax = _import_jax()
         kind, index = _split_index(self.device)
         return jax.devices(kind)[index]
 
@@ -239,9 +258,7 @@ class Backend:
         the caller is honoured without changing jax's global configuration.
         """
         if self.library == "jax":
-            import jax
-
-            return jax.enable_x64(True)
+            return _import_jax().enable_x64(True)
         return contextlib.nullcontext()
 
     def asarray(self, x, dtype=None):
@@ -270,8 +287,7 @@ class Backend:
             if isinstance(x, torch.Tensor):
                 return x.to(device=device, dtype=tdtype)
             return torch.as_tensor(np.asarray(x), dtype=tdtype, device=device)
-        import jax
-
+        jax = _import_jax()
         with self.context():
             return jax.device_put(np.asarray(x, dtype=dtype), device)
 
@@ -336,8 +352,7 @@ def backend_of_array(x):
 def _jax_gpu_count():
     if not _library_installed("jax"):
         return 0
-    import jax
-
+    jax = _import_jax()
     try:
         return len(jax.devices("gpu"))
     except RuntimeError:

@@ -505,29 +505,87 @@ class _RidgeProblem:
             )
         return total / len(self.folds)
 
-    def _project(self, Y_host, ids):
-        Y = self.backend.asarray(Y_host[:, ids], self.dtype)
+    def project(self, Y):
+        """Centre device targets ``Y`` (n_samples, m) and project them on U.
+
+        Returns
+        -------
+        Y_centered, Y_offset, UtY : arrays
+            Centred (and weight-scaled) targets, their offsets, and their
+            coordinates in the basis.
+        """
         Y_centered, Y_offset = _linalg.center(
             Y, self.sample_weight, fit_intercept=self.fit_intercept, xp=self.xp
         )
-        return Y, Y_centered, Y_offset, _linalg.project(self.U, Y_centered, xp=self.xp)
+        return Y_centered, Y_offset, _linalg.project(self.U, Y_centered, xp=self.xp)
+
+    def choose_alpha(self, Y, Y_centered, UtY, *, columns_per_choice=1):
+        """Alpha chosen by the CV criterion for every column of ``Y``.
+
+        Parameters
+        ----------
+        Y, Y_centered, UtY : arrays
+            Targets as given to :meth:`project` and what it returned.
+        columns_per_choice : int, default=1
+            Consecutive columns that share one alpha, chosen on their mean
+            score (``alpha_per_target=False`` for a block of targets).
+
+        Returns
+        -------
+        alpha : array of shape (m,)
+        """
+        xp = self.xp
+        alphas = self.backend.asarray(self.alphas, self.dtype)
+        n_columns = Y.shape[1]
+        if self.alphas.size == 1:
+            return xp.broadcast_to(alphas, (n_columns,))
+        scores = self._scores(Y, Y_centered, UtY)
+        if columns_per_choice > 1:
+            scores = xp.mean(
+                xp.reshape(scores, (self.alphas.size, -1, columns_per_choice)),
+                axis=2,
+            )
+        best, _ = _linalg.select_alpha(scores, xp=xp)
+        if columns_per_choice > 1:
+            best = xp.reshape(
+                xp.broadcast_to(best[:, None], (best.shape[0], columns_per_choice)),
+                (-1,),
+            )
+        return xp.take(alphas, best, axis=0)
+
+    def rows_in_basis(self, X_new):
+        """New rows (device, n_new x n_features), centred, times V."""
+        return (X_new - self.X_offset) @ self.Vt.T
+
+    def predict(self, X_new_V, UtY, Y_offset, alpha):
+        """Predictions for rows given by :meth:`rows_in_basis`.
+
+        The coefficients in the basis of V, ``diag(s / (s^2 + alpha)) U'Y``,
+        are mapped by ``X_new V`` instead of ``V``: :func:`_linalg.ridge_coef`
+        with ``X_new_V.T`` in place of ``Vt``, one product, no coefficients
+        over the features.
+        """
+        return _linalg.ridge_coef(X_new_V.T, self.s, UtY, alpha, xp=self.xp) + Y_offset
 
     def _refit(self, UtY, Y_offset, alpha):
         coef = _linalg.ridge_coef(self.Vt, self.s, UtY, alpha, xp=self.xp)
         return coef.T, Y_offset - self.X_offset @ coef
 
-    def _select_and_fit(self, Y_host, ids):
+    def _to_device(self, Y_host, ids):
+        return self.backend.asarray(Y_host[:, ids], self.dtype)
+
+    def _select_and_fit(self, Y):
         """Kernel: scores of every alpha, the best per target, its coefficients."""
         xp = self.xp
-        Y, Y_centered, Y_offset, UtY = self._project(Y_host, ids)
+        Y_centered, Y_offset, UtY = self.project(Y)
         scores = self._scores(Y, Y_centered, UtY)
         best, best_score = _linalg.select_alpha(scores, xp=xp)
         alpha = xp.take(self.backend.asarray(self.alphas, self.dtype), best)
         return (*self._refit(UtY, Y_offset, alpha), best, best_score, scores.T)
 
-    def _fit_fixed(self, Y_host, ids, alpha):
+    def _fit_fixed(self, Y, alpha):
         """Kernel: coefficients at one alpha for all targets of the batch."""
-        _, _, Y_offset, UtY = self._project(Y_host, ids)
+        _, Y_offset, UtY = self.project(Y)
         return self._refit(UtY, Y_offset, alpha)
 
     def solve(self, Y, *, alpha_per_target, batch_size, max_memory_gb, verbose):
@@ -565,12 +623,18 @@ class _RidgeProblem:
             batch_size=batch_size,
             max_batch_size=MAX_TARGETS_PER_BATCH,
         )
-        run_batched(lambda ids: self._select_and_fit(Y, ids), reduce_all, **engine_args)
+        run_batched(
+            lambda ids: self._select_and_fit(self._to_device(Y, ids)),
+            reduce_all,
+            **engine_args,
+        )
         if not alpha_per_target and n_targets > 1:
             shared = int(np.argmax(np.nan_to_num(scores.mean(axis=0), nan=-np.inf)))
             alpha = float(self.alphas[shared])
             run_batched(
-                lambda ids: self._fit_fixed(Y, ids, alpha), reduce_coef, **engine_args
+                lambda ids: self._fit_fixed(self._to_device(Y, ids), alpha),
+                reduce_coef,
+                **engine_args,
             )
             best[:] = shared
             best_score[:] = scores[:, shared]

@@ -1,0 +1,216 @@
+"""PermutationScorer against sklearn's permutation_test_score, side by side.
+
+Two workloads, each configuration in its own subprocess (so its peak RSS is
+its own), repeated; the median time is reported with the ratio to the peer
+measured in the same run.
+
+1. Ridge(alpha=1), n=500, p=50, one target, cv=5, 1000 permutations:
+   skbatch (numpy, torch CPU) against permutation_test_score with n_jobs=1
+   and n_jobs=2. Targets: 100x and 50x.
+2. BatchedRidge (exact LOO, alpha chosen per permuted target inside every
+   fold, alphas 0.1, 1, 10), n=500, p=100, 2,000 targets, 1000
+   permutations, multioutput="raw_values": time and peak RSS. The sklearn
+   equivalent, permutation_test_score of RidgeCV(alpha_per_target=True) on
+   the 2,000 targets, is timed for 10 permutations and scaled by 100.
+
+    python benchmarks/bench_permutation.py            # full, 3 repeats each
+    python benchmarks/bench_permutation.py --repeats-large 1   # large once
+    python benchmarks/bench_permutation.py --quick    # tiny, to check it runs
+"""
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ALPHAS = (0.1, 1.0, 10.0)
+# name: (workload, kind, device or n_jobs)
+CONFIGS = {
+    "skbatch numpy": ("small", "skbatch", "cpu"),
+    "skbatch torch-cpu": ("small", "skbatch", "torch"),
+    "sklearn n_jobs=1": ("small", "sklearn", 1),
+    "sklearn n_jobs=2": ("small", "sklearn", 2),
+    "skbatch BatchedRidge numpy": ("large", "skbatch", "cpu"),
+    "skbatch BatchedRidge torch-cpu": ("large", "skbatch", "torch"),
+    "sklearn RidgeCV (10 perms)": ("large", "sklearn", 1),
+}
+# (ours, peer, target ratio); a peer timed on fewer permutations is scaled.
+RATIOS = [
+    ("skbatch numpy", "sklearn n_jobs=1", 100.0),
+    ("skbatch numpy", "sklearn n_jobs=2", 50.0),
+    ("skbatch torch-cpu", "sklearn n_jobs=1", 100.0),
+    ("skbatch torch-cpu", "sklearn n_jobs=2", 50.0),
+    ("skbatch BatchedRidge numpy", "sklearn RidgeCV (10 perms)", None),
+    ("skbatch BatchedRidge torch-cpu", "sklearn RidgeCV (10 perms)", None),
+]
+# Permutations of the sklearn RidgeCV estimate; its time is scaled up to the
+# full count.
+ESTIMATE_PERMUTATIONS = 10
+
+
+def sizes(quick):
+    """(n, p, targets, permutations) of each workload."""
+    if quick:
+        return {"small": (100, 10, 1, 50), "large": (100, 20, 50, 20)}
+    return {"small": (500, 50, 1, 1000), "large": (500, 100, 2000, 1000)}
+
+
+def make_data(n, p, t, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, p))
+    W = rng.standard_normal((p, t)) * rng.uniform(0, 0.1, size=t)
+    Y = X @ W + rng.standard_normal((n, t))
+    return X, Y[:, 0] if t == 1 else Y
+
+
+def run_one(name, quick):
+    """Run one configuration in this process; print time, RSS and p-values."""
+    workload, kind, option = CONFIGS[name]
+    n, p, t, n_permutations = sizes(quick)[workload]
+    X, y = make_data(n, p, t)
+    from sklearn.linear_model import Ridge, RidgeCV
+
+    if kind == "sklearn":
+        from sklearn.model_selection import permutation_test_score
+
+        if workload == "small":
+            estimator = Ridge(alpha=1.0)
+        else:
+            estimator = RidgeCV(alphas=ALPHAS, alpha_per_target=True)
+            n_permutations = min(n_permutations, ESTIMATE_PERMUTATIONS)
+
+        def fit(n_permutations=n_permutations):
+            return permutation_test_score(
+                estimator,
+                X,
+                y,
+                cv=5,
+                n_permutations=n_permutations,
+                n_jobs=option,
+                random_state=0,
+            )[2]
+
+        # Warm-up: imports, BLAS threads, and the joblib workers, reused after.
+        fit(n_permutations=2)
+    else:
+        from skbatch import BatchedRidge, PermutationScorer
+
+        if workload == "small":
+            scorer = PermutationScorer(Ridge(alpha=1.0), multioutput="uniform_average")
+        else:
+            scorer = PermutationScorer(
+                BatchedRidge(alphas=ALPHAS), multioutput="raw_values"
+            )
+        scorer.set_params(
+            n_permutations=n_permutations, cv=5, random_state=0, device=option
+        )
+        # Warm-up on a few permutations: imports, BLAS threads, torch kernels.
+        scorer.set_params(n_permutations=2).fit(X, y)
+        scorer.set_params(n_permutations=n_permutations)
+
+        def fit():
+            return scorer.fit(X, y).pvalue_
+
+    base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    start = time.perf_counter()
+    pvalue = fit()
+    elapsed = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(
+        json.dumps(
+            {
+                "time": elapsed,
+                "permutations": n_permutations,
+                "peak_gb": peak / 1e9,
+                "work_gb": (peak - base_rss) / 1e9,
+                "pvalue": float(np.mean(pvalue)),
+            }
+        )
+    )
+
+
+def measure(name, quick, repeats):
+    runs = []
+    for _ in range(repeats):
+        out = subprocess.run(
+            [sys.executable, __file__, "--one", name] + (["--quick"] if quick else []),
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return {
+        "time": statistics.median(r["time"] for r in runs),
+        "permutations": runs[0]["permutations"],
+        "peak_gb": max(r["peak_gb"] for r in runs),
+        "work_gb": max(r["work_gb"] for r in runs),
+        "pvalue": runs[0]["pvalue"],
+    }
+
+
+def print_row(name, res, quick):
+    full = sizes(quick)[CONFIGS[name][0]][3]
+    estimate = res["time"] * full / res["permutations"]
+    print(
+        f"{name:<34}{res['permutations']:>6}{res['time']:>9.3f}{estimate:>12.2f}"
+        f"{res['peak_gb']:>9.2f}{res['work_gb']:>11.2f}{res['pvalue']:>8.3f}",
+        flush=True,
+    )
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, 1 repeat")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="runs of each small configuration"
+    )
+    parser.add_argument(
+        "--repeats-large", type=int, default=3, help="runs of each large one"
+    )
+    parser.add_argument("--only", nargs="*", help="subset of configuration names")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        run_one(args.one, args.quick)
+        return
+    repeats = {
+        "small": 1 if args.quick else args.repeats,
+        "large": 1 if args.quick else args.repeats_large,
+    }
+    names = args.only or list(CONFIGS)
+    for workload, (n, p, t, b) in sizes(args.quick).items():
+        print(
+            f"{workload}: n={n}, p={p}, targets={t}, cv=5, {b} permutations; "
+            f"median of {repeats[workload]} run(s), each in its own process"
+        )
+    print(
+        f"\n{'configuration':<34}{'perms':>6}{'time s':>9}{'est. full s':>12}"
+        f"{'peak GB':>9}{'above data':>11}{'mean p':>8}",
+        flush=True,
+    )
+    results = {}
+    for name in names:
+        results[name] = measure(name, args.quick, repeats[CONFIGS[name][0]])
+        print_row(name, results[name], args.quick)
+    print()
+    for ours, peer, target in RATIOS:
+        if ours not in results or peer not in results:
+            continue
+        full = sizes(args.quick)[CONFIGS[peer][0]][3]
+        peer_time = results[peer]["time"] * full / results[peer]["permutations"]
+        ratio = peer_time / results[ours]["time"]
+        verdict = ""
+        if target is not None:
+            verdict = f" (target {target:.0f}x) " + (
+                "ok" if ratio >= target else "BELOW TARGET"
+            )
+        print(f"{ours} vs {peer}: {ratio:.1f}x faster{verdict}")
+
+
+if __name__ == "__main__":
+    main()

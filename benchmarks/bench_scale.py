@@ -1,0 +1,123 @@
+"""Scaling out the generic bootstrap path on a local dask cluster: 1 vs 2 workers.
+
+A non-linear regressor (gradient boosting, enough work per replicate that
+scheduling costs little) is bootstrapped through
+``joblib.parallel_config(backend="dask")`` on a ``LocalCluster`` of one,
+then two, single-threaded worker processes. Prints the median of three fits
+for each, their ratio (the target is >= 1.6x on a host with two idle cores),
+the in-process serial time for reference, and checks that every run gives
+the same result. With one worker joblib runs the tasks in this process (a
+one-thread cluster gets no tasks). "cores" is the CPU time the work got (this
+process and the workers) over the wall time: on a busy host the two workers
+cannot be faster than the cores they are given.
+
+    python benchmarks/bench_scale.py [--quick]
+"""
+
+import argparse
+import os
+import statistics
+import time
+
+import joblib
+import numpy as np
+import psutil
+from distributed import Client, LocalCluster
+from sklearn.ensemble import GradientBoostingRegressor
+
+from skbatch import BootstrapEstimator
+
+REPEATS = 3
+
+
+def make_estimator(n_bootstrap, n_estimators):
+    return BootstrapEstimator(
+        GradientBoostingRegressor(
+            n_estimators=n_estimators, max_depth=3, random_state=0
+        ),
+        n_bootstrap=n_bootstrap,
+        attributes="feature_importances_",
+        random_state=0,
+    )
+
+
+def timed_fit(X, y, n_bootstrap, n_estimators, backend=None):
+    estimator = make_estimator(n_bootstrap, n_estimators)
+    start = time.perf_counter()
+    if backend is None:
+        estimator.fit(X, y)
+    else:
+        with joblib.parallel_config(backend=backend):
+            estimator.fit(X, y)
+    return time.perf_counter() - start, estimator.results_["feature_importances_"]
+
+
+def cpu_seconds():
+    times = psutil.Process().cpu_times()
+    return times.user + times.system
+
+
+def on_cluster(n_workers, X, y, n_bootstrap, n_estimators):
+    """Median time and cores of REPEATS fits on a fresh cluster; the last result."""
+    with (
+        LocalCluster(
+            n_workers=n_workers,
+            processes=True,
+            threads_per_worker=1,
+            host="127.0.0.1",
+            dashboard_address=None,
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        # Imports and first-call costs on the workers, not timed.
+        timed_fit(X, y, 2 * n_workers, n_estimators, backend="dask")
+        times, cores = [], []
+        for _ in range(REPEATS):
+            before = cpu_seconds() + sum(client.run(cpu_seconds).values())
+            elapsed, result = timed_fit(X, y, n_bootstrap, n_estimators, "dask")
+            after = cpu_seconds() + sum(client.run(cpu_seconds).values())
+            times.append(elapsed)
+            cores.append((after - before) / elapsed)
+    return statistics.median(times), times, statistics.median(cores), result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smaller workload")
+    args = parser.parse_args()
+    n_bootstrap, n_estimators = (40, 20) if args.quick else (200, 60)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((500, 10))
+    y = np.sin(X[:, 0]) + X[:, 1] * X[:, 2] + 0.3 * rng.standard_normal(500)
+    print(
+        f"BootstrapEstimator(GradientBoostingRegressor(n_estimators={n_estimators})), "
+        f"{n_bootstrap} replicates, X {X.shape}; {os.cpu_count()} CPUs, load "
+        f"average {os.getloadavg()[0]:.1f}"
+    )
+    serial, serial_result = timed_fit(X, y, n_bootstrap, n_estimators)
+    one, one_times, one_cores, one_result = on_cluster(
+        1, X, y, n_bootstrap, n_estimators
+    )
+    two, two_times, two_cores, two_result = on_cluster(
+        2, X, y, n_bootstrap, n_estimators
+    )
+    same = all(
+        np.array_equal(a, b)
+        for other in (one_result, two_result)
+        for a, b in zip(serial_result, other)
+        if a is not None
+    )
+    print(f"serial, in process : {serial:7.2f} s")
+    for label, median, times, cores in (
+        ("1 worker ", one, one_times, one_cores),
+        ("2 workers", two, two_times, two_cores),
+    ):
+        runs = ", ".join(f"{t:.2f}" for t in times)
+        print(f"dask, {label}    : {median:7.2f} s  ({cores:.2f} cores; runs: {runs})")
+    print(f"speed-up 2 vs 1    : {one / two:7.2f}x  (target >= 1.6x)")
+    print(f"identical results  : {same}")
+    print(f"load average now   : {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

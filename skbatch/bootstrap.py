@@ -1,0 +1,1082 @@
+"""BootstrapEstimator: bootstrap standard errors and confidence intervals.
+
+A replicate refits the wrapped estimator on rows drawn with replacement (or
+on whole groups, for a cluster bootstrap) and reads some of its fitted
+attributes. Replicate ``i`` draws its rows from its own seed stream
+(:func:`skbatch.random.bootstrap_counts`), so the result depends on
+``random_state`` only, never on batch sizes, OOM splits or workers.
+
+Two paths compute the replicates:
+
+- linear models (:class:`~skbatch.BatchedRidge`, sklearn ``Ridge`` and
+  ``LinearRegression``) take a batched device path: a resample is a vector of
+  integer weights, and a batch of replicates is a batch of weighted Gram
+  matrices and one (batch x n_features, n_samples) @ (n_samples, n_targets)
+  product, with no copy of the targets per replicate;
+- any other estimator is refit on the resampled rows in joblib windows.
+
+Either way replicates stream into one
+:class:`~skbatch.streaming.BootstrapAccumulator` per attribute, so memory
+does not grow with ``n_bootstrap`` unless the samples are asked for.
+"""
+
+import contextlib
+import functools
+import numbers
+from collections.abc import Mapping
+from typing import NamedTuple
+
+import numpy as np
+from array_api_compat import device as array_device
+from scipy import sparse
+from sklearn.base import BaseEstimator, RegressorMixin, clone
+from sklearn.linear_model import LinearRegression, Ridge, RidgeCV
+from sklearn.utils import _safe_indexing, get_tags
+from sklearn.utils.validation import (
+    _check_method_params,
+    _check_sample_weight,
+    _num_samples,
+    validate_data,
+)
+from threadpoolctl import ThreadpoolController
+
+from ._base import (
+    WrapperMixin,
+    check_groups,
+    check_max_memory_gb,
+    check_verbose,
+    host_input,
+)
+from ._engine import run_batched, run_parallel
+from .backend import resolve_backend, to_numpy
+from .memory import GB, memory_budget
+from .random import bootstrap_counts, resolve_entropy
+from .ridge import BatchedRidge
+from .streaming import BootstrapAccumulator
+
+__all__ = ["BootstrapEstimator", "BootstrapResult"]
+
+_CI_METHODS = ("percentile", "basic")
+# The attributes the batched linear path computes.
+_LINEAR_ATTRIBUTES = ("coef_", "intercept_")
+# results_ key of a callable ``attributes`` that returns a single array.
+STATISTIC_KEY = "statistic"
+# Attributes that only exist through hyperparameter tuning: with tuning held
+# fixed across replicates they would be constant (or absent from the frozen
+# estimator), so asking for them needs tune_per_replicate=True.
+_TUNED_ATTRIBUTES = (
+    "alpha_",
+    "best_score_",
+    "cv_results_",
+    "best_params_",
+    "best_index_",
+)
+# Largest working set of one device batch. The batch GEMM runs at the BLAS
+# peak long before this; bigger batches only add page faults for their
+# temporaries (PERFORMANCE.md: a third of the time went to page faults).
+MAX_BATCH_BYTES = 256e6
+# Temporaries of the linear kernel beyond the arrays counted per replicate
+# (copies made by broadcasting, transposes and LAPACK's Fortran-order inputs).
+WORKSPACE_OVERHEAD = 1.5
+
+
+class BootstrapResult(NamedTuple):
+    """Bootstrap summary of one fitted attribute.
+
+    Attributes
+    ----------
+    estimate : ndarray
+        The attribute of ``estimator_``, fit on all data.
+    standard_error : ndarray
+        Standard deviation (ddof=1) of the replicates.
+    ci_lower, ci_upper : ndarray
+        Confidence interval bounds.
+    samples : ndarray of shape (n_bootstrap, *estimate.shape) or None
+        Every replicate, with ``return_samples=True``; None otherwise.
+    """
+
+    estimate: np.ndarray
+    standard_error: np.ndarray
+    ci_lower: np.ndarray
+    ci_upper: np.ndarray
+    samples: np.ndarray | None
+
+
+class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
+    """Bootstrap standard errors and confidence intervals of a fitted model.
+
+    Fits ``estimator`` on all data (``estimator_``), then refits it on
+    ``n_bootstrap`` resamples of the rows drawn with replacement, or of whole
+    groups when ``groups`` is given (cluster bootstrap), and summarises the
+    replicates of the chosen fitted attributes in ``results_``.
+
+    Linear models (:class:`~skbatch.BatchedRidge`,
+    :class:`~sklearn.linear_model.Ridge`,
+    :class:`~sklearn.linear_model.LinearRegression`, and
+    :class:`~sklearn.linear_model.RidgeCV` once tuned) with attributes
+    ``coef_`` / ``intercept_`` take a batched path on ``device``: each
+    resample is a vector of integer weights and a batch of replicates costs
+    one matrix product with the targets. Every other estimator is refit on
+    the resampled rows through joblib (``n_jobs``); wrapping ``fit`` in
+    ``joblib.parallel_config`` chooses the joblib backend (dask, ray...).
+    Both paths draw identical resamples.
+
+    Parameters
+    ----------
+    estimator : estimator object, default=None
+        The model to bootstrap. None means ``BatchedRidge(alphas=1.0)``.
+    n_bootstrap : int, default=1000
+        Number of bootstrap replicates, >= 2.
+    confidence_level : float, default=0.95
+        Coverage of the intervals, in the open interval (0, 1).
+    ci_method : {"percentile", "basic"}, default="percentile"
+        "percentile": the ``(1 - c) / 2`` and ``(1 + c) / 2`` percentiles of
+        the replicates (``np.percentile``, linear interpolation). "basic":
+        the percentile interval reflected around the estimate,
+        ``(2 * estimate - upper, 2 * estimate - lower)``.
+    attributes : "auto", str, sequence of str or callable, default="auto"
+        What to bootstrap. "auto": ``coef_`` and ``intercept_``, those the
+        fitted estimator has. A name or names of fitted attributes. A
+        callable taking a fitted estimator and returning an array (stored
+        under ``results_["statistic"]``) or a dict of name to array.
+        Attributes are read from the fitted estimator, or from its
+        ``best_estimator_`` when it is a hyperparameter search such as
+        :class:`~sklearn.model_selection.GridSearchCV`.
+    return_samples : bool, default=False
+        Keep every replicate in ``results_[name].samples``. Memory then grows
+        with ``n_bootstrap``.
+    tune_per_replicate : bool, default=False
+        Hyperparameters chosen by cross-validation are tuned once, on all
+        data, and held fixed across replicates (False), or tuned again in
+        each replicate (True). Held fixed: a ``BatchedRidge`` with several
+        alphas refits with its chosen ``alpha_`` per target; a ``RidgeCV``
+        as ``Ridge(alpha=alpha_)``; a ``GridSearchCV`` or
+        ``RandomizedSearchCV`` as its ``best_estimator_`` (the best
+        parameters). Other self-tuning estimators (``LassoCV``...) re-tune
+        in every replicate either way.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the resamples. The same value gives the same replicates for
+        any batch size, memory budget, ``n_jobs`` or joblib backend.
+    n_jobs : int or None, default=None
+        Workers of the generic (joblib) path; the batched linear path uses
+        the BLAS threads instead.
+    device : str or Backend, default="auto"
+        Where the batched linear path computes; see
+        :func:`skbatch.resolve_backend`.
+    max_memory_gb : float or None, default=None
+        Memory budget in GB, for the replicates kept on the host and for
+        the device batches; None measures free memory.
+    verbose : int, default=0
+        1: progress bar over replicates; 2: also log the batch plan.
+
+    Attributes
+    ----------
+    estimator_ : estimator object
+        Clone of ``estimator`` fit on all data; ``predict`` and ``score``
+        delegate to it.
+    results_ : dict of str to BootstrapResult
+        Per bootstrapped attribute: ``estimate`` (from ``estimator_``),
+        ``standard_error``, ``ci_lower``, ``ci_upper`` and ``samples``.
+    backend_ : Backend
+        Where the batched path ran (numpy for the generic path with
+        ``device="auto"``).
+    n_features_in_ : int
+        Number of features seen in fit.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of features seen in fit, when X has string column names.
+
+    See Also
+    --------
+    skbatch.streaming.BootstrapAccumulator : The streaming reducer.
+
+    Notes
+    -----
+    Before any replicate, fit checks that what it will keep (percentile
+    tails of every element, and the samples when asked) fits the host
+    memory budget, and that the data and one replicate fit the device
+    budget; otherwise it raises ValueError with both figures and the knobs
+    to turn. For linear estimators the host check comes before anything is
+    fit; for others, after the single fit on all data that gives the
+    shapes of the attributes.
+
+    The linear path solves each replicate's normal equations from its
+    weighted Gram matrix (Cholesky, or an eigendecomposition when alphas
+    differ per target or are zero); ``LinearRegression`` gets the
+    minimum-norm least-squares solution, as with ``lstsq``. With more
+    features than samples it works with the n x n kernel instead. It
+    computes in the precision of the wrapped estimator: float32 for float32
+    ``X`` with scikit-learn's estimators, ``dtype_`` for ``BatchedRidge``
+    (float32 on MPS). Forming the Gram matrix squares the condition number
+    of X, as ``Ridge``'s own Cholesky solver does: for nearly collinear
+    features and alpha near 0 (condition number of X above about 1e7 in
+    float64), the replicates lose accuracy that ``LinearRegression``'s
+    ``lstsq`` keeps.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.linear_model import Ridge
+    >>> from skbatch import BootstrapEstimator
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((100, 3))
+    >>> y = X @ [1.0, 0.0, -2.0] + rng.standard_normal(100)
+    >>> boot = BootstrapEstimator(Ridge(), n_bootstrap=200, random_state=0)
+    >>> boot = boot.fit(X, y)
+    >>> sorted(boot.results_)
+    ['coef_', 'intercept_']
+    >>> coef = boot.results_["coef_"]
+    >>> coef.standard_error.shape
+    (3,)
+    >>> bool(np.all(coef.ci_lower < coef.estimate))
+    True
+    >>> boot.predict(X[:2]).shape
+    (2,)
+    """
+
+    def __init__(
+        self,
+        estimator=None,
+        *,
+        n_bootstrap=1000,
+        confidence_level=0.95,
+        ci_method="percentile",
+        attributes="auto",
+        return_samples=False,
+        tune_per_replicate=False,
+        random_state=None,
+        n_jobs=None,
+        device="auto",
+        max_memory_gb=None,
+        verbose=0,
+    ):
+        self.estimator = estimator
+        self.n_bootstrap = n_bootstrap
+        self.confidence_level = confidence_level
+        self.ci_method = ci_method
+        self.attributes = attributes
+        self.return_samples = return_samples
+        self.tune_per_replicate = tune_per_replicate
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+        self.device = device
+        self.max_memory_gb = max_memory_gb
+        self.verbose = verbose
+
+    def _default_estimator(self):
+        return BatchedRidge(alphas=1.0)
+
+    def _check_params(self):
+        n_bootstrap = self.n_bootstrap
+        if (
+            isinstance(n_bootstrap, bool)
+            or not isinstance(n_bootstrap, numbers.Integral)
+            or n_bootstrap < 2
+        ):
+            raise ValueError(f"n_bootstrap must be an int >= 2, got {n_bootstrap!r}")
+        level = self.confidence_level
+        if (
+            isinstance(level, bool)
+            or not isinstance(level, numbers.Real)
+            or not 0 < level < 1
+        ):
+            raise ValueError(
+                f"confidence_level must be a float in the open interval (0, 1), "
+                f"got {level!r}"
+            )
+        if self.ci_method not in _CI_METHODS:
+            raise ValueError(
+                f"ci_method must be one of {_CI_METHODS}, got {self.ci_method!r}"
+            )
+        _check_attributes_param(self.attributes)
+        for name in ("return_samples", "tune_per_replicate"):
+            if not isinstance(getattr(self, name), bool | np.bool_):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        n_jobs = self.n_jobs
+        if n_jobs is not None and (
+            isinstance(n_jobs, bool)
+            or not isinstance(n_jobs, numbers.Integral)
+            or n_jobs == 0
+        ):
+            raise ValueError(f"n_jobs must be None or a nonzero int, got {n_jobs!r}")
+        if self.estimator is not None and not hasattr(self.estimator, "fit"):
+            raise ValueError(
+                f"estimator must be None or an estimator with a fit method, got "
+                f"{self.estimator!r}"
+            )
+        check_max_memory_gb(self.max_memory_gb)
+        check_verbose(self.verbose)
+
+    def fit(self, X, y, groups=None, **fit_params):
+        """Fit on all data, then bootstrap the chosen attributes.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training data (numpy, torch or jax arrays, DataFrames, and sparse
+            matrices when the estimator accepts them).
+        y : array-like of shape (n_samples,) or (n_samples, n_targets)
+            Targets.
+        groups : array-like of shape (n_samples,), default=None
+            Cluster labels: whole clusters are resampled with replacement
+            (cluster bootstrap) instead of rows.
+        **fit_params : dict
+            Passed to the estimator's ``fit``; those with one value per
+            sample (``sample_weight``...) are resampled with the rows.
+
+        Returns
+        -------
+        self : object
+            Fitted estimator.
+        """
+        self._check_params()
+        entropy = resolve_entropy(self.random_state)
+        X, _ = host_input(X)
+        y, _ = host_input(y)
+        fit_params = {k: host_input(v)[0] for k, v in fit_params.items()}
+        estimator = self._get_estimator()
+        inner_tags = get_tags(estimator)
+        X_checked, y_checked = validate_data(
+            self,
+            X,
+            y,
+            accept_sparse="csr" if inner_tags.input_tags.sparse else False,
+            dtype=None,
+            ensure_all_finite="allow-nan" if inner_tags.input_tags.allow_nan else True,
+            multi_output=True,
+        )
+        n_samples = _num_samples(X_checked)
+        groups = check_groups(groups, n_samples)
+        # DataFrames go to the estimator as they are, so that column names
+        # (and a ColumnTransformer selecting by them) keep working.
+        X_fit = X if hasattr(X, "iloc") else X_checked
+        y_fit = y if hasattr(y, "iloc") else y_checked
+
+        shapes = _linear_shapes(
+            estimator, self.attributes, self.tune_per_replicate, X_checked, y_checked
+        )
+        flops = None
+        if shapes is not None:
+            self._check_host_memory(shapes)
+            n_targets = 1 if y_checked.ndim == 1 else y_checked.shape[1]
+            flops = self.n_bootstrap * _flops_per_replicate(
+                n_samples, X_checked.shape[1], n_targets
+            )
+        backend = resolve_backend(self.device, flops=flops)
+
+        self.estimator_ = clone(estimator).fit(X_fit, y_fit, **fit_params)
+        source = _unwrap_search(self.estimator_)
+        names = self._attribute_names(source)
+        replicate_estimator = _replicate_estimator(
+            self.estimator_, estimator, self.tune_per_replicate
+        )
+        if replicate_estimator is not None and names is not None:
+            _check_not_tuned(names)
+        if replicate_estimator is None:
+            replicate_estimator = clone(estimator)
+        estimates = _statistic(source, self.attributes if names is None else names)
+        shapes = {name: value.shape for name, value in estimates.items()}
+        self._check_host_memory(shapes)
+
+        accumulators = {
+            name: BootstrapAccumulator(
+                shape,
+                self.n_bootstrap,
+                self.confidence_level,
+                keep_samples=bool(self.return_samples),
+            )
+            for name, shape in shapes.items()
+        }
+        linear = _linear_model(
+            replicate_estimator, source, names, X_checked, fit_params
+        )
+        if linear is not None:
+            self._run_linear(
+                linear,
+                X_checked,
+                y_checked,
+                groups,
+                entropy,
+                fit_params,
+                accumulators,
+                backend,
+            )
+        else:
+            self._run_generic(
+                replicate_estimator,
+                X_fit,
+                y_fit,
+                groups,
+                entropy,
+                fit_params,
+                self.attributes if names is None else names,
+                shapes,
+                accumulators,
+            )
+        self.results_ = {}
+        for name, accumulator in accumulators.items():
+            lower, upper = accumulator.interval(self.ci_method, estimates[name])
+            self.results_[name] = BootstrapResult(
+                estimate=estimates[name],
+                standard_error=accumulator.std,
+                ci_lower=lower,
+                ci_upper=upper,
+                samples=accumulator.samples,
+            )
+        self.backend_ = backend
+        return self
+
+    def _attribute_names(self, source):
+        """Names to read from each fit (None for a callable), checked on ``source``."""
+        attributes = self.attributes
+        if callable(attributes):
+            return None
+        if isinstance(attributes, str) and attributes == "auto":
+            names = tuple(a for a in _LINEAR_ATTRIBUTES if hasattr(source, a))
+            if not names:
+                raise ValueError(
+                    f"attributes='auto' bootstraps coef_ and intercept_, but the "
+                    f"fitted {type(source).__name__} has neither; pass attribute "
+                    f"names or a callable"
+                )
+            return names
+        names = (attributes,) if isinstance(attributes, str) else tuple(attributes)
+        for name in names:
+            if not hasattr(source, name):
+                raise ValueError(
+                    f"attributes names {name!r}, which the fitted "
+                    f"{type(source).__name__} does not have; got "
+                    f"attributes={attributes!r}"
+                )
+        return names
+
+    def _check_host_memory(self, shapes):
+        """Refuse to start when the retained replicates exceed the host budget."""
+        need = sum(
+            BootstrapAccumulator.nbytes_needed(
+                shape,
+                self.n_bootstrap,
+                self.confidence_level,
+                keep_samples=bool(self.return_samples),
+            )
+            for shape in shapes.values()
+        )
+        budget = memory_budget(None, self.max_memory_gb)
+        if need > budget * GB:
+            n_elements = sum(int(np.prod(shape)) for shape in shapes.values())
+            kept = "every sample" if self.return_samples else "the percentile tails"
+            raise ValueError(
+                f"BootstrapEstimator needs {need / GB:.3g} GB of host memory to keep "
+                f"{kept} of {n_elements} bootstrapped elements over "
+                f"n_bootstrap={self.n_bootstrap} replicates, but the host budget is "
+                f"{budget:.3g} GB (max_memory_gb={self.max_memory_gb!r}). Lower "
+                f"n_bootstrap, use fewer targets, set return_samples=False, or "
+                f"raise max_memory_gb."
+            )
+
+    def _check_device_memory(self, backend, fixed_bytes, device_bytes, host_bytes):
+        """Refuse to start when a single replicate does not fit the device budget."""
+        budget = memory_budget(backend, self.max_memory_gb, for_batching=True)
+        need = fixed_bytes + device_bytes + (0 if backend.is_gpu else host_bytes)
+        if need > budget * GB:
+            raise ValueError(
+                f"BootstrapEstimator needs {need / GB:.3g} GB on {backend.name} for "
+                f"the data and one replicate, but the memory budget there is "
+                f"{budget:.3g} GB (max_memory_gb={self.max_memory_gb!r}). Use fewer "
+                f"targets or samples, or raise max_memory_gb (n_bootstrap and "
+                f"return_samples do not change this figure)."
+            )
+
+    def _run_linear(
+        self, linear, X, y, groups, entropy, fit_params, accumulators, backend
+    ):
+        alpha, fit_intercept, dtype = linear
+        if backend.device == "mps":
+            dtype = np.dtype(np.float32)
+        X = np.asarray(X, dtype=np.float64 if X.dtype != np.float32 else None)
+        Y = np.asarray(y, dtype=dtype).reshape(X.shape[0], -1)
+        sample_weight = fit_params.get("sample_weight")
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
+        n_samples, n_features = X.shape
+        n_targets = Y.shape[1]
+        alpha = np.array(
+            np.broadcast_to(np.asarray(alpha, dtype=np.float64).ravel(), (n_targets,))
+        )
+        itemsize = np.dtype(dtype).itemsize
+        device_bytes = _device_bytes_per_replicate(
+            n_samples, n_features, n_targets, itemsize
+        )
+        host_bytes = _host_bytes_per_replicate(n_samples, n_features, n_targets)
+        fixed_bytes = itemsize * n_samples * n_features
+        if backend.library != "numpy" or Y.dtype != y.dtype:
+            fixed_bytes += itemsize * Y.size
+        if n_features > n_samples:
+            fixed_bytes += itemsize * n_samples**2
+        self._check_device_memory(backend, fixed_bytes, device_bytes, host_bytes)
+
+        def reduce(ids, result):
+            coef, intercept = result
+            for name, accumulator in accumulators.items():
+                shape = (len(ids), *accumulator.shape)
+                if name == "coef_":
+                    block = coef.reshape(shape)
+                elif fit_intercept:
+                    block = intercept.reshape(shape)
+                else:
+                    # Shaped like the estimator's own (0.0 for sklearn).
+                    block = np.zeros(shape)
+                accumulator.update(block, ids=ids)
+
+        with backend.context():
+            problem = _WeightedRidge(
+                X,
+                Y,
+                alpha,
+                fit_intercept=fit_intercept,
+                sample_weight=sample_weight,
+                groups=groups,
+                entropy=entropy,
+                backend=backend,
+                dtype=dtype,
+            )
+            run_batched(
+                problem,
+                reduce,
+                n_items=self.n_bootstrap,
+                backend=backend,
+                device_bytes_per_item=device_bytes,
+                host_bytes_per_item=host_bytes,
+                fixed_bytes=fixed_bytes,
+                max_memory_gb=self.max_memory_gb,
+                max_batch_size=max(1, int(MAX_BATCH_BYTES // device_bytes)),
+                verbose=self.verbose,
+                desc="replicates",
+            )
+
+    def _run_generic(
+        self,
+        estimator,
+        X,
+        y,
+        groups,
+        entropy,
+        fit_params,
+        attributes,
+        shapes,
+        accumulators,
+    ):
+        sizes = [int(np.prod(shape)) for shape in shapes.values()]
+        bounds = np.cumsum([0, *sizes])
+        task = functools.partial(
+            _refit_replicates,
+            estimator=estimator,
+            X=X,
+            y=y,
+            groups=groups,
+            entropy=entropy,
+            fit_params=fit_params,
+            attributes=attributes,
+            shapes=shapes,
+        )
+
+        def reduce(ids, result):
+            for k, accumulator in enumerate(accumulators.values()):
+                block = result[:, bounds[k] : bounds[k + 1]]
+                accumulator.update(
+                    block.reshape((len(ids), *accumulator.shape)), ids=ids
+                )
+
+        run_parallel(
+            task,
+            reduce,
+            n_items=self.n_bootstrap,
+            host_bytes_per_item=8.0 * max(bounds[-1], 1),
+            n_jobs=self.n_jobs,
+            max_memory_gb=self.max_memory_gb,
+            verbose=self.verbose,
+            desc="replicates",
+        )
+
+    def __sklearn_is_fitted__(self):
+        return hasattr(self, "results_")
+
+
+def _check_attributes_param(attributes):
+    if callable(attributes):
+        return
+    if isinstance(attributes, str):
+        if attributes:
+            return
+    elif isinstance(attributes, list | tuple) and attributes:
+        if all(isinstance(a, str) and a for a in attributes):
+            if len(set(attributes)) == len(attributes):
+                return
+    raise ValueError(
+        f"attributes must be 'auto', an attribute name, a non-empty sequence of "
+        f"distinct names, or a callable, got {attributes!r}"
+    )
+
+
+def _check_not_tuned(names):
+    tuned = [name for name in names if name in _TUNED_ATTRIBUTES]
+    if tuned:
+        raise ValueError(
+            f"attributes {tuned} are chosen by hyperparameter tuning, which is "
+            f"done once on all data and held fixed across replicates; set "
+            f"tune_per_replicate=True to bootstrap the tuning too"
+        )
+
+
+# Replicate statistics, shared by both paths ----------------------------------
+
+
+def _unwrap_search(fitted):
+    """The model a hyperparameter search selected, or the estimator itself."""
+    if hasattr(fitted, "best_params_") and hasattr(fitted, "best_estimator_"):
+        return fitted.best_estimator_
+    return fitted
+
+
+def _statistic(source, attributes):
+    """The bootstrapped quantities of one fitted model, as float64 arrays."""
+    if callable(attributes):
+        values = attributes(source)
+        if not isinstance(values, Mapping):
+            values = {STATISTIC_KEY: values}
+    else:
+        values = {name: getattr(source, name) for name in attributes}
+    return {name: _as_float(name, value) for name, value in values.items()}
+
+
+def _as_float(name, value):
+    try:
+        return np.asarray(to_numpy(value), dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"attribute {name!r} must be a number or a numeric array to be "
+            f"bootstrapped, got {type(value).__name__}"
+        ) from exc
+
+
+def _replicate_estimator(fitted, estimator, tune_per_replicate):
+    """The unfitted estimator of each replicate when tuning is held fixed.
+
+    None when nothing is tuned (or tuning is redone per replicate): the
+    replicates then refit a clone of ``estimator`` as given.
+    """
+    if tune_per_replicate:
+        return None
+    if isinstance(fitted, BatchedRidge):
+        if np.size(fitted.alphas) < 2:
+            return None
+        chosen = np.unique(fitted.alpha_)
+        if chosen.size == 1:
+            return clone(estimator).set_params(alphas=float(chosen[0]))
+        return Ridge(
+            alpha=np.asarray(fitted.alpha_), fit_intercept=fitted.fit_intercept
+        )
+    if type(fitted) is RidgeCV:
+        return Ridge(alpha=fitted.alpha_, fit_intercept=fitted.fit_intercept)
+    if hasattr(fitted, "best_params_"):
+        if not hasattr(fitted, "best_estimator_"):
+            raise ValueError(
+                f"{type(fitted).__name__} must be built with refit=True for its "
+                f"best parameters to be held fixed across replicates, or set "
+                f"tune_per_replicate=True"
+            )
+        return clone(fitted.best_estimator_)
+    return None
+
+
+def _refit_replicates(
+    ids, *, estimator, X, y, groups, entropy, fit_params, attributes, shapes
+):
+    """Generic-path task: refit clones on the resampled rows of replicates ``ids``.
+
+    Returns an array of shape (len(ids), total size of the attributes), the
+    attributes raveled and concatenated in the order of ``shapes``.
+    """
+    n_samples = _num_samples(X)
+    counts = bootstrap_counts(entropy, ids, n_samples, groups)
+    rows = np.arange(n_samples)
+    out = np.empty((len(ids), sum(int(np.prod(s)) for s in shapes.values())))
+    for k, (item, count) in enumerate(zip(ids, counts)):
+        indices = np.repeat(rows, count)
+        try:
+            fitted = clone(estimator).fit(
+                _safe_indexing(X, indices),
+                _safe_indexing(y, indices),
+                **_check_method_params(X, fit_params, indices),
+            )
+            values = _statistic(_unwrap_search(fitted), attributes)
+            if list(values) != list(shapes):
+                raise ValueError(
+                    f"attributes gave {list(values)} but {list(shapes)} on all data"
+                )
+            for name, value in values.items():
+                if value.shape != shapes[name]:
+                    raise ValueError(
+                        f"{name} has shape {value.shape} but {shapes[name]} on all data"
+                    )
+            out[k] = np.concatenate([v.ravel() for v in values.values()])
+        except Exception as exc:
+            raise RuntimeError(
+                f"Bootstrap replicate {int(item)} failed: {type(exc).__name__}: {exc}"
+            ) from exc
+    return out
+
+
+# The batched linear path --------------------------------------------------------
+
+
+def _linear_shapes(estimator, attributes, tune_per_replicate, X, y):
+    """Shapes of coef_ / intercept_ before fitting, for the batched path.
+
+    None when the replicates will not take the batched path (other
+    estimators or attributes, re-tuning per replicate, X not dense numbers):
+    the shapes are then known only after the fit.
+    """
+    kind = type(estimator)
+    if kind not in (BatchedRidge, Ridge, LinearRegression, RidgeCV):
+        return None
+    tunes = kind is RidgeCV or (kind is BatchedRidge and np.size(estimator.alphas) > 1)
+    if tune_per_replicate and tunes:
+        return None
+    if sparse.issparse(X) or X.dtype.kind not in "biuf" or callable(attributes):
+        return None
+    if isinstance(attributes, str):
+        names = _LINEAR_ATTRIBUTES if attributes == "auto" else (attributes,)
+    else:
+        names = tuple(attributes)
+    if not set(names) <= set(_LINEAR_ATTRIBUTES):
+        return None
+    n_features = X.shape[1]
+    if y.ndim == 1:
+        return {"coef_": (n_features,), "intercept_": ()}
+    n_targets = y.shape[1]
+    all_shapes = {"coef_": (n_targets, n_features), "intercept_": (n_targets,)}
+    return {name: all_shapes[name] for name in names}
+
+
+def _linear_model(estimator, source, names, X, fit_params):
+    """(alpha, fit_intercept, dtype) when the batched path applies, else None."""
+    if names is None or not set(names) <= set(_LINEAR_ATTRIBUTES):
+        return None
+    if not set(fit_params) <= {"sample_weight"}:
+        return None
+    if sparse.issparse(X) or X.dtype.kind not in "biuf":
+        return None
+    kind = type(estimator)
+    if kind is Ridge and not estimator.positive:
+        alpha = estimator.alpha
+    elif kind is LinearRegression and not estimator.positive:
+        alpha = 0.0
+    elif kind is BatchedRidge and np.size(estimator.alphas) == 1:
+        alpha = float(np.asarray(estimator.alphas, dtype=np.float64).reshape(-1)[0])
+    else:
+        return None
+    dtype = getattr(source, "dtype_", None)
+    if dtype is None:
+        dtype = np.float32 if X.dtype == np.float32 else np.float64
+    return alpha, estimator.fit_intercept, np.dtype(dtype)
+
+
+def _flops_per_replicate(n_samples, n_features, n_targets):
+    """Floating-point work of one replicate, for ``device="auto"``."""
+    rank = min(n_samples, n_features)
+    return (
+        2.0 * n_samples * (n_features * n_targets + rank * max(n_samples, n_features))
+    )
+
+
+def _device_bytes_per_replicate(n_samples, n_features, n_targets, itemsize):
+    """Working set of one replicate in the linear kernel."""
+    n, p, t = n_samples, n_features, n_targets
+    if p > n:
+        elements = 5 * n * n + 5 * n * p + 3 * n * t + 3 * p * t + 4 * n + 2 * t
+    else:
+        elements = 2 * p * n + 4 * p * p + 5 * p * t + 4 * n + 2 * t
+    return WORKSPACE_OVERHEAD * itemsize * elements
+
+
+def _host_bytes_per_replicate(n_samples, n_features, n_targets):
+    """Counts and weights of one replicate, and its result on the host."""
+    result = n_targets * (n_features + 1)
+    # The result arrives in the compute dtype and is copied to float64 by the
+    # accumulator: at most two float64 copies.
+    return 8.0 * (2 * n_samples + 2 * result)
+
+
+class _WeightedRidge:
+    """Data on the device, solving batches of bootstrap replicates as weights.
+
+    Calling it with replicate ids returns their coefficients, of shape
+    (batch, n_targets, n_features), and intercepts, (batch, n_targets).
+    """
+
+    def __init__(
+        self,
+        X,
+        Y,
+        alpha,
+        *,
+        fit_intercept,
+        sample_weight,
+        groups,
+        entropy,
+        backend,
+        dtype,
+    ):
+        xp = backend.xp
+        self.backend, self.dtype, self.xp = backend, dtype, xp
+        self.fit_intercept = fit_intercept
+        self.sample_weight = sample_weight
+        self.groups, self.entropy = groups, entropy
+        self.n_samples, n_features = X.shape
+        self.dual = n_features > self.n_samples
+        if fit_intercept:
+            # Centring X on its overall mean once keeps each replicate's mean
+            # small, so the algebraic centring in the kernels loses no digits.
+            offset = X.mean(axis=0, dtype=np.float64)
+            self.x_offset = backend.asarray(offset, dtype)
+            X = X - offset
+            if not self.dual:
+                # A column of ones makes the weighted sums of X and Y fall out
+                # of the two batch GEMMs as one more row.
+                X = np.hstack([X, np.ones((self.n_samples, 1))])
+        self.X = backend.asarray(X, dtype)
+        del X
+        self.Y = backend.asarray(Y, dtype)
+        self.K0 = self.X @ self.X.T if self.dual else None
+        same = bool(np.all(alpha == alpha[0]))
+        self.fixed_alpha = float(alpha[0]) if same and alpha[0] > 0 else None
+        self.alpha = backend.asarray(alpha, dtype)
+
+    def weights(self, ids):
+        counts = bootstrap_counts(self.entropy, ids, self.n_samples, self.groups)
+        weights = counts.astype(np.float64)
+        if self.sample_weight is not None:
+            weights *= self.sample_weight
+        return self.backend.asarray(weights, self.dtype)
+
+    def __call__(self, ids):
+        xp = self.xp
+        w = self.weights(ids)
+        args = (w, self.alpha, self.fixed_alpha)
+        if self.dual:
+            coef, x_mean, y_mean = _dual_coef(
+                self.X, self.K0, self.Y, *args, fit_intercept=self.fit_intercept, xp=xp
+            )
+        else:
+            coef, x_mean, y_mean = _primal_coef(
+                self.X, self.Y, *args, fit_intercept=self.fit_intercept, xp=xp
+            )
+        if self.fit_intercept:
+            offset = x_mean + self.x_offset
+            with _one_thread(coef):
+                intercept = y_mean - (coef @ offset[:, :, None])[:, :, 0]
+        else:
+            shape = coef.shape[:2]
+            intercept = xp.zeros(shape, dtype=coef.dtype, device=array_device(coef))
+        return coef, intercept
+
+
+def _primal_coef(X, Y, w, alpha, fixed_alpha, *, fit_intercept, xp):
+    """Weighted ridge coefficients of a batch of replicates, p <= n.
+
+    Parameters
+    ----------
+    X : array of shape (n, p + 1) or (n, p)
+        Design matrix; with an intercept, centred on its overall mean and
+        with a last column of ones.
+    Y : array of shape (n, t)
+        Targets, never copied.
+    w : array of shape (b, n)
+        Replicate weights (bootstrap counts times sample weights).
+    alpha : array of shape (t,)
+    fixed_alpha : float or None
+        The alpha of every target when one positive alpha serves all.
+    fit_intercept : bool
+
+    Returns
+    -------
+    coef : array of shape (b, t, p)
+        Laid out as the estimator's ``coef_`` of each replicate, so that the
+        reducer reads it without a transposing copy.
+    x_mean, y_mean : arrays of shape (b, p) and (b, t), or None
+        Weighted means of X and Y in each replicate, with an intercept.
+    """
+    b, n = w.shape
+    q, t = X.shape[1], Y.shape[1]
+    # X' W for the whole batch, rows stacked, so that each product below is
+    # one GEMM: (b * q, n) @ (n, q) and (b * q, n) @ (n, t).
+    XtW = xp.reshape(xp.permute_dims(X, (1, 0))[None, :, :] * w[:, None, :], (b * q, n))
+    gram = xp.reshape(XtW @ X, (b, q, q))
+    rhs = xp.reshape(XtW @ Y, (b, q, t))
+    del XtW
+    x_mean = y_mean = None
+    p = q
+    if fit_intercept:
+        # The ones column gives S = sum(w), X'w and Y'w; centring is then the
+        # rank-one update X_c' W Y_c = X' W Y - (X'w) y_mean', not a copy.
+        p = q - 1
+        total = gram[:, p, p][:, None]
+        x_sum, y_sum = gram[:, :p, p], rhs[:, p, :]
+        x_mean, y_mean = x_sum / total, y_sum / total
+        gram = gram[:, :p, :p] - x_sum[:, :, None] * x_mean[:, None, :]
+        rhs = rhs[:, :p, :] - x_sum[:, :, None] * y_mean[:, None, :]
+    if fixed_alpha is not None:
+        eye = xp.eye(p, dtype=gram.dtype, device=array_device(gram))
+        coef = _solve_spd(gram + fixed_alpha * eye, rhs, xp, transposed=True)
+        return coef, x_mean, y_mean
+    with _one_thread(gram):
+        eigenvalues, vectors = xp.linalg.eigh(gram)
+        rotated = xp.permute_dims(vectors, (0, 2, 1)) @ rhs
+        rotated = rotated * _spectral_filter(eigenvalues, alpha, max(n, p), xp)
+        # (Q rotated)' computed as rotated' Q': BLAS transposes as it reads.
+        coef = _transpose(rotated, xp) @ _transpose(vectors, xp)
+        return coef, x_mean, y_mean
+
+
+def _dual_coef(X, K0, Y, w, alpha, fixed_alpha, *, fit_intercept, xp):
+    """Weighted ridge coefficients of a batch of replicates, p > n, via kernels.
+
+    With S = diag(sqrt(w)) and X_c the replicate-centred X, the coefficients
+    are ``X_c' S (S K_c S + alpha I)^-1 S Y`` where ``K_c = X_c X_c'`` comes
+    from ``K0 = X X'`` by a rank-2 update. The solve happens first, on the
+    n x p right-hand side ``S X_c``, so that Y enters through one GEMM
+    (b * p, n) @ (n, t). ``S Y`` need not be centred: its mean direction
+    ``sqrt(w)`` is in the null space of ``X_c' S``.
+
+    Parameters and returns as :func:`_primal_coef`, with ``X`` of shape
+    (n, p) (centred on its overall mean, no ones column) and ``K0 = X X'``.
+    """
+    b, n = w.shape
+    p, t = X.shape[1], Y.shape[1]
+    root = xp.sqrt(w)
+    x_mean = y_mean = None
+    if fit_intercept:
+        total = xp.sum(w, axis=1)[:, None]
+        x_mean, y_mean = (w @ X) / total, (w @ Y) / total
+        # K_c = K0 - v 1' - 1 v' + c 1 1', v = X x_mean, c = x_mean' x_mean.
+        v = (w @ K0) / total
+        c = xp.sum(v * w, axis=1) / total[:, 0]
+        kernel = K0[None, :, :] - v[:, :, None] - v[:, None, :] + c[:, None, None]
+        scaled_X = root[:, :, None] * (X[None, :, :] - x_mean[:, None, :])
+    else:
+        kernel = K0[None, :, :]
+        scaled_X = root[:, :, None] * X[None, :, :]
+    kernel = kernel * root[:, :, None] * root[:, None, :]
+    if fixed_alpha is not None:
+        eye = xp.eye(n, dtype=kernel.dtype, device=array_device(kernel))
+        hat = root[:, :, None] * _solve_spd(kernel + fixed_alpha * eye, scaled_X, xp)
+        hat = xp.reshape(xp.permute_dims(hat, (0, 2, 1)), (b * p, n))
+        return _transpose(xp.reshape(hat @ Y, (b, p, t)), xp), x_mean, y_mean
+    with _one_thread(kernel):
+        eigenvalues, vectors = xp.linalg.eigh(kernel)
+    del kernel
+    # Q' S Y as one GEMM (b * n, n) @ (n, t).
+    QtS = xp.permute_dims(vectors, (0, 2, 1)) * root[:, None, :]
+    rotated = xp.reshape(xp.reshape(QtS, (b * n, n)) @ Y, (b, n, t))
+    del QtS
+    rotated = rotated * _spectral_filter(eigenvalues, alpha, max(n, p), xp)
+    left = xp.permute_dims(scaled_X, (0, 2, 1)) @ vectors
+    return _transpose(rotated, xp) @ _transpose(left, xp), x_mean, y_mean
+
+
+def _spectral_filter(eigenvalues, alpha, size, xp):
+    """``1 / (lambda + alpha_t)`` per eigenvalue and target, 0 where null.
+
+    Eigenvalues below ``lambda_max * size * eps`` (the rank rule of
+    ``numpy.linalg.matrix_rank``) are rounding noise of directions that the
+    right-hand side does not reach: dropping them, whatever alpha, removes
+    that noise rather than amplifying it by ``1 / alpha``, and at alpha 0
+    gives the minimum-norm solution, as ``lstsq`` does.
+
+    Returns an array of shape (b, r, t).
+    """
+    eps = xp.finfo(eigenvalues.dtype).eps
+    tolerance = xp.max(eigenvalues, axis=1, keepdims=True) * (size * eps)
+    keep = (eigenvalues > tolerance)[:, :, None]
+    total = eigenvalues[:, :, None] + alpha[None, None, :]
+    return xp.where(keep, 1.0 / xp.where(keep, total, 1.0), 0.0)
+
+
+@functools.cache
+def _threadpools():
+    return ThreadpoolController()
+
+
+def _one_thread(array):
+    """Context for the small per-replicate linear algebra of a batch.
+
+    On the CPU, numpy's LAPACK and torch run each small factorisation or
+    product of a batch (p x p matrices) on all threads, whose
+    synchronisation costs more than the work: 2-15x slower than one thread
+    on two busy cores (torch's batched inverse: 3.3 s against 0.1 s for 200
+    replicates). The big batch GEMMs keep every thread. GPUs and jax
+    schedule their own batched kernels.
+    """
+    if isinstance(array, np.ndarray):
+        return _threadpools().limit(limits=1, user_api="blas")
+    if type(array).__module__.startswith("torch") and array.device.type == "cpu":
+        return _torch_threads(1)
+    return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _torch_threads(n_threads):
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _transpose(A, xp):
+    """The batch of transposed matrices, as a view."""
+    return xp.permute_dims(A, (0, 2, 1))
+
+
+def _solve_spd(A, B, xp, *, transposed=False):
+    """Solve ``A X = B`` for a batch of symmetric positive definite ``A``.
+
+    Returns ``X``, or ``X'`` (batch of transposes) when ``transposed``.
+
+    On a CUDA or jax GPU device, batched Cholesky. On the CPU, the batched
+    Cholesky solves of torch and jax loop over the batch and run several
+    times slower than inverting the small ``A`` and multiplying, which is
+    also what numpy does (it has no batched Cholesky solve, and scipy's is
+    neither batched nor welcome in a hot loop beside numpy's BLAS).
+    """
+    module = type(A).__module__
+    on_gpu = (module.startswith("torch") and A.device.type == "cuda") or (
+        module.startswith("jax") and A.devices().pop().platform != "cpu"
+    )
+    solution = _cholesky_solve(A, B, xp) if on_gpu else None
+    if solution is not None:
+        return _transpose(solution, xp) if transposed else solution
+    with _one_thread(A):
+        inverse = xp.linalg.inv(A)
+        if transposed:
+            return _transpose(B, xp) @ _transpose(inverse, xp)
+        return inverse @ B
+
+
+def _cholesky_solve(A, B, xp):
+    """Batched Cholesky solve for torch or jax; None if a factorisation fails."""
+    if type(A).__module__.startswith("torch"):
+        import torch
+
+        factor, info = torch.linalg.cholesky_ex(A)
+        if bool(torch.any(info != 0)):
+            return None
+        return torch.cholesky_solve(B, factor)
+    import jax.scipy.linalg
+
+    solution = jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(A, lower=True), B)
+    # jax signals a failed factorisation with NaNs rather than an error.
+    return None if bool(xp.any(xp.isnan(solution))) else solution

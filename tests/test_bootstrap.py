@@ -1,0 +1,691 @@
+"""Tests of skbatch.bootstrap: BootstrapEstimator and BootstrapResult.
+
+References are independent of the implementation: sklearn estimators refit
+on the resampled rows (rebuilt from ``bootstrap_counts``), ``np.percentile``
+and ``np.std`` of the samples, and naive loops.
+"""
+
+import pickle
+import re
+import time
+import tracemalloc
+
+import joblib
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose, assert_array_equal
+from sklearn.base import BaseEstimator, RegressorMixin, clone
+from sklearn.linear_model import LinearRegression, Ridge, RidgeCV
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import FunctionTransformer, StandardScaler
+from sklearn.tree import DecisionTreeRegressor
+
+import skbatch.bootstrap
+from skbatch import BatchedRidge, BootstrapEstimator, BootstrapResult
+from skbatch._engine import run_batched
+from skbatch.random import bootstrap_counts, resolve_entropy
+from skbatch.streaming import BootstrapAccumulator
+from skbatch.testing import simulate_oom
+
+
+def make_data(n_samples=40, n_features=5, n_targets=3, seed=0, offset=3.0):
+    """Data with non-zero means, so that intercept handling matters."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n_samples, n_features)) + offset
+    coef = rng.standard_normal((n_features, n_targets))
+    Y = X @ coef + rng.standard_normal((n_samples, n_targets)) + 2 * offset
+    return X, (Y[:, 0] if n_targets == 1 else Y)
+
+
+def resampled_rows(random_state, n_bootstrap, n_samples, groups=None):
+    """Row indices of every replicate, rebuilt from the seed streams."""
+    counts = bootstrap_counts(
+        resolve_entropy(random_state), np.arange(n_bootstrap), n_samples, groups
+    )
+    return [np.repeat(np.arange(n_samples), c) for c in counts]
+
+
+def naive_samples(estimator, X, y, rows, attribute):
+    return np.stack(
+        [getattr(clone(estimator).fit(X[r], y[r]), attribute) for r in rows]
+    )
+
+
+def last_step_linear(pipeline):
+    """A callable ``attributes``: coef_ and intercept_ of a pipeline's last step."""
+    return {"coef_": pipeline[-1].coef_, "intercept_": pipeline[-1].intercept_}
+
+
+def generic_ridge(**ridge_params):
+    """Ridge behind a no-op pipeline step: forced through the generic path."""
+    return make_pipeline(FunctionTransformer(), Ridge(**ridge_params))
+
+
+class FailsWithoutFirstRow(RegressorMixin, BaseEstimator):
+    """Fits only when the first sample (marked by X[:, 0] == -1) is present."""
+
+    def fit(self, X, y):
+        if not np.any(X[:, 0] == -1):
+            raise ArithmeticError("first row missing")
+        self.coef_ = np.zeros(X.shape[1])
+        return self
+
+    def predict(self, X):
+        return np.zeros(len(X))
+
+
+class RowCounter(RegressorMixin, BaseEstimator):
+    """Records how often each row (its id in X[:, 0]) was in its training set."""
+
+    def __init__(self, n_rows=0):
+        self.n_rows = n_rows
+
+    def fit(self, X, y):
+        self.counts_ = np.bincount(X[:, 0].astype(int), minlength=self.n_rows)
+        return self
+
+    def predict(self, X):
+        return np.zeros(len(X))
+
+
+class MustNotFit(RegressorMixin, BaseEstimator):
+    """Fails the test if bad parameters reach the estimator's fit."""
+
+    def fit(self, X, y):
+        raise AssertionError("fit was reached despite invalid parameters")
+
+
+# Intervals and standard errors --------------------------------------------------------
+
+
+@pytest.mark.parametrize("generic", [False, True], ids=["fast", "generic"])
+def test_interval_and_standard_error_match_samples(generic):
+    X, Y = make_data(n_targets=2)
+    params = dict(n_bootstrap=101, return_samples=True, random_state=0)
+    if generic:
+        boot = BootstrapEstimator(
+            generic_ridge(), attributes=last_step_linear, **params
+        )
+    else:
+        boot = BootstrapEstimator(Ridge(), **params)
+    boot.fit(X, Y)
+    assert set(boot.results_) == {"coef_", "intercept_"}
+    for result in boot.results_.values():
+        assert isinstance(result, BootstrapResult)
+        samples = result.samples
+        assert samples.shape == (101, *result.estimate.shape)
+        assert_allclose(
+            result.ci_lower, np.percentile(samples, 2.5, axis=0), rtol=0, atol=1e-12
+        )
+        assert_allclose(
+            result.ci_upper, np.percentile(samples, 97.5, axis=0), rtol=0, atol=1e-12
+        )
+        assert_allclose(result.standard_error, samples.std(axis=0, ddof=1), rtol=1e-12)
+    full = Ridge().fit(X, Y)
+    assert_allclose(boot.results_["coef_"].estimate, full.coef_, rtol=1e-12)
+
+
+def test_confidence_level_and_basic_interval():
+    X, y = make_data(n_targets=1)
+    common = dict(n_bootstrap=60, confidence_level=0.8, random_state=3)
+    percentile = BootstrapEstimator(Ridge(), return_samples=True, **common).fit(X, y)
+    basic = BootstrapEstimator(Ridge(), ci_method="basic", **common).fit(X, y)
+    for name, result in percentile.results_.items():
+        low, high = np.percentile(result.samples, [10, 90], axis=0)
+        assert_allclose(result.ci_lower, low, atol=1e-12)
+        assert_allclose(result.ci_upper, high, atol=1e-12)
+        reflected = basic.results_[name]
+        assert reflected.samples is None
+        assert_allclose(reflected.ci_lower, 2 * result.estimate - high, atol=1e-12)
+        assert_allclose(reflected.ci_upper, 2 * result.estimate - low, atol=1e-12)
+    assert percentile.results_["intercept_"].estimate.shape == ()
+
+
+# Each replicate is the reference estimator on the resampled rows ----------------------
+
+
+LINEAR_CASES = {
+    "ridge": (Ridge(alpha=1.0), Ridge(alpha=1.0)),
+    "ridge-no-intercept": (
+        Ridge(alpha=2.0, fit_intercept=False),
+        Ridge(alpha=2.0, fit_intercept=False),
+    ),
+    "ridge-per-target": (Ridge(alpha=[0.1, 1.0, 30.0]), Ridge(alpha=[0.1, 1.0, 30.0])),
+    "linear-regression": (LinearRegression(), LinearRegression()),
+    "linear-regression-no-intercept": (
+        LinearRegression(fit_intercept=False),
+        LinearRegression(fit_intercept=False),
+    ),
+    "batched-ridge": (BatchedRidge(alphas=3.0), Ridge(alpha=3.0)),
+    "batched-ridge-no-intercept": (
+        BatchedRidge(alphas=3.0, fit_intercept=False),
+        Ridge(alpha=3.0, fit_intercept=False),
+    ),
+}
+
+
+@pytest.mark.parametrize("shape", [(40, 5), (12, 30)], ids=["n>p", "p>n"])
+@pytest.mark.parametrize("case", list(LINEAR_CASES))
+def test_fast_path_replicates_equal_sklearn_on_resampled_rows(case, shape):
+    estimator, reference = LINEAR_CASES[case]
+    n_samples, n_features = shape
+    X, Y = make_data(n_samples, n_features, 3, seed=1)
+    boot = BootstrapEstimator(
+        estimator, n_bootstrap=12, return_samples=True, random_state=7
+    ).fit(X, Y)
+    rows = resampled_rows(7, 12, n_samples)
+    for name in ("coef_", "intercept_"):
+        samples = boot.results_[name].samples
+        expected = naive_samples(reference, X, Y, rows, name)
+        # BatchedRidge keeps a zero intercept per target, sklearn a scalar 0.0.
+        expected = expected.reshape(
+            expected.shape + (1,) * (samples.ndim - expected.ndim)
+        )
+        assert_allclose(samples, np.broadcast_to(expected, samples.shape), atol=1e-8)
+
+
+def test_batched_ridge_tuned_alphas_are_held_fixed_per_target():
+    X, Y = make_data(60, 8, 3, seed=2)
+    Y = Y * [1.0, 30.0, 0.03]  # different noise levels choose different alphas
+    Y[:, 2] += np.random.default_rng(0).standard_normal(60) * 10
+    estimator = BatchedRidge(alphas=np.logspace(-3, 4, 15))
+    boot = BootstrapEstimator(
+        estimator, n_bootstrap=10, return_samples=True, random_state=0
+    ).fit(X, Y)
+    alpha = boot.estimator_.alpha_
+    assert np.unique(alpha).size > 1
+    rows = resampled_rows(0, 10, 60)
+    expected = naive_samples(Ridge(alpha=alpha), X, Y, rows, "coef_")
+    assert_allclose(boot.results_["coef_"].samples, expected, atol=1e-8)
+    assert_allclose(boot.results_["coef_"].estimate, boot.estimator_.coef_, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "estimator, frozen",
+    [
+        (RidgeCV(alphas=[0.01, 1.0, 100.0]), lambda fitted: Ridge(fitted.alpha_)),
+        (
+            RidgeCV(alphas=[0.01, 1.0, 100.0], alpha_per_target=True),
+            lambda fitted: Ridge(fitted.alpha_),
+        ),
+        (
+            GridSearchCV(Ridge(), {"alpha": [0.01, 1.0, 100.0]}, cv=3),
+            lambda fitted: clone(fitted.best_estimator_),
+        ),
+    ],
+    ids=["ridgecv", "ridgecv-per-target", "gridsearch"],
+)
+def test_cv_tuned_once_then_held_fixed(estimator, frozen):
+    X, Y = make_data(50, 4, 3, seed=4)
+    boot = BootstrapEstimator(
+        estimator, n_bootstrap=8, return_samples=True, random_state=5
+    ).fit(X, Y)
+    expected = naive_samples(
+        frozen(boot.estimator_), X, Y, resampled_rows(5, 8, 50), "coef_"
+    )
+    assert_allclose(boot.results_["coef_"].samples, expected, atol=1e-8)
+
+
+def test_tune_per_replicate_refits_the_search():
+    X, Y = make_data(40, 3, 2, seed=6)
+    search = GridSearchCV(Ridge(), {"alpha": [0.01, 100.0]}, cv=3)
+    boot = BootstrapEstimator(
+        search,
+        n_bootstrap=5,
+        tune_per_replicate=True,
+        return_samples=True,
+        random_state=1,
+    ).fit(X, Y)
+    rows = resampled_rows(1, 5, 40)
+    expected = [clone(search).fit(X[r], Y[r]).best_estimator_.coef_ for r in rows]
+    assert_allclose(boot.results_["coef_"].samples, expected, atol=1e-8)
+
+
+def test_tuned_attribute_needs_tune_per_replicate():
+    X, Y = make_data()
+    boot = BootstrapEstimator(
+        RidgeCV(alphas=[0.1, 10.0]), n_bootstrap=5, attributes=("coef_", "alpha_")
+    )
+    with pytest.raises(ValueError, match="tune_per_replicate"):
+        boot.fit(X, Y)
+    boot.set_params(tune_per_replicate=True, random_state=0).fit(X, Y)
+    assert boot.results_["alpha_"].estimate == boot.estimator_.alpha_
+
+
+def test_fast_and_generic_paths_give_the_same_samples():
+    X, Y = make_data(30, 4, 2, seed=8)
+    params = dict(n_bootstrap=25, return_samples=True, random_state=11)
+    fast = BootstrapEstimator(Ridge(alpha=0.5), **params).fit(X, Y)
+    generic = BootstrapEstimator(
+        generic_ridge(alpha=0.5), attributes=last_step_linear, **params
+    ).fit(X, Y)
+    for name in ("coef_", "intercept_"):
+        assert_allclose(
+            fast.results_[name].samples, generic.results_[name].samples, atol=1e-8
+        )
+
+
+def test_sample_weight_is_resampled_with_the_rows():
+    X, Y = make_data(30, 4, 2, seed=9)
+    weight = np.random.default_rng(0).uniform(0.5, 2.0, size=30)
+    params = dict(n_bootstrap=10, return_samples=True, random_state=2)
+    fast = BootstrapEstimator(Ridge(), **params).fit(X, Y, sample_weight=weight)
+    generic = BootstrapEstimator(
+        generic_ridge(), attributes=last_step_linear, **params
+    ).fit(X, Y, ridge__sample_weight=weight)
+    rows = resampled_rows(2, 10, 30)
+    expected = [Ridge().fit(X[r], Y[r], sample_weight=weight[r]).coef_ for r in rows]
+    assert_allclose(fast.results_["coef_"].samples, expected, atol=1e-8)
+    assert_allclose(generic.results_["coef_"].samples, expected, atol=1e-8)
+
+
+def test_float32_input_computes_in_float32_close_to_float64():
+    X, Y = make_data(50, 6, 3, seed=10, offset=0.0)
+    params = dict(n_bootstrap=10, return_samples=True, random_state=0)
+    double = BootstrapEstimator(Ridge(), **params).fit(X, Y)
+    single = BootstrapEstimator(Ridge(), **params).fit(
+        X.astype(np.float32), Y.astype(np.float32)
+    )
+    assert single.estimator_.coef_.dtype == np.float32
+    for name in ("coef_", "intercept_"):
+        assert_allclose(
+            single.results_[name].samples,
+            double.results_[name].samples,
+            rtol=1e-3,
+            atol=1e-4,
+        )
+
+
+@pytest.mark.parametrize("device", ["torch", "jax"])
+@pytest.mark.parametrize("shape", [(40, 5), (12, 30)], ids=["n>p", "p>n"])
+@pytest.mark.parametrize("alpha", [1.0, [0.1, 1.0, 10.0]], ids=["one", "per-target"])
+def test_array_api_backends_match_numpy(device, shape, alpha):
+    pytest.importorskip(device)
+    X, Y = make_data(*shape, 3, seed=12)
+    params = dict(n_bootstrap=9, return_samples=True, random_state=4)
+    reference = BootstrapEstimator(Ridge(alpha=alpha), **params).fit(X, Y)
+    boot = BootstrapEstimator(Ridge(alpha=alpha), device=device, **params).fit(X, Y)
+    assert boot.backend_.library == device
+    for name in ("coef_", "intercept_"):
+        assert_allclose(
+            boot.results_[name].samples, reference.results_[name].samples, atol=1e-9
+        )
+
+
+# Invariance to batching, OOM recovery and workers -------------------------------------
+
+
+def _samples(boot):
+    return {name: r.samples for name, r in boot.results_.items()}
+
+
+def _assert_same_results(a, b):
+    for name, result in a.results_.items():
+        other = b.results_[name]
+        for field in ("estimate", "standard_error", "ci_lower", "ci_upper", "samples"):
+            assert_allclose(
+                getattr(result, field), getattr(other, field), rtol=1e-10, atol=1e-12
+            )
+
+
+@pytest.mark.parametrize("shape", [(40, 5), (12, 30)], ids=["n>p", "p>n"])
+def test_fast_path_invariant_to_batch_size_and_oom(shape, monkeypatch):
+    plans = []
+
+    def spy(*args, **kwargs):
+        plans.append(run_batched(*args, **kwargs))
+        return plans[-1]
+
+    monkeypatch.setattr(skbatch.bootstrap, "run_batched", spy)
+    X, Y = make_data(*shape, 3, seed=13)
+    params = dict(n_bootstrap=37, return_samples=True, random_state=21)
+    reference = BootstrapEstimator(Ridge(), max_memory_gb=8.0, **params).fit(X, Y)
+    tiny = BootstrapEstimator(Ridge(), max_memory_gb=2e-4, **params).fit(X, Y)
+    _assert_same_results(reference, tiny)
+    with simulate_oom(max_items=3):
+        recovered = BootstrapEstimator(Ridge(), **params).fit(X, Y)
+    _assert_same_results(reference, recovered)
+    assert plans[0].n_batches == 1 and plans[1].n_batches > 1
+    assert plans[2].n_oom_recoveries > 0
+    unkept = BootstrapEstimator(Ridge(), max_memory_gb=2e-4, n_bootstrap=37)
+    unkept.set_params(random_state=21).fit(X, Y)
+    for name, result in unkept.results_.items():
+        assert_allclose(
+            result.ci_lower, reference.results_[name].ci_lower, rtol=0, atol=1e-12
+        )
+        assert_allclose(
+            result.standard_error, reference.results_[name].standard_error, rtol=1e-10
+        )
+
+
+def test_generic_path_invariant_to_n_jobs_budget_and_joblib_backend():
+    X, Y = make_data(30, 4, 2, seed=14)
+    params = dict(
+        n_bootstrap=23,
+        return_samples=True,
+        random_state=99,
+        attributes=last_step_linear,
+    )
+
+    def run(**extra):
+        return BootstrapEstimator(generic_ridge(), **params, **extra).fit(X, Y)
+
+    reference = run()
+    _assert_same_results(reference, run(n_jobs=2))
+    _assert_same_results(reference, run(max_memory_gb=5e-5))
+    with joblib.parallel_config(backend="threading"):
+        _assert_same_results(reference, run(n_jobs=2))
+
+
+def test_random_state_instance_is_consumed_and_reproducible():
+    X, Y = make_data()
+    a = BootstrapEstimator(Ridge(), n_bootstrap=5, return_samples=True)
+    b = clone(a)
+    a.set_params(random_state=np.random.RandomState(0)).fit(X, Y)
+    b.set_params(random_state=np.random.RandomState(0)).fit(X, Y)
+    assert_array_equal(a.results_["coef_"].samples, b.results_["coef_"].samples)
+
+
+# Statistical behaviour ----------------------------------------------------------------
+
+
+def test_percentile_interval_covers_ols_truth_at_nominal_rate():
+    rng = np.random.default_rng(2024)
+    truth = np.array([1.0, -0.5, 0.0])
+    covered = []
+    for seed in range(200):
+        X = rng.standard_normal((100, 3))
+        y = 2.0 + X @ truth + rng.standard_normal(100)
+        result = (
+            BootstrapEstimator(
+                LinearRegression(),
+                n_bootstrap=200,
+                attributes="coef_",
+                random_state=seed,
+            )
+            .fit(X, y)
+            .results_["coef_"]
+        )
+        covered.append((result.ci_lower <= truth) & (truth <= result.ci_upper))
+    coverage = np.mean(covered)
+    assert 0.92 <= coverage <= 0.98, coverage
+
+
+def test_cluster_bootstrap_fits_each_replicate_on_whole_groups():
+    groups = np.repeat(np.arange(10), 3)
+    np.random.default_rng(1).shuffle(groups)
+    X = np.column_stack([np.arange(30), np.ones(30)])
+    boot = BootstrapEstimator(
+        RowCounter(n_rows=30),
+        n_bootstrap=40,
+        attributes="counts_",
+        return_samples=True,
+        random_state=2,
+    ).fit(X, np.zeros(30), groups=groups)
+    seen = boot.results_["counts_"].samples
+    for group in range(10):
+        members = seen[:, groups == group]
+        assert np.all(members == members[:, :1])
+    # Each replicate draws 10 groups of 3 rows, with replacement.
+    assert_array_equal(seen.sum(axis=1), 30)
+    assert np.any(seen == 0) and np.any(seen >= 2)
+
+
+def test_cluster_bootstrap_draws_whole_groups():
+    X, Y = make_data(48, 4, 2, seed=15)
+    groups = np.repeat(np.arange(12), 4)
+    np.random.default_rng(0).shuffle(groups)
+    boot = BootstrapEstimator(
+        Ridge(), n_bootstrap=15, return_samples=True, random_state=8
+    ).fit(X, Y, groups=groups)
+    counts = bootstrap_counts(resolve_entropy(8), np.arange(15), 48, groups)
+    for group in range(12):
+        members = counts[:, groups == group]
+        assert np.all(members == members[:, :1])
+    assert np.all(counts.sum(axis=1) % 4 == 0)
+    rows = resampled_rows(8, 15, 48, groups)
+    expected = naive_samples(Ridge(), X, Y, rows, "coef_")
+    assert_allclose(boot.results_["coef_"].samples, expected, atol=1e-8)
+    generic = BootstrapEstimator(
+        generic_ridge(),
+        attributes=last_step_linear,
+        n_bootstrap=15,
+        return_samples=True,
+        random_state=8,
+    ).fit(X, Y, groups=groups)
+    assert_allclose(generic.results_["coef_"].samples, expected, atol=1e-8)
+
+
+# Other estimators through the generic path --------------------------------------------
+
+
+def test_himalaya_ridge_cv_through_generic_path():
+    pytest.importorskip("himalaya")
+    from himalaya.ridge import RidgeCV as HimalayaRidgeCV
+
+    X, Y = make_data(40, 5, 3, seed=16, offset=0.0)
+    estimator = HimalayaRidgeCV(alphas=[0.1, 1.0, 10.0])
+    boot = BootstrapEstimator(
+        estimator,
+        n_bootstrap=8,
+        attributes="coef_",
+        return_samples=True,
+        random_state=3,
+    ).fit(X, Y)
+    expected = naive_samples(estimator, X, Y, resampled_rows(3, 8, 40), "coef_")
+    assert boot.results_["coef_"].estimate.shape == (5, 3)
+    assert_allclose(boot.results_["coef_"].samples, expected, rtol=1e-6, atol=1e-8)
+    assert_allclose(boot.results_["coef_"].estimate, np.asarray(boot.estimator_.coef_))
+
+
+def test_non_linear_estimator_with_callable_returning_an_array():
+    X, y = make_data(60, 3, 1, seed=17)
+    boot = BootstrapEstimator(
+        DecisionTreeRegressor(max_depth=2, random_state=0),
+        n_bootstrap=20,
+        attributes=lambda tree: tree.feature_importances_,
+        return_samples=True,
+        random_state=0,
+        n_jobs=2,
+    ).fit(X, y)
+    result = boot.results_["statistic"]
+    rows = resampled_rows(0, 20, 60)
+    expected = naive_samples(
+        DecisionTreeRegressor(max_depth=2, random_state=0),
+        X,
+        y,
+        rows,
+        "feature_importances_",
+    )
+    assert_allclose(result.samples, expected)
+    assert_allclose(result.samples.sum(axis=1), 1.0)
+
+
+def test_failing_replicate_is_named():
+    X, y = make_data(20, 2, 1, seed=18)
+    X[0, 0] = -1
+    counts = bootstrap_counts(resolve_entropy(0), np.arange(50), 20)
+    first_failure = int(np.flatnonzero(counts[:, 0] == 0)[0])
+    boot = BootstrapEstimator(
+        FailsWithoutFirstRow(), n_bootstrap=50, attributes="coef_", random_state=0
+    )
+    with pytest.raises(RuntimeError, match=f"replicate {first_failure} failed") as e:
+        boot.fit(X, y)
+    assert isinstance(e.value.__cause__, ArithmeticError)
+
+
+# Memory -------------------------------------------------------------------------------
+
+
+def _peak_bytes(n_bootstrap, X, Y):
+    boot = BootstrapEstimator(
+        Ridge(),
+        n_bootstrap=n_bootstrap,
+        attributes="coef_",
+        max_memory_gb=4.0,
+        random_state=0,
+    )
+    tracemalloc.start()
+    try:
+        boot.fit(X, Y)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.slow
+def test_peak_memory_does_not_grow_with_n_bootstrap():
+    # 20 features x 1000 targets = 20,000 bootstrapped coefficients; keeping
+    # 5000 replicates of them would take 800 MB.
+    X, Y = make_data(30, 20, 1000, seed=19)
+    small = _peak_bytes(500, X, Y)
+    large = _peak_bytes(5000, X, Y)
+    assert large <= 1.3 * small, (small, large)
+    # What does grow is the exact percentile tails, k = ceil((B-1)(1-c)/2) + 1
+    # replicates per element: nothing else may.
+    tails = BootstrapAccumulator.nbytes_needed(
+        (1000, 20), 5000
+    ) - BootstrapAccumulator.nbytes_needed((1000, 20), 500)
+    assert large - small <= tails + 2e6, (small, large, tails)
+
+
+def test_preflight_refuses_impossible_request_quickly():
+    X, Y = make_data(40, 20, 500, seed=20)
+    boot = BootstrapEstimator(
+        Ridge(), n_bootstrap=10**9, return_samples=True, max_memory_gb=0.5
+    )
+    start = time.perf_counter()
+    with pytest.raises(ValueError) as error:
+        boot.fit(X, Y)
+    assert time.perf_counter() - start < 0.5
+    message = str(error.value)
+    assert "GB" in message and "0.5 GB" in message
+    for knob in ("n_bootstrap", "return_samples=False", "max_memory_gb", "targets"):
+        assert knob in message
+    # The samples alone: 10**9 replicates of 10,000 + 500 float64 values.
+    needed = float(re.search(r"needs ([0-9.e+]+) GB", message).group(1))
+    assert needed >= 10**9 * 10_500 * 8 / 1e9
+    assert not hasattr(boot, "estimator_")
+
+
+def test_preflight_counts_percentile_tails_without_samples():
+    X, Y = make_data(40, 20, 500, seed=20)
+    boot = BootstrapEstimator(Ridge(), n_bootstrap=10**6, max_memory_gb=1.0)
+    with pytest.raises(ValueError, match="percentile tails"):
+        boot.fit(X, Y)
+
+
+# scikit-learn integration -------------------------------------------------------------
+
+
+def test_default_estimator_delegation_and_fitted_attributes():
+    X, Y = make_data(30, 4, 2, seed=21)
+    boot = BootstrapEstimator(n_bootstrap=5, random_state=0).fit(X, Y)
+    assert isinstance(boot.estimator_, BatchedRidge)
+    assert boot.n_features_in_ == 4
+    assert boot.backend_.name == "numpy"
+    assert_allclose(boot.predict(X), boot.estimator_.predict(X))
+    assert boot.score(X, Y) == pytest.approx(boot.estimator_.score(X, Y))
+    reference = Ridge(alpha=1.0).fit(X, Y)
+    assert_allclose(boot.results_["coef_"].estimate, reference.coef_, rtol=1e-10)
+
+
+def test_dataframe_keeps_feature_names():
+    pd = pytest.importorskip("pandas")
+    X, y = make_data(30, 3, 1, seed=22)
+    frame = pd.DataFrame(X, columns=["a", "b", "c"])
+    boot = BootstrapEstimator(
+        make_pipeline(StandardScaler(), Ridge()),
+        attributes=lambda pipe: pipe[-1].coef_,
+        n_bootstrap=5,
+        random_state=0,
+    ).fit(frame, y)
+    assert list(boot.feature_names_in_) == ["a", "b", "c"]
+    assert_allclose(boot.predict(frame), boot.estimator_.predict(frame))
+
+
+def test_in_pipeline_and_grid_search_and_pickle():
+    X, y = make_data(60, 4, 1, seed=23)
+    pipeline = make_pipeline(
+        StandardScaler(),
+        BootstrapEstimator(Ridge(), n_bootstrap=10, random_state=0),
+    )
+    pipeline.fit(X, y)
+    assert pipeline.predict(X).shape == (60,)
+    search = GridSearchCV(
+        BootstrapEstimator(Ridge(), n_bootstrap=5, random_state=0),
+        {"estimator__alpha": [0.1, 10.0]},
+        cv=3,
+    ).fit(X, y)
+    best = search.best_estimator_
+    assert best.estimator_.alpha == search.best_params_["estimator__alpha"]
+    restored = pickle.loads(pickle.dumps(best))
+    assert_allclose(restored.predict(X), best.predict(X))
+    for name, result in best.results_.items():
+        for field in result._fields[:-1]:
+            assert_array_equal(
+                getattr(restored.results_[name], field), getattr(result, field)
+            )
+
+
+# Bad input ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"n_bootstrap": 1}, "n_bootstrap must be an int >= 2, got 1"),
+        ({"n_bootstrap": 10.0}, "n_bootstrap must be an int >= 2, got 10.0"),
+        ({"confidence_level": 1.0}, "confidence_level .* got 1.0"),
+        ({"confidence_level": 0}, "confidence_level .* got 0"),
+        ({"ci_method": "bca"}, "ci_method must be one of .* got 'bca'"),
+        ({"attributes": []}, r"attributes must be .* got \[\]"),
+        ({"attributes": ("coef_", "coef_")}, "attributes must be"),
+        ({"return_samples": "yes"}, "return_samples must be a bool, got 'yes'"),
+        ({"n_jobs": 0}, "n_jobs must be None or a nonzero int, got 0"),
+        ({"max_memory_gb": -1.0}, "max_memory_gb .* got -1.0"),
+        ({"verbose": -1}, "verbose must be an int >= 0, got -1"),
+    ],
+)
+def test_invalid_parameters_raise_before_fitting(params, match):
+    X, y = make_data(20, 2, 1)
+    with pytest.raises(ValueError, match=match):
+        BootstrapEstimator(MustNotFit(), **params).fit(X, y)
+
+
+def test_groups_of_wrong_length_raise_before_fitting():
+    X, y = make_data(20, 2, 1)
+    with pytest.raises(ValueError, match=r"groups must be 1-D .*\(20 samples\)"):
+        BootstrapEstimator(MustNotFit(), n_bootstrap=5).fit(X, y, groups=[0] * 19)
+
+
+def test_unknown_attribute_raises_before_any_replicate():
+    X, y = make_data(20, 2, 1)
+    X[0, 0] = -1  # the full fit succeeds, most replicates would fail
+    boot = BootstrapEstimator(
+        FailsWithoutFirstRow(), n_bootstrap=50, attributes=("coef_", "nope_")
+    )
+    with pytest.raises(ValueError, match="'nope_'.*FailsWithoutFirstRow"):
+        boot.fit(X, y)
+    with pytest.raises(ValueError, match="neither"):
+        BootstrapEstimator(DecisionTreeRegressor(), n_bootstrap=5).fit(X, y)
+
+
+@pytest.mark.parametrize("library", ["torch", "jax"])
+def test_gpu_cholesky_solve_on_cpu_arrays(library):
+    # The batched Cholesky branch runs on GPUs only; check its algebra here.
+    pytest.importorskip(library)
+    from skbatch.backend import Backend
+    from skbatch.bootstrap import _cholesky_solve
+
+    rng = np.random.default_rng(0)
+    factor = rng.standard_normal((4, 6, 9))
+    A = factor @ factor.transpose(0, 2, 1) + np.eye(6)
+    B = rng.standard_normal((4, 6, 5))
+    backend = Backend(library)
+    with backend.context():
+        solution = _cholesky_solve(backend.asarray(A), backend.asarray(B), backend.xp)
+        assert_allclose(np.asarray(solution), np.linalg.solve(A, B), atol=1e-12)
+        singular = backend.asarray(-np.broadcast_to(np.eye(6), (4, 6, 6)))
+        assert _cholesky_solve(singular, backend.asarray(B), backend.xp) is None

@@ -1,0 +1,489 @@
+import pickle
+import re
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose, assert_array_equal
+from scipy import stats
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.linear_model import LinearRegression, Ridge, RidgeCV
+from sklearn.model_selection import (
+    GridSearchCV,
+    GroupKFold,
+    KFold,
+    cross_val_score,
+    permutation_test_score,
+)
+from sklearn.neighbors import KNeighborsRegressor
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import FunctionTransformer
+from sklearn.tree import DecisionTreeRegressor
+from sklearn.utils import get_tags
+
+import skbatch.permutation as permutation_module
+from skbatch import BatchedRidge, PermutationScorer
+from skbatch.random import permutation_indices
+from skbatch.testing import simulate_oom
+
+ALPHAS = np.logspace(-2, 3, 6)
+
+
+def short_repr(estimator):
+    """Test id: the estimator's repr on one line, ALPHAS by name."""
+    text = " ".join(repr(estimator).split())
+    return re.sub(r"array\(\[[^\]]*\]\)", "ALPHAS", text)
+
+
+def make_data(seed=0, n=60, p=5, n_targets=None, signal=0.6):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, p))
+    size = n if n_targets is None else (n, n_targets)
+    noise = rng.standard_normal(size)
+    y = noise + signal * (X[:, 0] if n_targets is None else X[:, :1])
+    return X, y
+
+
+def generic(estimator):
+    """The same model, hidden from the ridge fast path."""
+    return make_pipeline(FunctionTransformer(), estimator)
+
+
+class FailingRegressor(RegressorMixin, BaseEstimator):
+    """Fails if any work reaches it: validation must come first."""
+
+    def fit(self, X, y):
+        raise RuntimeError("fit was called")
+
+
+class GroupCheckingRegressor(RegressorMixin, BaseEstimator):
+    """Fit on y = original sample index, X[:, 0] = row index: checks groups."""
+
+    seen = []
+
+    def __init__(self, groups=None):
+        self.groups = groups
+
+    def fit(self, X, y):
+        rows = X[:, 0].astype(int)
+        origins = np.asarray(y).astype(int)
+        GroupCheckingRegressor.seen.append(
+            (np.all(self.groups[rows] == self.groups[origins]), np.any(rows != origins))
+        )
+        self.mean_ = float(np.mean(y))
+        return self
+
+    def predict(self, X):
+        return np.full(X.shape[0], self.mean_)
+
+
+# --- score_ against scikit-learn ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "estimator",
+    [
+        Ridge(alpha=1.0),
+        Ridge(alpha=0.3, fit_intercept=False),
+        RidgeCV(),
+        RidgeCV(alphas=ALPHAS, cv=3),
+        LinearRegression(),
+        BatchedRidge(),
+        BatchedRidge(alphas=ALPHAS, cv="gcv"),
+        BatchedRidge(alphas=ALPHAS, cv=4, alpha_per_target=False),
+        DecisionTreeRegressor(random_state=0),
+        KNeighborsRegressor(),
+    ],
+    ids=short_repr,
+)
+@pytest.mark.parametrize("scoring", [None, "neg_mean_squared_error"])
+@pytest.mark.parametrize("n_targets", [None, 3])
+def test_score_matches_sklearn(estimator, scoring, n_targets):
+    X, y = make_data(n_targets=n_targets)
+    expected = permutation_test_score(
+        estimator, X, y, cv=5, scoring=scoring, n_permutations=1
+    )[0]
+    perm = PermutationScorer(
+        estimator, n_permutations=5, scoring=scoring, random_state=0
+    ).fit(X, y)
+    assert isinstance(perm.score_, float)
+    assert abs(perm.score_ - expected) < 1e-10
+
+
+@pytest.mark.parametrize(
+    "estimator",
+    [Ridge(alpha=2.0), BatchedRidge(alphas=ALPHAS), KNeighborsRegressor()],
+    ids=short_repr,
+)
+@pytest.mark.parametrize("scoring", [None, "neg_mean_absolute_error"])
+def test_raw_values_match_loop_over_targets(estimator, scoring):
+    X, Y = make_data(n_targets=4)
+    perm = PermutationScorer(
+        estimator,
+        n_permutations=5,
+        scoring=scoring,
+        multioutput="raw_values",
+        random_state=0,
+    ).fit(X, Y)
+    expected = [
+        permutation_test_score(
+            estimator, X, Y[:, j], scoring=scoring, n_permutations=1
+        )[0]
+        for j in range(Y.shape[1])
+    ]
+    assert perm.score_.shape == (4,)
+    assert_allclose(perm.score_, expected, rtol=0, atol=1e-10)
+
+
+def test_himalaya_estimator_through_generic_path():
+    himalaya_ridge = pytest.importorskip("himalaya.ridge")
+    from himalaya.backend import get_backend
+
+    # himalaya keeps a module-global backend, numpy unless someone set another.
+    assert get_backend().__name__.endswith("numpy")
+    X, y = make_data(n=50, p=4)
+    estimator = himalaya_ridge.RidgeCV(alphas=[0.1, 1.0, 10.0])
+    expected = permutation_test_score(estimator, X, y, n_permutations=1)[0]
+    perm = PermutationScorer(
+        estimator, n_permutations=9, return_null=True, random_state=0
+    ).fit(X, y)
+    assert abs(perm.score_ - expected) < 1e-10
+    indices = permutation_indices(0, [4], len(y))
+    expected_null = permutation_test_score(
+        estimator, X, y[indices[0]], n_permutations=1
+    )[0]
+    assert abs(perm.permutation_scores_[4] - expected_null) < 1e-10
+    assert perm.pvalue_ == (np.sum(perm.permutation_scores_ >= perm.score_) + 1) / 10
+    assert_allclose(perm.predict(X), perm.estimator_.predict(X))
+
+
+# --- the null distribution ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "estimator",
+    [
+        Ridge(alpha=1.0),
+        LinearRegression(),
+        RidgeCV(alphas=ALPHAS),
+        RidgeCV(alphas=ALPHAS, cv=3),
+        BatchedRidge(alphas=ALPHAS),
+        BatchedRidge(alphas=ALPHAS, cv="gcv", alpha_per_target=False),
+        BatchedRidge(alphas=ALPHAS, cv=3, scoring="correlation"),
+    ],
+    ids=short_repr,
+)
+@pytest.mark.parametrize("multioutput", ["uniform_average", "raw_values"])
+@pytest.mark.filterwarnings("ignore:The groups parameter is ignored by KFold")
+def test_fast_and_generic_paths_give_the_same_null(estimator, multioutput):
+    X, Y = make_data(n_targets=3, signal=0.3)
+    groups = np.repeat(np.arange(6), 10)
+    kwargs = dict(
+        n_permutations=30, multioutput=multioutput, return_null=True, random_state=7
+    )
+    fast = PermutationScorer(estimator, **kwargs).fit(X, Y, groups=groups)
+    slow = PermutationScorer(generic(estimator), **kwargs).fit(X, Y, groups=groups)
+    assert_allclose(fast.score_, slow.score_, rtol=0, atol=1e-10)
+    assert_allclose(
+        fast.permutation_scores_, slow.permutation_scores_, rtol=0, atol=1e-8
+    )
+    assert_array_equal(fast.pvalue_, slow.pvalue_)
+    assert_array_equal(fast.pvalue_fwer_, slow.pvalue_fwer_)
+
+
+def test_ridge_family_never_refits(monkeypatch):
+    def refit(*args, **kwargs):
+        raise AssertionError("the generic path was taken")
+
+    monkeypatch.setattr(permutation_module, "_cv_score", refit)
+    X, Y = make_data(n_targets=2)
+    for estimator in (Ridge(), RidgeCV(), LinearRegression(), BatchedRidge()):
+        PermutationScorer(estimator, n_permutations=5).fit(X, Y)
+
+
+def test_null_matches_naive_loop_of_sklearn_refits():
+    # The null is sklearn's cross-validated score of y[perm] for the permutations
+    # skbatch.random draws from random_state.
+    X, y = make_data()
+    perm = PermutationScorer(
+        RidgeCV(alphas=ALPHAS), n_permutations=8, return_null=True, random_state=3
+    ).fit(X, y)
+    indices = permutation_indices(3, np.arange(8), len(y))
+    expected = [
+        cross_val_score(RidgeCV(alphas=ALPHAS), X, y[idx], cv=KFold(5)).mean()
+        for idx in indices
+    ]
+    assert_allclose(perm.permutation_scores_, expected, rtol=0, atol=1e-10)
+    count = np.sum(np.asarray(expected) >= perm.score_)
+    assert perm.pvalue_ == (count + 1) / 9
+
+
+def test_pvalues_and_moments_follow_their_definitions():
+    X, Y = make_data(n_targets=5, signal=0.25)
+    perm = PermutationScorer(
+        Ridge(),
+        n_permutations=99,
+        multioutput="raw_values",
+        return_null=True,
+        random_state=0,
+    ).fit(X, Y)
+    null = perm.permutation_scores_
+    assert null.shape == (99, 5)
+    assert_allclose(perm.pvalue_, ((null >= perm.score_).sum(axis=0) + 1) / 100)
+    best = null.max(axis=1, keepdims=True)
+    assert_allclose(perm.pvalue_fwer_, ((best >= perm.score_).sum(axis=0) + 1) / 100)
+    assert np.all(perm.pvalue_fwer_ >= perm.pvalue_)
+    assert_allclose(perm.null_mean_, null.mean(axis=0), rtol=1e-12)
+    assert_allclose(perm.null_std_, null.std(axis=0, ddof=1), rtol=1e-10)
+
+    uniform = PermutationScorer(
+        Ridge(), n_permutations=99, return_null=True, random_state=0
+    ).fit(X, Y)
+    assert uniform.permutation_scores_.shape == (99,)
+    assert_allclose(uniform.permutation_scores_, null.mean(axis=1), atol=1e-12)
+    assert abs(uniform.score_ - perm.score_.mean()) < 1e-12
+    assert uniform.pvalue_fwer_ == uniform.pvalue_
+
+
+def test_pvalues_are_uniform_without_signal():
+    pvalues = [
+        PermutationScorer(Ridge(), n_permutations=99, cv=3, random_state=seed)
+        .fit(*make_data(seed, n=24, p=2, signal=0.0))
+        .pvalue_
+        for seed in range(200)
+    ]
+    assert stats.kstest(pvalues, "uniform").pvalue > 0.01
+
+
+def test_strong_signal_gives_smallest_pvalue():
+    X, y = make_data(signal=5.0)
+    perm = PermutationScorer(Ridge(), n_permutations=199, random_state=0).fit(X, y)
+    assert perm.pvalue_ == 1 / 200
+
+
+def test_family_wise_error_rate_is_controlled():
+    hits = 0
+    for seed in range(200):
+        X, Y = make_data(seed, n=24, p=2, n_targets=8, signal=0.0)
+        perm = PermutationScorer(
+            Ridge(),
+            n_permutations=99,
+            cv=3,
+            multioutput="raw_values",
+            random_state=seed,
+        ).fit(X, Y)
+        assert np.all(perm.pvalue_fwer_ >= perm.pvalue_)
+        hits += np.any(perm.pvalue_fwer_ <= 0.05)
+    assert hits / 200 <= 0.09
+
+
+# --- groups ------------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore:The groups parameter is ignored by KFold")
+def test_permutations_stay_within_groups():
+    n = 40
+    groups = np.repeat(np.arange(5), 8)
+    X = np.column_stack([np.arange(n), np.ones(n)]).astype(float)
+    y = np.arange(n, dtype=float)
+    GroupCheckingRegressor.seen.clear()
+    perm = PermutationScorer(
+        GroupCheckingRegressor(groups=groups), n_permutations=10, random_state=0
+    ).fit(X, y, groups=groups)
+    within, moved = zip(*GroupCheckingRegressor.seen)
+    # 1 + 10 cross-validations of 5 folds, then the refit on all data.
+    assert len(within) == 11 * 5 + 1
+    assert all(within)
+    assert sum(moved) >= 10 * 5
+    assert 0 < perm.pvalue_ <= 1
+
+
+def test_groups_reach_the_splitter():
+    X, y = make_data()
+    groups = np.repeat(np.arange(6), 10)
+    perm = PermutationScorer(Ridge(), cv=GroupKFold(3), n_permutations=5)
+    expected = permutation_test_score(
+        Ridge(), X, y, groups=groups, cv=GroupKFold(3), n_permutations=1
+    )[0]
+    assert abs(perm.fit(X, y, groups=groups).score_ - expected) < 1e-10
+
+
+# --- invariance to how the work is split ------------------------------------------
+
+
+def fit_null(estimator, X, Y, **kwargs):
+    perm = PermutationScorer(
+        estimator,
+        n_permutations=20,
+        multioutput="raw_values",
+        return_null=True,
+        random_state=11,
+        **kwargs,
+    )
+    return perm.fit(X, Y)
+
+
+def assert_same_result(a, b):
+    assert_allclose(a.permutation_scores_, b.permutation_scores_, rtol=1e-12)
+    assert_array_equal(a.pvalue_, b.pvalue_)
+    assert_array_equal(a.pvalue_fwer_, b.pvalue_fwer_)
+
+
+def count_batches(monkeypatch):
+    calls = []
+    scores = permutation_module._RidgeFolds.scores
+
+    def counted(self, indices):
+        calls.append(len(indices))
+        return scores(self, indices)
+
+    monkeypatch.setattr(permutation_module._RidgeFolds, "scores", counted)
+    return calls
+
+
+@pytest.mark.parametrize("max_items", [1, 3])
+def test_identical_under_simulated_oom(max_items, monkeypatch):
+    X, Y = make_data(n_targets=2)
+    reference = fit_null(BatchedRidge(alphas=ALPHAS), X, Y)
+    calls = count_batches(monkeypatch)
+    with simulate_oom(max_items=max_items):
+        result = fit_null(BatchedRidge(alphas=ALPHAS), X, Y)
+    assert max(calls[1:]) <= max_items
+    assert_same_result(reference, result)
+
+
+def test_identical_for_any_budget(monkeypatch):
+    X, Y = make_data(n_targets=2)
+    large = fit_null(Ridge(), X, Y, max_memory_gb=10.0)
+    calls = count_batches(monkeypatch)
+    # 40 kB: the decompositions and room for a few permutations per batch.
+    tiny = fit_null(Ridge(), X, Y, max_memory_gb=4e-5)
+    assert 1 <= max(calls[1:]) <= 5
+    assert_same_result(large, tiny)
+
+
+def test_identical_for_any_n_jobs():
+    X, Y = make_data(n_targets=2)
+    fast = fit_null(Ridge(), X, Y)
+    one = fit_null(generic(Ridge()), X, Y, n_jobs=1)
+    two = fit_null(generic(Ridge()), X, Y, n_jobs=2)
+    assert_same_result(one, two)
+    assert_allclose(fast.permutation_scores_, two.permutation_scores_, atol=1e-10)
+
+
+@pytest.mark.parametrize("device", ["torch", "jax"])
+def test_other_array_libraries_match_numpy(device):
+    pytest.importorskip(device)
+    X, Y = make_data(n_targets=2)
+    reference = fit_null(BatchedRidge(alphas=ALPHAS), X, Y, device="cpu")
+    result = fit_null(BatchedRidge(alphas=ALPHAS, dtype="float64"), X, Y, device=device)
+    assert result.backend_.library == device
+    assert_allclose(result.score_, reference.score_, atol=1e-10)
+    assert_allclose(
+        result.permutation_scores_, reference.permutation_scores_, atol=1e-10
+    )
+    assert_array_equal(result.pvalue_, reference.pvalue_)
+
+
+# --- sklearn integration -------------------------------------------------------
+
+
+def test_works_inside_grid_search():
+    X, y = make_data()
+    grid = {"estimator__alpha": [0.01, 100.0]}
+    search = GridSearchCV(
+        PermutationScorer(Ridge(), n_permutations=5, random_state=0), grid, cv=3
+    ).fit(X, y)
+    expected = GridSearchCV(Ridge(), {"alpha": grid["estimator__alpha"]}, cv=3).fit(
+        X, y
+    )
+    assert search.best_params_["estimator__alpha"] == expected.best_params_["alpha"]
+    assert abs(search.best_score_ - expected.best_score_) < 1e-10
+    assert hasattr(search.best_estimator_, "pvalue_")
+
+
+def test_pickles_and_reloads():
+    X, Y = make_data(n_targets=2)
+    perm = fit_null(BatchedRidge(alphas=ALPHAS), X, Y)
+    loaded = pickle.loads(pickle.dumps(perm))
+    assert_array_equal(loaded.predict(X), perm.predict(X))
+    for name in ("score_", "pvalue_", "pvalue_fwer_", "null_mean_", "null_std_"):
+        assert_array_equal(getattr(loaded, name), getattr(perm, name))
+    assert loaded.backend_ == perm.backend_
+    refit = pickle.loads(pickle.dumps(perm)).fit(X, Y)
+    assert_same_result(refit, perm)
+
+
+def test_predict_and_score_delegate_to_estimator_fit_on_all_data():
+    X, y = make_data()
+    perm = PermutationScorer(Ridge(alpha=3.0), n_permutations=5).fit(X, y)
+    reference = Ridge(alpha=3.0).fit(X, y)
+    assert_allclose(perm.predict(X), reference.predict(X))
+    assert perm.score(X, y) == pytest.approx(reference.score(X, y))
+    assert perm.n_features_in_ == 5
+    assert isinstance(PermutationScorer().fit(X, y).estimator_, BatchedRidge)
+
+
+def test_tags_follow_the_estimator():
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    assert get_tags(
+        PermutationScorer(HistGradientBoostingRegressor())
+    ).input_tags.allow_nan
+    assert not get_tags(PermutationScorer(Ridge())).input_tags.allow_nan
+    assert get_tags(PermutationScorer(Ridge())).input_tags.sparse
+
+
+def test_dataframe_keeps_feature_names():
+    pd = pytest.importorskip("pandas")
+    X, y = make_data()
+    frame = pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])])
+    perm = PermutationScorer(Ridge(), n_permutations=5, random_state=0).fit(frame, y)
+    assert_array_equal(perm.feature_names_in_, frame.columns)
+    assert_allclose(perm.predict(frame), Ridge().fit(X, y).predict(X))
+    assert_allclose(
+        perm.score_, PermutationScorer(Ridge(), n_permutations=5).fit(X, y).score_
+    )
+
+
+# --- bad input --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [
+        ({"n_permutations": 0}, "n_permutations must be an int >= 1, got 0"),
+        ({"n_permutations": -5}, "n_permutations.*-5"),
+        ({"n_permutations": 2.5}, "n_permutations.*2.5"),
+        ({"n_permutations": True}, "n_permutations.*True"),
+        ({"scoring": "not_a_scorer"}, "scoring.*'not_a_scorer'"),
+        ({"scoring": 3}, "scoring.*3"),
+        ({"multioutput": "variance_weighted"}, "multioutput.*'variance_weighted'"),
+        ({"multioutput": "raw_values", "scoring": "max_error"}, "'max_error'"),
+        ({"return_null": "yes"}, "return_null.*'yes'"),
+        ({"max_memory_gb": -1.0}, "max_memory_gb.*-1.0"),
+        ({"verbose": -1}, "verbose.*-1"),
+    ],
+)
+def test_bad_parameters_raise_before_any_work(params, match):
+    X, y = make_data()
+    with pytest.raises(ValueError, match=match):
+        PermutationScorer(FailingRegressor(), **params).fit(X, y)
+
+
+def test_groups_of_wrong_length_raise_before_any_work():
+    X, y = make_data()
+    with pytest.raises(ValueError, match=r"groups.*\(59,\)"):
+        PermutationScorer(FailingRegressor()).fit(X, y, groups=np.zeros(59))
+
+
+def test_retained_null_is_checked_against_host_budget():
+    X, Y = make_data(n_targets=10)
+    perm = PermutationScorer(
+        FailingRegressor(),
+        n_permutations=10**6,
+        multioutput="raw_values",
+        return_null=True,
+        max_memory_gb=0.01,
+    )
+    with pytest.raises(ValueError, match=r"0\.08.* GB.*0\.01 GB.*return_null=False"):
+        perm.fit(X, Y)
