@@ -1,13 +1,18 @@
 """scikit-learn's estimator checks on every public estimator."""
 
+from sklearn.linear_model import Ridge
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from skbatch import BatchedRidge
+from skbatch import BatchedRidge, BootstrapEstimator, PermutationScorer
 
 ESTIMATORS = [
     BatchedRidge(),
     BatchedRidge(alphas=[0.1, 1.0, 10.0], cv=3, scoring="neg_mean_squared_error"),
     BatchedRidge(cv="gcv", alpha_per_target=False),
+    PermutationScorer(n_permutations=5, random_state=0),
+    PermutationScorer(Ridge(), n_permutations=5, random_state=0),
+    BootstrapEstimator(n_bootstrap=5, random_state=0),
+    BootstrapEstimator(Ridge(), n_bootstrap=5, random_state=0),
 ]
 
 
