@@ -676,8 +676,8 @@ def test_unknown_attribute_raises_before_any_replicate():
 def test_gpu_cholesky_solve_on_cpu_arrays(library):
     # The batched Cholesky branch runs on GPUs only; check its algebra here.
     pytest.importorskip(library)
+    from skbatch._linalg import _cholesky_solve
     from skbatch.backend import Backend
-    from skbatch.bootstrap import _cholesky_solve
 
     rng = np.random.default_rng(0)
     factor = rng.standard_normal((4, 6, 9))
