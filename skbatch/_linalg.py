@@ -347,11 +347,22 @@ def fold_scores(
     # so the training offset comes off the targets once, not per alpha.
     y_true = xp.astype(Y_test - Y_offset, dtype, copy=False)
     filtered = s / (s**2 + alphas[:, None])
+    if scoring != "correlation":
+        # The targets' variance does not depend on alpha: computed once, each
+        # alpha then costs its product and one pass over the errors.
+        y_var = xp.mean((y_true - xp.mean(y_true, axis=0)) ** 2, axis=0)
     scores = []
     for k in range(alphas.shape[0]):
         predictions = X_test_V @ (filtered[k, :, None] * UtY)
         errors = y_true - xp.astype(predictions, dtype, copy=False)
-        scores.append(_score_errors(errors, y_true, scoring, None, xp))
+        if scoring == "correlation":
+            scores.append(_score_errors(errors, y_true, scoring, None, xp))
+            continue
+        errors *= errors
+        mse = xp.mean(errors, axis=0)
+        scores.append(
+            -mse if scoring == "neg_mean_squared_error" else _r2(mse, y_var, xp)
+        )
     return xp.stack(scores)
 
 
@@ -463,10 +474,7 @@ def _score_errors(errors, y_true, scoring, sample_weight, xp):
     y_dev = y_true - _average(y_true, sample_weight, xp)
     y_var = _average(y_dev**2, sample_weight, xp)
     if scoring == "r2":
-        error_var = _average(errors**2, sample_weight, xp)
-        constant = y_var == 0
-        r2 = 1.0 - error_var / xp.where(constant, 1.0, y_var)
-        return xp.where(constant, xp.where(error_var == 0, 1.0, 0.0), r2)
+        return _r2(_average(errors**2, sample_weight, xp), y_var, xp)
     predictions = y_true - errors
     pred_dev = predictions - _average(predictions, sample_weight, xp)
     covariance = _average(y_dev * pred_dev, sample_weight, xp)
@@ -474,6 +482,13 @@ def _score_errors(errors, y_true, scoring, sample_weight, xp):
     constant = variance_product == 0
     safe = xp.where(constant, 1.0, variance_product)
     return xp.where(constant, 0.0, covariance / xp.sqrt(safe))
+
+
+def _r2(error_var, y_var, xp):
+    """R^2 from the error and target variances, as ``r2_score`` for constants."""
+    constant = y_var == 0
+    r2 = 1.0 - error_var / xp.where(constant, 1.0, y_var)
+    return xp.where(constant, xp.where(error_var == 0, 1.0, 0.0), r2)
 
 
 def _average(A, sample_weight, xp):
