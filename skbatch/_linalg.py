@@ -83,7 +83,11 @@ def svd_decompose(X, *, xp=None):
     Vt : array of shape (rank, n_features)
     """
     xp = _namespace(xp, X)
-    U, s, Vt = xp.linalg.svd(X, full_matrices=False)
+    # Multi-threaded LAPACK SVD is erratic on small CPU hosts (0.4 to 10 s
+    # for 2000 x 500 on two cores, against 0.15 s on one thread); the SVD is
+    # a small share of a fit, so it runs on one thread there.
+    with one_thread(X):
+        U, s, Vt = xp.linalg.svd(X, full_matrices=False)
     tolerance = s[0] * max(X.shape) * xp.finfo(X.dtype).eps
     rank = int(xp.sum(s > tolerance))
     return U[:, :rank], s[:rank], Vt[:rank, :]
@@ -227,11 +231,14 @@ def loo_scores(
     scores = []
     for k in range(alphas.shape[0]):
         residual = U @ (shrinkage[k, :, None] * UtY)
+        # In place where the library allows (numpy, torch): each alpha's
+        # n x t temporaries are the bulk of the memory traffic.
         if outside_residual is not None:
-            residual = residual + outside_residual
+            residual += outside_residual
         residual = xp.astype(residual, dtype, copy=False)
         if scoring is None:
-            scores.append(-(inverse_sq_denominators[:, k] @ residual**2) / Y.shape[0])
+            residual *= residual
+            scores.append(-(inverse_sq_denominators[:, k] @ residual) / Y.shape[0])
         else:
             errors = residual / loo_denominators[:, k, None]
             scores.append(_score_errors(errors, y_true, scoring, score_weight, xp))
@@ -694,14 +701,14 @@ def _threadpools():
 
 
 def one_thread(array):
-    """Context for the small per-replicate linear algebra of a batch.
+    """Context for LAPACK factorisations (SVD, eigh, inverse) on the CPU.
 
-    On the CPU, numpy's LAPACK and torch run each small factorisation or
-    product of a batch (p x p matrices) on all threads, whose
-    synchronisation costs more than the work: 2-15x slower than one thread
-    on two busy cores (torch's batched inverse: 3.3 s against 0.1 s for 200
-    replicates). The big batch GEMMs keep every thread. GPUs and jax
-    schedule their own batched kernels.
+    numpy's LAPACK and torch run each factorisation, and each small product
+    of a batch of p x p matrices, on all threads, whose synchronisation
+    costs more than the work: 2-15x slower than one thread on two busy
+    cores (torch's batched inverse: 3.3 s against 0.1 s for 200
+    replicates; a 2000 x 500 SVD: 0.4-10 s against 0.15 s). The big GEMMs
+    keep every thread. GPUs and jax schedule their own kernels.
     """
     if isinstance(array, np.ndarray):
         return _threadpools().limit(limits=1, user_api="blas")
