@@ -1,8 +1,9 @@
 """PermutationScorer against sklearn's permutation_test_score, side by side.
 
 Two workloads, each configuration in its own subprocess (so its peak RSS is
-its own), repeated; the median time is reported with the ratio to the peer
-measured in the same run.
+its own), repeated in rounds; the median time is reported with the ratio to
+the peer measured in the same run. "est. full s" scales a run on fewer
+permutations to the full count.
 
 1. Ridge(alpha=1), n=500, p=50, one target, cv=5, 1000 permutations:
    skbatch (numpy, torch CPU) against permutation_test_score with n_jobs=1
@@ -134,22 +135,38 @@ def run_one(name, quick):
     )
 
 
-def measure(name, quick, repeats):
-    runs = []
-    for _ in range(repeats):
-        out = subprocess.run(
-            [sys.executable, __file__, "--one", name] + (["--quick"] if quick else []),
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+def run_subprocess(name, quick):
+    out = subprocess.run(
+        [sys.executable, __file__, "--one", name] + (["--quick"] if quick else []),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def measure(names, quick, repeats):
+    """Median of each configuration's runs, taken in rounds over all of them.
+
+    Rounds (every configuration once, then again) rather than one
+    configuration's repeats in a row, so that a slow spell of a shared host
+    hits ours and the peer alike.
+    """
+    runs = {name: [] for name in names}
+    for round_ in range(max(repeats[CONFIGS[name][0]] for name in names)):
+        for name in names:
+            if round_ < repeats[CONFIGS[name][0]]:
+                print(f"  round {round_ + 1}: {name}", file=sys.stderr, flush=True)
+                runs[name].append(run_subprocess(name, quick))
     return {
-        "time": statistics.median(r["time"] for r in runs),
-        "permutations": runs[0]["permutations"],
-        "peak_gb": max(r["peak_gb"] for r in runs),
-        "work_gb": max(r["work_gb"] for r in runs),
-        "pvalue": runs[0]["pvalue"],
+        name: {
+            "time": statistics.median(r["time"] for r in results),
+            "permutations": results[0]["permutations"],
+            "peak_gb": max(r["peak_gb"] for r in results),
+            "work_gb": max(r["work_gb"] for r in results),
+            "pvalue": results[0]["pvalue"],
+        }
+        for name, results in runs.items()
     }
 
 
@@ -158,8 +175,7 @@ def print_row(name, res, quick):
     estimate = res["time"] * full / res["permutations"]
     print(
         f"{name:<34}{res['permutations']:>6}{res['time']:>9.3f}{estimate:>12.2f}"
-        f"{res['peak_gb']:>9.2f}{res['work_gb']:>11.2f}{res['pvalue']:>8.3f}",
-        flush=True,
+        f"{res['peak_gb']:>9.2f}{res['work_gb']:>11.2f}{res['pvalue']:>8.3f}"
     )
 
 
@@ -188,14 +204,12 @@ def main():
             f"{workload}: n={n}, p={p}, targets={t}, cv=5, {b} permutations; "
             f"median of {repeats[workload]} run(s), each in its own process"
         )
+    results = measure(names, args.quick, repeats)
     print(
         f"\n{'configuration':<34}{'perms':>6}{'time s':>9}{'est. full s':>12}"
-        f"{'peak GB':>9}{'above data':>11}{'mean p':>8}",
-        flush=True,
+        f"{'peak GB':>9}{'above data':>11}{'mean p':>8}"
     )
-    results = {}
     for name in names:
-        results[name] = measure(name, args.quick, repeats[CONFIGS[name][0]])
         print_row(name, results[name], args.quick)
     print()
     for ours, peer, target in RATIOS:

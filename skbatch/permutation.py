@@ -17,6 +17,7 @@ permutation, see :mod:`skbatch.random`):
 - any other estimator: refits through joblib, in bounded windows.
 """
 
+import contextlib
 import functools
 import math
 import numbers
@@ -71,6 +72,12 @@ __all__ = ["PermutationScorer"]
 # GEMM per fold over (permutations x targets) columns, already at the BLAS
 # peak at this width (the target batch of BatchedRidge, same reasoning).
 MAX_COLUMNS_PER_BATCH = MAX_TARGETS_PER_BATCH
+# Below this much work (FLOPs of the whole fast path) every product is small
+# and BLAS / torch threads synchronise more than they compute: 2-20x slower
+# than one thread on busy cores (PERFORMANCE.md, and torch's SVD of a
+# 400 x 50 fold: 0.5 ms alone, 250 ms beside one other process), while one
+# thread costs at most a few ms here; drawing the permutations dominates.
+SMALL_FIT_FLOPS = 1e9
 _MULTIOUTPUTS = ("uniform_average", "raw_values")
 # Scorings the ridge fast path computes on the device, per target. None is
 # R^2: the ``score`` of every estimator the fast path accepts.
@@ -197,13 +204,13 @@ class _RidgeFolds:
     the estimator, prediction of the test rows and their score.
     """
 
-    def __init__(self, X, Y, splits, spec, backend, dtype, scoring):
+    def __init__(self, X, Y, Y_device, splits, spec, backend, dtype, scoring):
         self.backend, self.dtype, self.xp = backend, dtype, backend.xp
         self.scoring = scoring
         self.n_targets = Y.shape[1]
         many = not spec.alpha_per_target and self.n_targets > 1
         self.columns_per_choice = self.n_targets if many else 1
-        self.Y = backend.asarray(Y, dtype)
+        self.Y = Y_device
         self.folds = []
         for train, test in splits:
             X_train = X[train]
@@ -649,8 +656,12 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
         if isinstance(estimator, BatchedRidge):
             dtype = _resolve_dtype(estimator.dtype, backend)
         scoring = self.scoring
-        with backend.context():
-            folds = _RidgeFolds(X, Y, splits, spec, backend, dtype, scoring)
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(backend.context())
+            Y_device = backend.asarray(Y, dtype)
+            if flops < SMALL_FIT_FLOPS:
+                stack.enter_context(_linalg.one_thread(Y_device))
+            folds = _RidgeFolds(X, Y, Y_device, splits, spec, backend, dtype, scoring)
             observed = np.asarray(
                 to_numpy(folds.scores(np.arange(n_samples)[None, :]))[0],
                 dtype=np.float64,
