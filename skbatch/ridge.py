@@ -572,6 +572,10 @@ class _RidgeProblem:
         return coef.T, Y_offset - self.X_offset @ coef
 
     def _to_device(self, Y_host, ids):
+        # The engine hands out consecutive ids: a slice is a view, where a
+        # gather would copy every target once more before centring copies it.
+        if ids[-1] - ids[0] + 1 == len(ids):
+            return self.backend.asarray(Y_host[:, ids[0] : ids[-1] + 1], self.dtype)
         return self.backend.asarray(Y_host[:, ids], self.dtype)
 
     def _select_and_fit(self, Y):
