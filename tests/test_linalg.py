@@ -252,6 +252,40 @@ def test_gcv_matches_naive_hat_matrix(shape, fit_intercept):
     assert_allclose(gcv(X, Y, alphas, fit_intercept=fit_intercept), expected, rtol=1e-8)
 
 
+@pytest.mark.parametrize("library", BACKENDS)
+def test_residual_sq_norm_of_nearly_exact_fits_equals_lstsq(library):
+    """Targets fitted to 1e-6 are formed explicitly: no cancellation."""
+    pytest.importorskip(library)
+    X, Y = make_data(80, 10, 6)
+    rng = np.random.default_rng(1)
+    exact = X @ rng.standard_normal((10, 3)) * 100 + 1e-6 * rng.standard_normal((80, 3))
+    Y = np.hstack([Y, exact])
+    Xc, Yc = X - X.mean(0), Y - Y.mean(0)
+    expected = np.sum((Yc - Xc @ np.linalg.lstsq(Xc, Yc, rcond=None)[0]) ** 2, axis=0)
+    U, _, _, UtY, Y_centered, _, _ = decompose(X, Y)
+    if library == "numpy":
+        got = residual_sq_norm(U, UtY, Y_centered)
+    elif library == "torch":
+        import torch
+
+        got = residual_sq_norm(*(torch.from_numpy(a) for a in (U, UtY, Y_centered)))
+        got = got.numpy()
+    else:
+        import jax
+
+        previous = jax.config.read("jax_enable_x64")
+        jax.config.update("jax_enable_x64", True)
+        try:
+            arrays = (jax.numpy.asarray(a) for a in (U, UtY, Y_centered))
+            got = np.asarray(residual_sq_norm(*arrays))
+        finally:
+            jax.config.update("jax_enable_x64", previous)
+    # Without the explicit residual the last three would be rounding noise
+    # of ||Y||^2 (about 1e-10 here), not 1e-10 * their true value.
+    assert expected[-3:].max() < 1e-9 * np.sum(Yc[:, -3:] ** 2, axis=0).min()
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
 def hand_kfold(X, Y, alphas, scoring, sample_weight=None):
     """Loop of sklearn Ridge over KFold(5), scored per target."""
     metrics = {
