@@ -1,14 +1,24 @@
 import logging
 import math
+import threading
 import tracemalloc
 from types import SimpleNamespace
 
 import joblib
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_limits
 
 from skbatch import Backend
-from skbatch._engine import plan_batches, run_batched, run_parallel
+from skbatch._engine import (
+    cpu_workers,
+    map_threads,
+    plan_batches,
+    run_batched,
+    run_parallel,
+)
+from skbatch._linalg import blas_threads
+from skbatch.oom import _SIMULATED_OOM_LIMIT
 from skbatch.random import item_rng
 from skbatch.testing import simulate_oom
 
@@ -511,3 +521,116 @@ def test_engine_with_streaming_bootstrap_peak_does_not_grow_with_b():
     lower, upper = acc.interval()
     np.testing.assert_allclose(lower, np.percentile(samples, 2.5, axis=0), rtol=1e-12)
     np.testing.assert_allclose(upper, np.percentile(samples, 97.5, axis=0), rtol=1e-12)
+
+
+# --- batches side by side on CPU threads --------------------------------------
+
+
+@pytest.fixture
+def two_blas_threads():
+    """BLAS on two threads whatever the host, so threads=True runs two workers."""
+    with threadpool_limits(2, user_api="blas"):
+        assert blas_threads() == 2
+        yield
+
+
+class ThreadedRecorder(Recorder):
+    """A kernel that waits until a second batch is in flight beside it."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.barrier = threading.Barrier(2, timeout=10)
+        self.lock = threading.Lock()
+        self.n_calls = 0
+        self.threads = set()
+        self.blas_in_kernel = set()
+
+    def kernel(self, ids):
+        with self.lock:
+            call = self.n_calls
+            self.n_calls += 1
+        self.threads.add(threading.get_ident())
+        self.blas_in_kernel.add(blas_threads())
+        if call < 2:
+            # The first two batches meet here: a sequential engine would
+            # leave the first waiting, and the barrier would break.
+            self.barrier.wait()
+        return super().kernel(ids)
+
+
+def test_threads_run_two_batches_at_once_with_the_same_results(two_blas_threads):
+    rec = ThreadedRecorder()
+    plan = rec.run(40, batch_size=5, threads=True)
+    assert not rec.barrier.broken
+    assert len(rec.threads) == 2
+    # Reduced in item order, each item computed once, values of the naive loop.
+    np.testing.assert_array_equal(rec.result(), 2 * _reference(40))
+    np.testing.assert_array_equal(np.concatenate(rec.reduced_ids), np.arange(40))
+    np.testing.assert_array_equal(np.sort(np.concatenate(rec.computed)), np.arange(40))
+    assert plan.n_kernel_calls == 8
+    # One BLAS thread per worker while they run; two again afterwards.
+    assert rec.blas_in_kernel == {1}
+    assert blas_threads() == 2
+
+
+def test_threads_split_a_small_auto_plan_among_workers(two_blas_threads):
+    rec = ThreadedRecorder()
+    plan = rec.run(9, max_memory_gb=1.0, threads=True)
+    assert plan.batch_size == 5 and plan.n_batches == 2
+    assert len(rec.threads) == 2
+    rec_sequential = Recorder()
+    assert rec_sequential.run(9, max_memory_gb=1.0).n_batches == 1
+
+
+def test_threads_see_simulated_oom_and_recover(two_blas_threads):
+    rec = Recorder()
+    with simulate_oom(max_items=3):
+        plan = rec.run(40, batch_size=8, threads=True)
+    np.testing.assert_array_equal(rec.result(), 2 * _reference(40))
+    np.testing.assert_array_equal(np.concatenate(rec.reduced_ids), np.arange(40))
+    assert plan.n_oom_recoveries > 0
+    assert max(rec.kernel_sizes) <= 3
+
+
+def test_threads_propagate_kernel_errors_and_restore_blas(two_blas_threads):
+    error = KeyError("kernel bug")
+
+    def kernel(ids):
+        if ids[0] >= 8:
+            raise error
+        return np.zeros((len(ids), 1))
+
+    with pytest.raises(KeyError) as excinfo:
+        run_batched(
+            kernel,
+            lambda ids, r: None,
+            n_items=40,
+            backend=Backend("numpy"),
+            device_bytes_per_item=8,
+            batch_size=4,
+            threads=True,
+        )
+    assert excinfo.value is error
+    assert blas_threads() == 2
+
+
+def test_threads_are_for_numpy_only(two_blas_threads):
+    assert cpu_workers(Backend("numpy")) == 2
+    assert cpu_workers(Backend("torch", "cpu")) == 1
+    assert cpu_workers(Backend("jax", "cpu")) == 1
+    with threadpool_limits(1, user_api="blas"):
+        assert cpu_workers(Backend("numpy")) == 1
+
+
+def test_map_threads_keeps_order_and_context(two_blas_threads):
+    barrier = threading.Barrier(2, timeout=10)
+
+    def task(item):
+        if item < 2:
+            barrier.wait()  # the first two tasks run at once
+        return item, _SIMULATED_OOM_LIMIT.get(), blas_threads()
+
+    with simulate_oom(max_items=7):
+        results = map_threads(task, list(range(6)), Backend("numpy"))
+    assert results == [(item, 7, 1) for item in range(6)]
+    assert blas_threads() == 2
