@@ -239,8 +239,8 @@ class _RidgeFolds:
         arrays = [self.Y]
         for _, _, problem, X_test_V in self.folds:
             arrays += [problem.U, problem.Vt, X_test_V]
-            for *_, U, _, inner_test_V in problem.folds:
-                arrays += [U, inner_test_V]
+            for fold in problem.folds:
+                arrays += [fold.U, fold.X_test_V]
         itemsize = np.dtype(self.dtype).itemsize
         return itemsize * sum(math.prod(a.shape) for a in arrays)
 
@@ -277,6 +277,7 @@ class _RidgeFolds:
             alpha = problem.choose_alpha(
                 Y_train,
                 Y_centered,
+                Y_offset,
                 UtY,
                 columns_per_choice=self.columns_per_choice,
             )

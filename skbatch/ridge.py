@@ -21,7 +21,7 @@ from ._base import (
     check_verbose,
     host_input,
 )
-from ._engine import run_batched
+from ._engine import map_threads, run_batched
 from .backend import resolve_backend
 
 __all__ = ["BatchedRidge"]
@@ -345,6 +345,7 @@ default=None
                 fixed_bytes=X.nbytes,
                 max_memory_gb=self.max_memory_gb,
                 batch_size=self.n_targets_batch,
+                threads=True,
             )
         if np.ndim(self.coef_) == 1:
             out = out[:, 0]
@@ -442,26 +443,20 @@ class _RidgeProblem:
             None if sample_weight is None else backend.asarray(sample_weight, dtype)
         )
         self.sample_weight = weight
-        X_centered, self.X_offset = _linalg.center(
-            X, weight, fit_intercept=fit_intercept, xp=xp
-        )
-        self.U, self.s, self.Vt = _linalg.svd_decompose(X_centered, xp=xp)
-        del X_centered
-        self.folds = []
-        for train, test in splits or ():
-            train = backend.asarray(train)
-            test = backend.asarray(test)
-            train_weight = None if weight is None else xp.take(weight, train, axis=0)
-            U, s, X_test_V = _linalg.fold_basis(
-                xp.take(X, train, axis=0),
-                xp.take(X, test, axis=0),
-                fit_intercept=fit_intercept,
-                sample_weight=train_weight,
-                xp=xp,
-            )
-            self.folds.append((train, test, train_weight, U, s, X_test_V))
 
-    def _scores(self, Y, Y_centered, UtY):
+        def decompose(split):
+            if split is not None:
+                return _Fold(X, weight, *split, backend, fit_intercept=fit_intercept)
+            X_centered, X_offset = _linalg.center(
+                X, weight, fit_intercept=fit_intercept, xp=xp
+            )
+            return X_offset, *_linalg.svd_decompose(X_centered, xp=xp)
+
+        # All rows and every fold: independent decompositions, side by side.
+        full, *self.folds = map_threads(decompose, [None, *(splits or ())], backend)
+        self.X_offset, self.U, self.s, self.Vt = full
+
+    def _scores(self, Y, Y_centered, Y_offset, UtY):
         """Scores (n_alphas, n_targets) of one batch of targets."""
         xp = self.xp
         if self.cv is None:
@@ -490,16 +485,21 @@ class _RidgeProblem:
                 xp=xp,
             )
         total = 0.0
-        for train, test, train_weight, U, s, X_test_V in self.folds:
-            total = total + _linalg.fold_scores(
-                U,
-                s,
-                X_test_V,
-                xp.take(Y, train, axis=0),
-                xp.take(Y, test, axis=0),
+        for fold in self.folds:
+            # The fold's training rows of the targets centred on all rows:
+            # U's columns are orthogonal to the (weighted) mean direction, so
+            # projecting them equals projecting the rows centred on their own
+            # means, and the training mean is one shift of the test targets.
+            UtY_fold = fold.project(Y_centered)
+            y_true = fold.test_rows(Y) - Y_offset
+            if self.fit_intercept:
+                y_true = y_true - fold.train_mean(Y_centered)
+            total = total + _linalg.holdout_scores(
+                fold.s,
+                fold.X_test_V,
+                UtY_fold,
+                y_true,
                 self.alphas,
-                fit_intercept=self.fit_intercept,
-                sample_weight=train_weight,
                 scoring=self.scoring or "r2",
                 xp=xp,
             )
@@ -519,12 +519,12 @@ class _RidgeProblem:
         )
         return Y_centered, Y_offset, _linalg.project(self.U, Y_centered, xp=self.xp)
 
-    def choose_alpha(self, Y, Y_centered, UtY, *, columns_per_choice=1):
+    def choose_alpha(self, Y, Y_centered, Y_offset, UtY, *, columns_per_choice=1):
         """Alpha chosen by the CV criterion for every column of ``Y``.
 
         Parameters
         ----------
-        Y, Y_centered, UtY : arrays
+        Y, Y_centered, Y_offset, UtY : arrays
             Targets as given to :meth:`project` and what it returned.
         columns_per_choice : int, default=1
             Consecutive columns that share one alpha, chosen on their mean
@@ -539,7 +539,7 @@ class _RidgeProblem:
         n_columns = Y.shape[1]
         if self.alphas.size == 1:
             return xp.broadcast_to(alphas, (n_columns,))
-        scores = self._scores(Y, Y_centered, UtY)
+        scores = self._scores(Y, Y_centered, Y_offset, UtY)
         if columns_per_choice > 1:
             scores = xp.mean(
                 xp.reshape(scores, (self.alphas.size, -1, columns_per_choice)),
@@ -582,7 +582,7 @@ class _RidgeProblem:
         """Kernel: scores of every alpha, the best per target, its coefficients."""
         xp = self.xp
         Y_centered, Y_offset, UtY = self.project(Y)
-        scores = self._scores(Y, Y_centered, UtY)
+        scores = self._scores(Y, Y_centered, Y_offset, UtY)
         best, best_score = _linalg.select_alpha(scores, xp=xp)
         alpha = xp.take(self.backend.asarray(self.alphas, self.dtype), best)
         return (*self._refit(UtY, Y_offset, alpha), best, best_score, scores.T)
@@ -611,8 +611,8 @@ class _RidgeProblem:
             coef[ids], intercept[ids] = result
 
         fixed = itemsize * (2 * n * p + n * r + r * p)
-        for *_, U, _, X_test_V in self.folds:
-            fixed += itemsize * (U.shape[0] + X_test_V.shape[0]) * U.shape[1]
+        for fold in self.folds:
+            fixed += itemsize * (fold.U.shape[0] + fold.X_test_V.shape[0]) * r
         engine_args = dict(
             n_items=n_targets,
             backend=self.backend,
@@ -626,6 +626,7 @@ class _RidgeProblem:
             desc="targets",
             batch_size=batch_size,
             max_batch_size=MAX_TARGETS_PER_BATCH,
+            threads=True,
         )
         run_batched(
             lambda ids: self._select_and_fit(self._to_device(Y, ids)),
@@ -643,3 +644,86 @@ class _RidgeProblem:
             best[:] = shared
             best_score[:] = scores[:, shared]
         return coef, intercept, best, best_score, scores
+
+
+# Row indices that form at most this many runs of consecutive rows (KFold
+# without shuffling: two) are read as slices, views rather than copies.
+MAX_ROW_RUNS = 4
+
+
+def _row_runs(indices):
+    """``[(position, row, length), ...]`` of consecutive runs, or None if many."""
+    indices = np.asarray(indices)
+    breaks = np.flatnonzero(np.diff(indices) != 1) + 1
+    if indices.size == 0 or breaks.size >= MAX_ROW_RUNS:
+        return None
+    bounds = np.concatenate(([0], breaks, [indices.size]))
+    return [
+        (int(start), int(indices[start]), int(stop - start))
+        for start, stop in zip(bounds[:-1], bounds[1:])
+    ]
+
+
+class _Fold:
+    """One train/test split: its training rows decomposed, its rows located."""
+
+    def __init__(self, X, weight, train, test, backend, *, fit_intercept):
+        xp = backend.xp
+        self.xp = xp
+        self.train_runs, self.test_runs = _row_runs(train), _row_runs(test)
+        self.train, self.test = backend.asarray(train), backend.asarray(test)
+        self.n_train = len(train)
+        self.root_weight = None
+        train_weight = None
+        if weight is not None:
+            train_weight = xp.take(weight, self.train, axis=0)
+            self.root_weight = xp.sqrt(train_weight)
+            self.total_weight = xp.sum(train_weight)
+        self.U, self.s, self.X_test_V = _linalg.fold_basis(
+            xp.take(X, self.train, axis=0),
+            xp.take(X, self.test, axis=0),
+            fit_intercept=fit_intercept,
+            sample_weight=train_weight,
+            xp=xp,
+        )
+
+    def _blocks(self, A, runs, indices):
+        """``(positions, rows of A)`` pairs covering the fold's rows of ``A``."""
+        if runs is None:
+            return [(slice(None), self.xp.take(A, indices, axis=0))]
+        return [
+            (slice(position, position + length), A[row : row + length])
+            for position, row, length in runs
+        ]
+
+    def project(self, Y_centered):
+        """``U' Y_centered[train]``, one product per run of rows."""
+        total = None
+        for positions, rows in self._blocks(Y_centered, self.train_runs, self.train):
+            part = self.U[positions].T @ rows
+            total = part if total is None else total + part
+        return total
+
+    def test_rows(self, Y):
+        """``Y[test]``: a view when the test rows are one run."""
+        blocks = self._blocks(Y, self.test_runs, self.test)
+        if len(blocks) == 1:
+            return blocks[0][1]
+        return self.xp.concat([rows for _, rows in blocks], axis=0)
+
+    def train_mean(self, Y_centered):
+        """(Weighted) mean of the training rows of ``Y_centered``, unscaled.
+
+        ``Y_centered`` rows carry sqrt(w): ``sqrt(w)' Y_centered[train] /
+        sum(w[train])`` is the training mean of ``Y - Y_offset``.
+        """
+        xp = self.xp
+        total = 0.0
+        for positions, rows in self._blocks(Y_centered, self.train_runs, self.train):
+            if self.root_weight is None:
+                total = total + xp.sum(rows, axis=0)
+            else:
+                total = total + self.root_weight[positions] @ rows
+        if self.root_weight is None:
+            return total / self.n_train
+        return total / self.total_weight

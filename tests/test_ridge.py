@@ -5,9 +5,15 @@ import pytest
 from sklearn.datasets import load_diabetes, load_linnerud
 from sklearn.linear_model import Ridge, RidgeCV
 from sklearn.metrics import mean_squared_error, r2_score
-from sklearn.model_selection import GridSearchCV, KFold, cross_val_score
+from sklearn.model_selection import (
+    GridSearchCV,
+    KFold,
+    TimeSeriesSplit,
+    cross_val_score,
+)
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
+from threadpoolctl import threadpool_limits
 
 from skbatch import Backend, BatchedRidge
 from skbatch.testing import simulate_oom
@@ -118,6 +124,74 @@ def test_kfold_scores_equal_hand_loop(scoring):
     np.testing.assert_array_equal(ours.alpha_, ALPHAS[np.argmax(expected, axis=1)])
     refit = Ridge(alpha=ours.alpha_).fit(X, Y)
     np.testing.assert_allclose(ours.coef_, refit.coef_, rtol=1e-8, atol=1e-10)
+
+
+SPLITTERS = {
+    # Train and test rows in runs (read as views), scattered (gathered), and
+    # training rows only before the test rows.
+    "kfold": KFold(5),
+    "shuffled": KFold(5, shuffle=True, random_state=1),
+    "time series": TimeSeriesSplit(4),
+}
+
+
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("splitter", SPLITTERS)
+def test_kfold_r2_equals_hand_loop_for_any_splitter(splitter, weighted, fit_intercept):
+    X, Y = make_data(60, 10, 7, seed=11, noise=2.0)
+    Y += 50.0  # far from zero: the training means matter
+    weight = np.random.default_rng(12).uniform(0.2, 3.0, 60) if weighted else None
+    cv = SPLITTERS[splitter]
+    ours = BatchedRidge(
+        alphas=ALPHAS, cv=cv, fit_intercept=fit_intercept, store_cv_results=True
+    ).fit(X, Y, sample_weight=weight)
+    folds = []
+    for train, test in cv.split(X):
+        train_weight = None if weight is None else weight[train]
+        folds.append(
+            [
+                r2_score(
+                    Y[test],
+                    Ridge(alpha=alpha, fit_intercept=fit_intercept)
+                    .fit(X[train], Y[train], sample_weight=train_weight)
+                    .predict(X[test]),
+                    multioutput="raw_values",
+                )
+                for alpha in ALPHAS
+            ]
+        )
+    expected = np.mean(folds, axis=0).T
+    np.testing.assert_allclose(ours.cv_results_["scores"], expected, rtol=1e-8)
+    np.testing.assert_array_equal(ours.alpha_, ALPHAS[np.argmax(expected, axis=1)])
+
+
+def test_kfold_float32_with_offset_targets_matches_float64():
+    X, Y = make_data(200, 15, 12, seed=13, noise=2.0)
+    Y += 1e3
+    ref = BatchedRidge(alphas=ALPHAS, cv=5, store_cv_results=True).fit(X, Y)
+    model = BatchedRidge(
+        alphas=ALPHAS, cv=5, dtype="float32", store_cv_results=True
+    ).fit(X, Y)
+    assert model.cv_results_["scores"].dtype == np.float64
+    np.testing.assert_allclose(
+        model.cv_results_["scores"], ref.cv_results_["scores"], rtol=1e-4, atol=1e-6
+    )
+    np.testing.assert_array_equal(model.alpha_, ref.alpha_)
+
+
+@pytest.mark.parametrize("cv", [None, "gcv", 4])
+def test_batches_side_by_side_equal_batches_in_turn(cv):
+    X, Y = make_data(50, 10, 40, seed=14, noise=2.0)
+    with threadpool_limits(1, user_api="blas"):
+        ref = BatchedRidge(alphas=ALPHAS, cv=cv, n_targets_batch=6).fit(X, Y)
+        ref_predictions = ref.predict(X)
+    with threadpool_limits(2, user_api="blas"):
+        model = BatchedRidge(alphas=ALPHAS, cv=cv, n_targets_batch=6).fit(X, Y)
+        predictions = model.predict(X)
+    np.testing.assert_array_equal(model.alpha_, ref.alpha_)
+    np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(predictions, ref_predictions, rtol=1e-12)
 
 
 def test_gcv_picks_alpha_of_naive_gcv():
