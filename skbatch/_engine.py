@@ -30,7 +30,7 @@ from joblib.parallel import get_active_backend
 from sklearn.utils.parallel import Parallel, delayed
 from tqdm.auto import tqdm
 
-from ._linalg import blas_threads, one_blas_thread
+from ._linalg import library_one_thread, library_threads
 from .backend import to_numpy
 from .memory import GB, _check_n_items, auto_batch_size, memory_budget
 from .oom import ChunkRunner
@@ -274,7 +274,7 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size :
     with (
         _progress(n_items, verbose, desc) as bar,
         backend.context(),
-        _side_by_side(n_workers) as pool,
+        _side_by_side(n_workers, backend) as pool,
     ):
         while start < n_items:
             ids = all_ids[start : start + size]
@@ -339,16 +339,16 @@ def cpu_workers(backend):
     """
     if backend.library != "numpy":
         return 1
-    return blas_threads()
+    return library_threads("numpy")
 
 
 @contextlib.contextmanager
-def _side_by_side(n_workers):
-    """A thread pool of ``n_workers`` with BLAS on one thread, or None."""
+def _side_by_side(n_workers, backend):
+    """A pool of ``n_workers`` threads, the library on one thread, or None."""
     if n_workers <= 1:
         yield None
         return
-    with one_blas_thread(), ThreadPoolExecutor(n_workers) as pool:
+    with library_one_thread(backend.library), ThreadPoolExecutor(n_workers) as pool:
         try:
             yield pool
         except BaseException:
@@ -357,13 +357,16 @@ def _side_by_side(n_workers):
 
 
 def map_threads(fn, items, backend):
-    """``[fn(item) for item in items]``, side by side on a numpy backend.
+    """``[fn(item) for item in items]``, side by side on a CPU backend.
 
-    For independent CPU tasks such as factorisations, each on one BLAS
-    thread (:func:`cpu_workers`); in order, and sequential elsewhere.
+    For independent tasks that run on one thread anyway, such as the
+    factorisations of :func:`skbatch._linalg.one_thread`: numpy and torch on
+    the CPU run one per thread of the library, each on one thread; in order.
+    Sequential elsewhere.
     """
-    n_workers = min(cpu_workers(backend), len(items))
-    with _side_by_side(n_workers) as pool:
+    threads = library_threads(backend.library) if not backend.is_gpu else 1
+    n_workers = min(threads, len(items))
+    with _side_by_side(n_workers, backend) as pool:
         if pool is None:
             return [fn(item) for item in items]
         tasks = [

@@ -829,8 +829,14 @@ def _threadpools():
     return ThreadpoolController()
 
 
-def blas_threads():
-    """Threads numpy's BLAS runs a product on (the most of its libraries)."""
+def library_threads(library):
+    """Threads numpy's BLAS (the most of its libraries) or torch runs on."""
+    if library == "torch":
+        import torch
+
+        return torch.get_num_threads()
+    if library != "numpy":
+        return 1
     return max(
         (
             pool["num_threads"]
@@ -841,9 +847,13 @@ def blas_threads():
     )
 
 
-def one_blas_thread():
-    """Context in which numpy's BLAS libraries run on one thread."""
-    return _threadpools().limit(limits=1, user_api="blas")
+def library_one_thread(library):
+    """Context in which numpy's BLAS, or torch on the CPU, runs on one thread."""
+    if library == "numpy":
+        return _threadpools().limit(limits=1, user_api="blas")
+    if library == "torch":
+        return _torch_threads(1)
+    return contextlib.nullcontext()
 
 
 def one_thread(array):
@@ -857,9 +867,9 @@ def one_thread(array):
     keep every thread. GPUs and jax schedule their own kernels.
     """
     if isinstance(array, np.ndarray):
-        return one_blas_thread()
+        return library_one_thread("numpy")
     if type(array).__module__.startswith("torch") and array.device.type == "cpu":
-        return _torch_threads(1)
+        return library_one_thread("torch")
     return contextlib.nullcontext()
 
 

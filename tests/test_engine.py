@@ -17,7 +17,7 @@ from skbatch._engine import (
     run_batched,
     run_parallel,
 )
-from skbatch._linalg import blas_threads
+from skbatch._linalg import library_threads
 from skbatch.oom import _SIMULATED_OOM_LIMIT
 from skbatch.random import item_rng
 from skbatch.testing import simulate_oom
@@ -530,7 +530,7 @@ def test_engine_with_streaming_bootstrap_peak_does_not_grow_with_b():
 def two_blas_threads():
     """BLAS on two threads whatever the host, so threads=True runs two workers."""
     with threadpool_limits(2, user_api="blas"):
-        assert blas_threads() == 2
+        assert library_threads("numpy") == 2
         yield
 
 
@@ -550,7 +550,7 @@ class ThreadedRecorder(Recorder):
             call = self.n_calls
             self.n_calls += 1
         self.threads.add(threading.get_ident())
-        self.blas_in_kernel.add(blas_threads())
+        self.blas_in_kernel.add(library_threads("numpy"))
         if call < 2:
             # The first two batches meet here: a sequential engine would
             # leave the first waiting, and the barrier would break.
@@ -570,7 +570,7 @@ def test_threads_run_two_batches_at_once_with_the_same_results(two_blas_threads)
     assert plan.n_kernel_calls == 8
     # One BLAS thread per worker while they run; two again afterwards.
     assert rec.blas_in_kernel == {1}
-    assert blas_threads() == 2
+    assert library_threads("numpy") == 2
 
 
 def test_threads_split_a_small_auto_plan_among_workers(two_blas_threads):
@@ -611,7 +611,7 @@ def test_threads_propagate_kernel_errors_and_restore_blas(two_blas_threads):
             threads=True,
         )
     assert excinfo.value is error
-    assert blas_threads() == 2
+    assert library_threads("numpy") == 2
 
 
 def test_threads_are_for_numpy_only(two_blas_threads):
@@ -628,9 +628,28 @@ def test_map_threads_keeps_order_and_context(two_blas_threads):
     def task(item):
         if item < 2:
             barrier.wait()  # the first two tasks run at once
-        return item, _SIMULATED_OOM_LIMIT.get(), blas_threads()
+        return item, _SIMULATED_OOM_LIMIT.get(), library_threads("numpy")
 
     with simulate_oom(max_items=7):
         results = map_threads(task, list(range(6)), Backend("numpy"))
     assert results == [(item, 7, 1) for item in range(6)]
-    assert blas_threads() == 2
+    assert library_threads("numpy") == 2
+
+
+def test_map_threads_runs_torch_tasks_on_one_torch_thread_each():
+    torch = pytest.importorskip("torch")
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    barrier = threading.Barrier(2, timeout=10)
+
+    def task(item):
+        if item < 2:
+            barrier.wait()
+        return item, torch.get_num_threads()
+
+    try:
+        results = map_threads(task, list(range(4)), Backend("torch", "cpu"))
+        assert results == [(item, 1) for item in range(4)]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(previous)
