@@ -5,7 +5,8 @@ alphas (np.logspace(-2, 6, 20)), per-target alpha. Every configuration runs
 in its own subprocess, so its peak RSS is its own; each is repeated and the
 median time is reported, with the ratio to the peer measured in the same
 run. The achieved GFLOP/s of the dominant loop (one n x rank x targets GEMM
-per alpha and fold) is printed next to the BLAS GEMM rate measured here.
+per alpha and fold) is printed as a share of the GEMM rate measured here for
+the library the configuration computes with (numpy's OpenBLAS, torch's MKL).
 
     python benchmarks/bench_ridge.py            # full workload, 3 repeats
     python benchmarks/bench_ridge.py --quick    # tiny, to check it runs
@@ -108,8 +109,13 @@ def run_one(name, n, p, t):
     )
 
 
-def gemm_rate(dtype, size=2000, repeats=3):
+def gemm_rate(dtype, library="numpy", size=2000, repeats=3):
+    """GFLOP/s of a size^3 GEMM in numpy (OpenBLAS) or torch (MKL)."""
     a = np.random.default_rng(0).standard_normal((size, size)).astype(dtype)
+    if library == "torch":
+        import torch
+
+        a = torch.from_numpy(a)
     a @ a
     times = []
     for _ in range(repeats):
@@ -117,6 +123,10 @@ def gemm_rate(dtype, size=2000, repeats=3):
         a @ a
         times.append(time.perf_counter() - start)
     return 2 * size**3 / min(times) / 1e9
+
+
+def library_of(name):
+    return "torch" if "torch" in name else "numpy"
 
 
 def main():
@@ -134,11 +144,16 @@ def main():
     repeats = 1 if args.quick else args.repeats
     names = args.only or list(CONFIGS)
     print(f"n={n}, p={p}, targets={t}, 20 alphas; median of {repeats} run(s)")
-    rates = {dtype: gemm_rate(dtype) for dtype in (np.float64, np.float32)}
-    print(
-        f"BLAS GEMM 2000^3: f64 {rates[np.float64]:.0f} GFLOP/s, "
-        f"f32 {rates[np.float32]:.0f} GFLOP/s"
-    )
+    rates = {
+        (library, dtype): gemm_rate(dtype, library)
+        for library in ("numpy", "torch")
+        for dtype in (np.float64, np.float32)
+    }
+    for library in ("numpy", "torch"):
+        print(
+            f"{library} GEMM 2000^3: f64 {rates[library, np.float64]:.0f} GFLOP/s, "
+            f"f32 {rates[library, np.float32]:.0f} GFLOP/s"
+        )
     results = {}
     for name in names:
         runs = []
@@ -180,6 +195,7 @@ def main():
         flops = 20 * 2 * n * min(n, p) * t
         gflops = flops / res["time"] / 1e9
         dtype = np.float32 if "f32" in name else np.float64
+        rate = rates[library_of(name), dtype]
         same = (
             f"{np.mean(res['alphas'] == reference['alphas']):.2%}"
             if reference is not None and params.get("cv") is None and kind != "himalaya"
@@ -190,7 +206,7 @@ def main():
             f"{name:<36}{res['time']:>8.2f}{res['peak_gb']:>9.2f}"
             f"{res['work_gb']:>11.2f}"
             f"{gflops if dominant else float('nan'):>9.0f}"
-            f"{100 * gflops / rates[dtype] if dominant else float('nan'):>7.0f}%"
+            f"{100 * gflops / rate if dominant else float('nan'):>7.0f}%"
             f"{same:>16}"
         )
     print()
