@@ -6,7 +6,7 @@ import numbers
 import numpy as np
 from sklearn.utils import get_tags
 from sklearn.utils.metaestimators import available_if
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import _num_samples, check_is_fitted, validate_data
 
 from .backend import backend_of_array, resolve_backend, to_numpy
 
@@ -133,6 +133,28 @@ class WrapperMixin(DeviceMixin):
 
     def _get_estimator(self):
         return self._default_estimator() if self.estimator is None else self.estimator
+
+    def _check_fit_input(self, X, y, groups, fit_params, **check_params):
+        """The inputs of ``fit`` on the host, validated before any work.
+
+        torch and jax arrays come to the host; X and y go through
+        ``validate_data`` (multi-output, with ``check_params``), and the
+        groups are checked against the number of samples.
+
+        Returns
+        -------
+        X, y : host inputs as given (a DataFrame stays one)
+        X_valid, y_valid : validated arrays
+        groups : ndarray or None
+        fit_params : dict
+            With host values.
+        """
+        X, _ = host_input(X)
+        y, _ = host_input(y)
+        fit_params = {key: host_input(value)[0] for key, value in fit_params.items()}
+        X_valid, y_valid = validate_data(self, X, y, multi_output=True, **check_params)
+        groups = check_groups(groups, _num_samples(X_valid))
+        return X, y, X_valid, y_valid, groups, fit_params
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

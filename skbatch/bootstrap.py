@@ -35,16 +35,13 @@ from sklearn.utils.validation import (
     _check_method_params,
     _check_sample_weight,
     _num_samples,
-    validate_data,
 )
 
 from . import _linalg
 from ._base import (
     WrapperMixin,
-    check_groups,
     check_max_memory_gb,
     check_verbose,
-    host_input,
 )
 from ._engine import run_batched, run_parallel
 from .backend import resolve_backend, to_numpy
@@ -329,22 +326,18 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         """
         self._check_params()
         entropy = resolve_entropy(self.random_state)
-        X, _ = host_input(X)
-        y, _ = host_input(y)
-        fit_params = {k: host_input(v)[0] for k, v in fit_params.items()}
         estimator = self._get_estimator()
         inner_tags = get_tags(estimator)
-        X_checked, y_checked = validate_data(
-            self,
+        X, y, X_checked, y_checked, groups, fit_params = self._check_fit_input(
             X,
             y,
+            groups,
+            fit_params,
             accept_sparse="csr" if inner_tags.input_tags.sparse else False,
             dtype=None,
             ensure_all_finite="allow-nan" if inner_tags.input_tags.allow_nan else True,
-            multi_output=True,
         )
         n_samples = _num_samples(X_checked)
-        groups = check_groups(groups, n_samples)
         # DataFrames go to the estimator as they are, so that column names
         # (and a ColumnTransformer selecting by them) keep working.
         X_fit = X if hasattr(X, "iloc") else X_checked

@@ -41,15 +41,13 @@ from sklearn.metrics import (
 from sklearn.model_selection import check_cv
 from sklearn.utils import _safe_indexing, get_tags
 from sklearn.utils.metaestimators import _safe_split
-from sklearn.utils.validation import _check_method_params, validate_data
+from sklearn.utils.validation import _check_method_params
 
 from . import _linalg
 from ._base import (
     WrapperMixin,
-    check_groups,
     check_max_memory_gb,
     check_verbose,
-    host_input,
 )
 from ._engine import run_batched, run_parallel
 from .backend import resolve_backend, to_numpy
@@ -577,26 +575,21 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
         self._check_params()
         estimator = self._get_estimator()
         raw = self.multioutput == "raw_values"
-        X_input, _ = host_input(X)
-        y, _ = host_input(y)
-        fit_params = {k: host_input(v)[0] for k, v in fit_params.items()}
         inner_tags = get_tags(estimator).input_tags
-        X_valid, y = validate_data(
-            self,
-            X_input,
+        X_input, _, X_valid, y, groups, fit_params = self._check_fit_input(
+            X,
             y,
+            groups,
+            fit_params,
             # Row-indexable formats, for slicing folds.
             accept_sparse=["csr", "csc"] if inner_tags.sparse else False,
             dtype=None if inner_tags.string or inner_tags.categorical else "numeric",
             ensure_all_finite=not inner_tags.allow_nan,
-            multi_output=True,
             y_numeric=not is_classifier(estimator),
         )
         # Column names reach the estimator as the user gave them, so that
         # estimator_ checks them in predict and name-based transformers work.
         X = X_input if hasattr(self, "feature_names_in_") else X_valid
-        n_samples = X_valid.shape[0]
-        groups = check_groups(groups, n_samples)
         n_targets = 1 if y.ndim == 1 else y.shape[1]
         n_stats = n_targets if raw else 1
         self._check_host_memory(n_stats)
