@@ -541,6 +541,7 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
                 fixed_bytes=fixed_bytes,
                 max_memory_gb=self.max_memory_gb,
                 max_batch_size=max(1, int(MAX_BATCH_BYTES // device_bytes)),
+                threads=True,
                 verbose=self.verbose,
                 desc="replicates",
             )

@@ -684,6 +684,7 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
                 fixed_bytes=folds.nbytes,
                 max_memory_gb=self.max_memory_gb,
                 max_batch_size=max(1, MAX_COLUMNS_PER_BATCH // n_targets),
+                threads=True,
                 verbose=self.verbose,
                 desc="permutations",
             )

@@ -20,6 +20,7 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer, StandardScaler
 from sklearn.tree import DecisionTreeRegressor
+from threadpoolctl import threadpool_limits
 
 import skbatch.bootstrap
 from skbatch import BatchedRidge, BootstrapEstimator, BootstrapResult
@@ -340,7 +341,10 @@ def test_fast_path_invariant_to_batch_size_and_oom(shape, monkeypatch):
     monkeypatch.setattr(skbatch.bootstrap, "run_batched", spy)
     X, Y = make_data(*shape, 3, seed=13)
     params = dict(n_bootstrap=37, return_samples=True, random_state=21)
-    reference = BootstrapEstimator(Ridge(), max_memory_gb=8.0, **params).fit(X, Y)
+    # One BLAS thread: one worker, so the reference is a single batch.
+    with threadpool_limits(1, user_api="blas"):
+        reference = BootstrapEstimator(Ridge(), max_memory_gb=8.0, **params)
+        reference.fit(X, Y)
     tiny = BootstrapEstimator(Ridge(), max_memory_gb=2e-4, **params).fit(X, Y)
     _assert_same_results(reference, tiny)
     with simulate_oom(max_items=3):
@@ -689,3 +693,14 @@ def test_gpu_cholesky_solve_on_cpu_arrays(library):
         assert_allclose(np.asarray(solution), np.linalg.solve(A, B), atol=1e-12)
         singular = backend.asarray(-np.broadcast_to(np.eye(6), (4, 6, 6)))
         assert _cholesky_solve(singular, backend.asarray(B), backend.xp) is None
+
+
+def test_fast_path_batches_side_by_side_equal_batches_in_turn():
+    X, Y = make_data(60, 6, 4, seed=22)
+    params = dict(n_bootstrap=50, return_samples=True, random_state=5)
+    with threadpool_limits(1, user_api="blas"):
+        in_turn = BootstrapEstimator(Ridge(), max_memory_gb=2e-4, **params).fit(X, Y)
+    with threadpool_limits(2, user_api="blas"):
+        side_by_side = BootstrapEstimator(Ridge(), max_memory_gb=2e-4, **params)
+        side_by_side.fit(X, Y)
+    _assert_same_results(in_turn, side_by_side)

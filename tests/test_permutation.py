@@ -487,3 +487,26 @@ def test_retained_null_is_checked_against_host_budget():
     )
     with pytest.raises(ValueError, match=r"0\.08.* GB.*0\.01 GB.*return_null=False"):
         perm.fit(X, Y)
+
+
+def test_ridge_path_batches_side_by_side_equal_batches_in_turn():
+    from threadpoolctl import threadpool_limits
+
+    X, Y = make_data(seed=23, n_targets=3)
+    params = dict(
+        n_permutations=60,
+        multioutput="raw_values",
+        return_null=True,
+        random_state=4,
+        max_memory_gb=1e-4,
+    )
+    with threadpool_limits(1, user_api="blas"):
+        in_turn = PermutationScorer(BatchedRidge(alphas=[0.1, 10.0]), **params)
+        in_turn.fit(X, Y)
+    with threadpool_limits(2, user_api="blas"):
+        side_by_side = PermutationScorer(BatchedRidge(alphas=[0.1, 10.0]), **params)
+        side_by_side.fit(X, Y)
+    assert_allclose(
+        side_by_side.permutation_scores_, in_turn.permutation_scores_, rtol=1e-12
+    )
+    assert_array_equal(side_by_side.pvalue_, in_turn.pvalue_)
