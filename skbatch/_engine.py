@@ -328,6 +328,10 @@ def cpu_workers(backend):
     ran 7% faster, its GCV 17%, on two cores. torch and jax run their
     elementwise kernels on all threads already; a GPU is one device.
 
+    Only a call from the main thread goes side by side: thread limits are
+    process-wide, and callers limiting and restoring them from several
+    threads at once (a threading joblib backend) could leave them at one.
+
     Parameters
     ----------
     backend : Backend
@@ -335,11 +339,16 @@ def cpu_workers(backend):
     Returns
     -------
     int
-        1 unless the backend is numpy and BLAS has several threads.
+        1 unless the backend is numpy, BLAS has several threads and the
+        caller is the main thread.
     """
-    if backend.library != "numpy":
+    if backend.library != "numpy" or not _in_main_thread():
         return 1
     return library_threads("numpy")
+
+
+def _in_main_thread():
+    return threading.current_thread() is threading.main_thread()
 
 
 @contextlib.contextmanager
@@ -362,9 +371,11 @@ def map_threads(fn, items, backend):
     For independent tasks that run on one thread anyway, such as the
     factorisations of :func:`skbatch._linalg.one_thread`: numpy and torch on
     the CPU run one per thread of the library, each on one thread; in order.
-    Sequential elsewhere.
+    Sequential elsewhere, and when called from another than the main thread
+    (see :func:`cpu_workers`).
     """
-    threads = library_threads(backend.library) if not backend.is_gpu else 1
+    side_by_side = not backend.is_gpu and _in_main_thread()
+    threads = library_threads(backend.library) if side_by_side else 1
     n_workers = min(threads, len(items))
     with _side_by_side(n_workers, backend) as pool:
         if pool is None:

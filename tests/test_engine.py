@@ -653,3 +653,22 @@ def test_map_threads_runs_torch_tasks_on_one_torch_thread_each():
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(previous)
+
+
+def test_only_the_main_thread_runs_batches_side_by_side(two_blas_threads):
+    """Another thread's limits could race with ours: it runs batches in turn."""
+    found = {}
+
+    def other_thread():
+        found["workers"] = cpu_workers(Backend("numpy"))
+        rec = Recorder()
+        found["plan"] = rec.run(9, max_memory_gb=1.0, threads=True)
+        found["result"] = rec.result()
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    thread.join(timeout=30)
+    assert found["workers"] == 1
+    assert found["plan"].n_batches == 1
+    np.testing.assert_array_equal(found["result"], 2 * _reference(9))
+    assert library_threads("numpy") == 2
