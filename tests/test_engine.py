@@ -216,22 +216,28 @@ def test_oom_on_one_item_raises_memory_error_saying_what_to_lower():
     assert rec.reduced == []
 
 
-def test_non_oom_kernel_errors_propagate():
+@pytest.mark.parametrize("threads", [False, True])
+def test_non_oom_kernel_errors_propagate(threads, two_blas_threads):
     error = KeyError("kernel bug")
 
     def kernel(ids):
-        raise error
+        if ids[0] >= 8:
+            raise error
+        return np.zeros((len(ids), 1))
 
     with simulate_oom(max_items=2), pytest.raises(KeyError) as excinfo:
         run_batched(
             kernel,
             lambda ids, r: None,
-            n_items=8,
+            n_items=40,
             backend=Backend("numpy"),
             device_bytes_per_item=8,
             batch_size=4,
+            threads=threads,
         )
     assert excinfo.value is error
+    # The side-by-side run gave BLAS its threads back.
+    assert library_threads("numpy") == 2
 
 
 def test_verbose_logs_the_plan_and_the_recovery(caplog):
@@ -590,28 +596,6 @@ def test_threads_see_simulated_oom_and_recover(two_blas_threads):
     np.testing.assert_array_equal(np.concatenate(rec.reduced_ids), np.arange(40))
     assert plan.n_oom_recoveries > 0
     assert max(rec.kernel_sizes) <= 3
-
-
-def test_threads_propagate_kernel_errors_and_restore_blas(two_blas_threads):
-    error = KeyError("kernel bug")
-
-    def kernel(ids):
-        if ids[0] >= 8:
-            raise error
-        return np.zeros((len(ids), 1))
-
-    with pytest.raises(KeyError) as excinfo:
-        run_batched(
-            kernel,
-            lambda ids, r: None,
-            n_items=40,
-            backend=Backend("numpy"),
-            device_bytes_per_item=8,
-            batch_size=4,
-            threads=True,
-        )
-    assert excinfo.value is error
-    assert library_threads("numpy") == 2
 
 
 def test_threads_are_for_numpy_only(two_blas_threads):
