@@ -259,9 +259,9 @@ def loo_scores(
 
     filtered = _scratch(UtY.shape, UtY.dtype, UtY, xp)
     residual_buffer = _scratch(Y.shape, Y.dtype, Y, xp)
-    square_buffer = residual_buffer if dtype == Y.dtype else None
-    if scoring is None and square_buffer is None:
-        square_buffer = _scratch(Y.shape, dtype, Y, xp)
+    square_buffer = (
+        residual_buffer if dtype == Y.dtype else _scratch(Y.shape, dtype, Y, xp)
+    )
     scores = []
     for k in range(alphas.shape[0]):
         product = _matmul(

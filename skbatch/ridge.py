@@ -492,10 +492,13 @@ class _RidgeProblem:
             # U's columns are orthogonal to the (weighted) mean direction, so
             # projecting them equals projecting the rows centred on their own
             # means, and the training mean is one shift of the test targets.
-            UtY_fold = fold.project(Y_centered)
+            UtY_fold, train_mean = fold.project(
+                Y_centered, with_mean=self.fit_intercept
+            )
+            # Offset first, then the small training mean: in float32 their sum
+            # would round the mean away on targets far from zero.
             y_true = fold.test_rows(Y) - Y_offset
-            if self.fit_intercept:
-                y_true = y_true - fold.train_mean(Y_centered)
+            y_true -= train_mean
             total = total + _linalg.holdout_scores(
                 fold.s,
                 fold.X_test_V,
@@ -702,13 +705,29 @@ class _Fold:
             for position, row, length in runs
         ]
 
-    def project(self, Y_centered):
-        """``U' Y_centered[train]``, one product per run of rows."""
-        total = None
+    def project(self, Y_centered, *, with_mean):
+        """``U' Y_centered[train]``, one product per run of rows.
+
+        With ``with_mean``, also the (weighted) mean of those rows, unscaled,
+        read in the same pass: ``Y_centered`` rows carry sqrt(w), so
+        ``sqrt(w)' Y_centered[train] / sum(w[train])`` is the training mean
+        of ``Y - Y_offset``. Without it the mean is 0.0.
+        """
+        xp = self.xp
+        UtY = total = 0.0
         for positions, rows in self._blocks(Y_centered, self.train_runs, self.train):
-            part = self.U[positions].T @ rows
-            total = part if total is None else total + part
-        return total
+            UtY = UtY + self.U[positions].T @ rows
+            if not with_mean:
+                continue
+            if self.root_weight is None:
+                total = total + xp.sum(rows, axis=0)
+            else:
+                total = total + self.root_weight[positions] @ rows
+        if not with_mean:
+            return UtY, 0.0
+        if self.root_weight is None:
+            return UtY, total / self.n_train
+        return UtY, total / self.total_weight
 
     def test_rows(self, Y):
         """``Y[test]``: a view when the test rows are one run."""
@@ -716,20 +735,3 @@ class _Fold:
         if len(blocks) == 1:
             return blocks[0][1]
         return self.xp.concat([rows for _, rows in blocks], axis=0)
-
-    def train_mean(self, Y_centered):
-        """(Weighted) mean of the training rows of ``Y_centered``, unscaled.
-
-        ``Y_centered`` rows carry sqrt(w): ``sqrt(w)' Y_centered[train] /
-        sum(w[train])`` is the training mean of ``Y - Y_offset``.
-        """
-        xp = self.xp
-        total = 0.0
-        for positions, rows in self._blocks(Y_centered, self.train_runs, self.train):
-            if self.root_weight is None:
-                total = total + xp.sum(rows, axis=0)
-            else:
-                total = total + self.root_weight[positions] @ rows
-        if self.root_weight is None:
-            return total / self.n_train
-        return total / self.total_weight
