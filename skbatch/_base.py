@@ -1,6 +1,7 @@
 """Pieces shared by the three estimators: device moves and array I/O."""
 
 import copy
+import functools
 import numbers
 
 import numpy as np
@@ -64,6 +65,29 @@ def check_max_memory_gb(max_memory_gb):
             f"max_memory_gb must be None or a finite number of GB > 0, got "
             f"{max_memory_gb!r}"
         )
+
+
+def atomic_fit(fit):
+    """Make ``fit`` all or nothing.
+
+    If ``fit`` raises, or is interrupted (KeyboardInterrupt included), the
+    estimator's attributes are restored to what they were before the call:
+    a refit that fails keeps the previous model whole, and a first fit that
+    fails leaves the estimator unfitted. Fitted attributes are only visible
+    once ``fit`` has returned.
+    """
+
+    @functools.wraps(fit)
+    def wrapper(self, *args, **kwargs):
+        state = dict(vars(self))
+        try:
+            return fit(self, *args, **kwargs)
+        except BaseException:
+            vars(self).clear()
+            vars(self).update(state)
+            raise
+
+    return wrapper
 
 
 class DeviceMixin:

@@ -40,6 +40,7 @@ from sklearn.utils.validation import (
 from . import _linalg
 from ._base import (
     WrapperMixin,
+    atomic_fit,
     check_max_memory_gb,
     check_verbose,
 )
@@ -302,6 +303,7 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         check_max_memory_gb(self.max_memory_gb)
         check_verbose(self.verbose)
 
+    @atomic_fit
     def fit(self, X, y, groups=None, **fit_params):
         """Fit on all data, then bootstrap the chosen attributes.
 

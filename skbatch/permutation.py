@@ -46,6 +46,7 @@ from sklearn.utils.validation import _check_method_params
 from . import _linalg
 from ._base import (
     WrapperMixin,
+    atomic_fit,
     check_max_memory_gb,
     check_verbose,
 )
@@ -551,6 +552,7 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
         check_max_memory_gb(self.max_memory_gb)
         check_verbose(self.verbose)
 
+    @atomic_fit
     def fit(self, X, y, groups=None, **fit_params):
         """Score the estimator and its permutation null distribution.
 

@@ -16,6 +16,7 @@ from . import _linalg
 from ._base import (
     DeviceMixin,
     as_output,
+    atomic_fit,
     check_input_device,
     check_max_memory_gb,
     check_verbose,
@@ -221,6 +222,7 @@ default=None
         check_verbose(self.verbose)
         return alphas
 
+    @atomic_fit
     def fit(self, X, y, sample_weight=None):
         """Fit the model and choose alphas.
 
