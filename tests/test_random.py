@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy import stats
 
 from skbatch.random import (
     bootstrap_counts,
@@ -219,3 +220,312 @@ def test_within_group_permutation_mixes_inside_groups():
     perms = permutation_indices(SEED, range(400), 6, groups=groups)
     assert {tuple(row[:3]) for row in perms} == set(itertools.permutations(range(3)))
     assert {tuple(row[3:]) for row in perms} == set(itertools.permutations(range(3, 6)))
+
+
+def test_shuffle_is_one_numpy_permutation_per_item_and_group():
+    # Reference: the draws the default scheme has always made.
+    groups = np.array([2, 0, 2, 1, 0, 2, 1, 1, 0, 2])
+    items = [0, 4, 9]
+    perms = permutation_indices(SEED, items, N_SAMPLES, groups=groups)
+    for row, item in zip(perms, items):
+        rng = np.random.default_rng(np.random.SeedSequence(SEED, spawn_key=(item,)))
+        expected = np.arange(N_SAMPLES)
+        for label in [0, 1, 2]:
+            rows = np.flatnonzero(groups == label)
+            expected[rows] = rng.permutation(rows)
+        np.testing.assert_array_equal(row, expected)
+    np.testing.assert_array_equal(
+        permutation_indices(SEED, items, N_SAMPLES, permutation_type="shuffle"),
+        [
+            np.random.default_rng(
+                np.random.SeedSequence(SEED, spawn_key=(i,))
+            ).permutation(N_SAMPLES)
+            for i in items
+        ],
+    )
+
+
+# --- permutation_indices: circular shifts and block shuffles -----------------
+
+time_series_schemes = pytest.mark.parametrize(
+    "permutation_type, block_size",
+    [("shuffle", None), ("circular_shift", None), ("block_shuffle", 2)],
+)
+
+
+@time_series_schemes
+@pytest.mark.parametrize("groups", [None, [0, 1, 0, 1, 0, 1, 2, 2, 2, 2]])
+def test_every_scheme_draws_per_item(permutation_type, block_size, groups):
+    kwargs = dict(permutation_type=permutation_type, block_size=block_size)
+    full = permutation_indices(SEED, range(12), N_SAMPLES, groups, **kwargs)
+    np.testing.assert_array_equal(
+        permutation_indices(SEED, [3, 7], N_SAMPLES, groups, **kwargs), full[[3, 7]]
+    )
+    for row in full:
+        np.testing.assert_array_equal(np.sort(row), np.arange(N_SAMPLES))
+
+
+def _shift_of(row_values, rows):
+    """The offset o with row_values == rows[(arange(m) + o) % m], or None."""
+    m = len(rows)
+    offset = int(np.flatnonzero(rows == row_values[0])[0])
+    expected = rows[(np.arange(m) + offset) % m]
+    return offset if np.array_equal(row_values, expected) else None
+
+
+def test_circular_shift_offsets_are_uniform():
+    n_samples = 7
+    perms = permutation_indices(
+        SEED, range(700 * n_samples), n_samples, permutation_type="circular_shift"
+    )
+    offsets = [_shift_of(row, np.arange(n_samples)) for row in perms]
+    assert None not in offsets
+    frequencies = np.bincount(offsets, minlength=n_samples)
+    assert frequencies.shape == (n_samples,)  # identity (0) included
+    assert stats.chisquare(frequencies).pvalue > 0.001
+
+
+@settings(max_examples=50, deadline=None)
+@given(groups=group_labels, seed=st.integers(0, 2**32 - 1))
+def test_circular_shift_rotates_each_group_in_row_order(groups, seed):
+    groups = np.asarray(groups)
+    n_samples = len(groups)
+    perms = permutation_indices(
+        seed, range(6), n_samples, groups=groups, permutation_type="circular_shift"
+    )
+    for row in perms:
+        np.testing.assert_array_equal(np.sort(row), np.arange(n_samples))
+        for label in np.unique(groups):
+            rows = np.flatnonzero(groups == label)
+            assert _shift_of(row[rows], rows) is not None
+
+
+def test_circular_shift_draws_offsets_independently_per_group():
+    groups = np.array([0, 1] * 4)  # interleaved, 4 rows each
+    perms = permutation_indices(
+        SEED, range(800), 8, groups=groups, permutation_type="circular_shift"
+    )
+    pairs = {
+        (
+            _shift_of(row[groups == 0], np.flatnonzero(groups == 0)),
+            _shift_of(row[groups == 1], np.flatnonzero(groups == 1)),
+        )
+        for row in perms
+    }
+    assert pairs == set(itertools.product(range(4), range(4)))
+
+
+def _block_order(row_values, rows, block_size):
+    """Order of the blocks of ``rows`` in ``row_values``, or None if one is cut."""
+    blocks = [tuple(rows[i : i + block_size]) for i in range(0, len(rows), block_size)]
+    order, position = [], 0
+    while position < len(row_values):
+        starting = [
+            b for b, block in enumerate(blocks) if block[0] == row_values[position]
+        ]
+        if not starting:
+            return None
+        block = blocks[starting[0]]
+        if tuple(row_values[position : position + len(block)]) != block:
+            return None
+        order.append(starting[0])
+        position += len(block)
+    return order
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    groups=group_labels, seed=st.integers(0, 2**32 - 1), block_size=st.integers(1, 4)
+)
+def test_block_shuffle_moves_whole_blocks_within_groups(groups, seed, block_size):
+    groups = np.asarray(groups)
+    block_size = min(block_size, np.unique(groups, return_counts=True)[1].min())
+    n_samples = len(groups)
+    perms = permutation_indices(
+        seed,
+        range(6),
+        n_samples,
+        groups=groups,
+        permutation_type="block_shuffle",
+        block_size=block_size,
+    )
+    for row in perms:
+        np.testing.assert_array_equal(np.sort(row), np.arange(n_samples))
+        for label in np.unique(groups):
+            rows = np.flatnonzero(groups == label)
+            order = _block_order(row[rows], rows, block_size)
+            assert order is not None
+            assert sorted(order) == list(range(-(-len(rows) // block_size)))
+
+
+def test_block_shuffle_draws_every_block_order():
+    # 7 rows in blocks of 3: [0 1 2] [3 4 5] [6], the short block moves too.
+    perms = permutation_indices(
+        SEED, range(600), 7, permutation_type="block_shuffle", block_size=3
+    )
+    orders = [tuple(_block_order(row, np.arange(7), 3)) for row in perms]
+    assert set(orders) == set(itertools.permutations(range(3)))
+    frequencies = np.unique(orders, axis=0, return_counts=True)[1]
+    assert stats.chisquare(frequencies).pvalue > 0.001
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (
+            dict(permutation_type="roll"),
+            r"permutation_type must be one of \('shuffle', 'circular_shift', "
+            r"'block_shuffle'\), got 'roll'",
+        ),
+        (
+            dict(permutation_type="block_shuffle"),
+            r"permutation_type='block_shuffle' needs block_size, .*got "
+            r"block_size=None",
+        ),
+        (
+            dict(block_size=2),
+            r"block_size is only used with permutation_type='block_shuffle', got "
+            r"block_size=2 with permutation_type='shuffle'",
+        ),
+        (
+            dict(permutation_type="circular_shift", block_size=2),
+            r"block_size=2 with permutation_type='circular_shift'",
+        ),
+        (
+            dict(permutation_type="block_shuffle", block_size=0),
+            r"block_size must be an int >= 1, got 0",
+        ),
+        (
+            dict(permutation_type="block_shuffle", block_size=2.0),
+            r"block_size must be an int >= 1, got float: 2.0",
+        ),
+        (
+            dict(permutation_type="block_shuffle", block_size=True),
+            r"block_size must be an int >= 1, got bool: True",
+        ),
+        (
+            dict(permutation_type="block_shuffle", block_size=11),
+            r"block_size must be at most the size of every group, got "
+            r"block_size=11 but n_samples is 10",
+        ),
+        (
+            dict(
+                permutation_type="block_shuffle",
+                block_size=4,
+                groups=[0, 1, 0, 1, 0, 1, 1, 1, 1, 1],
+            ),
+            r"block_size=4 but the smallest group has 3 rows",
+        ),
+    ],
+)
+def test_permutation_scheme_validation(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        permutation_indices(SEED, [0], N_SAMPLES, **kwargs)
+
+
+# --- bootstrap_counts: moving blocks -----------------------------------------
+
+
+def _block_starts(counts, rows, block_size):
+    """Per position of ``rows``, how many blocks start there; None if ``counts``
+    is not a sum of whole blocks inside ``rows``."""
+    residual = counts[rows].copy()
+    starts = np.zeros(len(rows), dtype=np.int64)
+    for position in range(len(rows)):
+        if residual[position] < 0:
+            return None
+        if residual[position] == 0:
+            continue
+        if position + block_size > len(rows):
+            return None
+        starts[position] = residual[position]
+        residual[position : position + block_size] -= residual[position]
+    return starts
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    groups=group_labels, seed=st.integers(0, 2**32 - 1), block_size=st.integers(1, 4)
+)
+def test_moving_blocks_are_whole_and_inside_groups(groups, seed, block_size):
+    groups = np.asarray(groups)
+    block_size = min(block_size, np.unique(groups, return_counts=True)[1].min())
+    n_samples = len(groups)
+    counts = bootstrap_counts(
+        seed, range(8), n_samples, groups=groups, block_size=block_size
+    )
+    n_blocks = max(1, int(np.floor(n_samples / block_size + 0.5)))
+    for row in counts:
+        assert row.sum() == n_blocks * block_size
+        blocks = 0
+        for label in np.unique(groups):
+            starts = _block_starts(row, np.flatnonzero(groups == label), block_size)
+            assert starts is not None
+            blocks += starts.sum()
+        assert blocks == n_blocks
+
+
+@pytest.mark.parametrize(
+    "groups", [None, np.array([0, 1, 0, 1, 0, 1, 0, 1, 1, 1, 1, 1])]
+)
+def test_moving_block_starts_are_uniform(groups):
+    n_samples, block_size = 12, 3
+    counts = bootstrap_counts(
+        SEED, range(3000), n_samples, groups=groups, block_size=block_size
+    )
+    members = (
+        [np.arange(n_samples)]
+        if groups is None
+        else [np.flatnonzero(groups == g) for g in (0, 1)]
+    )
+    starts = sum(
+        np.concatenate([_block_starts(row, rows, block_size) for rows in members])
+        for row in counts
+    )
+    # Only positions with a whole block after them inside their group.
+    valid = np.concatenate(
+        [np.arange(len(rows)) <= len(rows) - block_size for rows in members]
+    )
+    assert (starts[~valid] == 0).all()
+    assert valid.sum() == (10 if groups is None else 2 + 6)
+    assert stats.chisquare(starts[valid]).pvalue > 0.001
+
+
+@pytest.mark.parametrize("groups", [None, [0, 0, 1, 1, 1, 2, 2, 3, 3, 3]])
+def test_moving_block_counts_depend_only_on_seed_and_item(groups):
+    full = bootstrap_counts(SEED, range(12), N_SAMPLES, groups, block_size=2)
+    np.testing.assert_array_equal(
+        bootstrap_counts(SEED, [3, 7], N_SAMPLES, groups, block_size=2), full[[3, 7]]
+    )
+    assert not np.array_equal(
+        bootstrap_counts(SEED + 1, range(12), N_SAMPLES, groups, block_size=2), full
+    )
+
+
+def test_block_size_one_is_the_iid_bootstrap_in_distribution():
+    counts = bootstrap_counts(SEED, range(4000), N_SAMPLES, block_size=1)
+    np.testing.assert_array_equal(counts.sum(axis=1), N_SAMPLES)
+    np.testing.assert_allclose(counts.mean(axis=0), 1.0, atol=0.06)
+    expected_out = (1 - 1 / N_SAMPLES) ** N_SAMPLES
+    assert abs((counts == 0).mean() - expected_out) < 0.02
+
+
+@pytest.mark.parametrize(
+    "block_size, groups, match",
+    [
+        (0, None, r"block_size must be an int >= 1, got 0"),
+        (-2, None, r"block_size must be an int >= 1, got -2"),
+        (2.5, None, r"block_size must be an int >= 1, got float: 2.5"),
+        ("3", None, r"block_size must be an int >= 1, got str: '3'"),
+        (11, None, r"block_size=11 but n_samples is 10"),
+        (
+            3,
+            [0, 0, 1, 1, 1, 1, 1, 1, 1, 1],
+            r"block_size must be at most the size of every group, got "
+            r"block_size=3 but the smallest group has 2 rows",
+        ),
+    ],
+)
+def test_moving_block_validation(block_size, groups, match):
+    with pytest.raises(ValueError, match=match):
+        bootstrap_counts(SEED, [0], N_SAMPLES, groups, block_size=block_size)
