@@ -420,6 +420,11 @@ class PermutationCounter:
     (max-statistic) p-values. The null distribution itself is kept only when
     asked.
 
+    A null score within ``tolerance`` below the observed one counts as a tie:
+    a permutation that reproduces the observed data (the identity, or a
+    permutation within blocks of equal values) must count as reaching the
+    observed score whatever the round-off of the arithmetic that scored it.
+
     Parameters
     ----------
     observed : float or array-like of shape (n_targets,)
@@ -429,6 +434,9 @@ class PermutationCounter:
         Number of permutations that will be received, at least 1.
     keep_null : bool, default=False
         Also keep every null score, in :attr:`null`.
+    tolerance : float or array-like of shape (n_targets,), default=0.0
+        Null scores ``>= observed - tolerance`` count as reaching the
+        observed score; 0 compares exactly, as scikit-learn does.
 
     Attributes
     ----------
@@ -439,8 +447,12 @@ class PermutationCounter:
 
     Notes
     -----
-    A NaN null score never counts as an exceedance, and is left out of the
-    maximum over targets; it makes that target's null mean and std NaN.
+    Undefined scores never make a p-value small. A NaN observed score gives
+    NaN p-values for that target, and the target is left out of the maximum
+    over targets. A NaN null score of a target whose observed score is
+    defined counts as reaching it (it could have been anything), and as
+    reaching every target in the maximum over targets; it makes that
+    target's null mean and std NaN.
 
     Examples
     --------
@@ -456,16 +468,30 @@ class PermutationCounter:
     array([0.01, 0.76])
     """
 
-    def __init__(self, observed, n_total, *, keep_null=False):
+    def __init__(self, observed, n_total, *, keep_null=False, tolerance=0.0):
         observed = np.array(observed, dtype=np.float64)
         if observed.ndim > 1:
             raise ValueError(
                 f"observed must be a scalar or a 1-D array, got shape {observed.shape}"
             )
         _check_n_total(n_total, minimum=1)
+        tolerance = np.array(tolerance, dtype=np.float64)
+        if tolerance.ndim > observed.ndim or tolerance.shape not in (
+            (),
+            observed.shape,
+        ):
+            raise ValueError(
+                f"tolerance must be a scalar or have the shape of observed "
+                f"{observed.shape}, got shape {tolerance.shape}"
+            )
+        if not np.all(np.isfinite(tolerance) & (tolerance >= 0)):
+            raise ValueError(f"tolerance must be finite and >= 0, got {tolerance!r}")
         self.observed = observed
+        self.tolerance = np.broadcast_to(tolerance, observed.shape).copy()
         self.n_total = n_total
         self.keep_null = keep_null
+        # NaN for an undefined observed score: nothing reaches it.
+        self._threshold = (observed - self.tolerance).reshape(-1)
         self.n_seen = 0
         n_targets = observed.size
         self._counts = np.zeros(n_targets, dtype=np.int64)
@@ -532,11 +558,16 @@ class PermutationCounter:
                 null_scores, _check_ids(ids, n_new, self.n_seen, self.n_total)
             )
         scores = null_scores.reshape(n_new, -1)
-        observed = self.observed.reshape(-1)
-        self._counts += np.count_nonzero(scores >= observed, axis=0)
-        # fmax skips NaN targets, so max_counts >= counts still holds.
-        max_scores = np.fmax.reduce(scores, axis=1, keepdims=True)
-        self._max_counts += np.count_nonzero(max_scores >= observed, axis=0)
+        threshold = self._threshold
+        undefined = np.isnan(scores)
+        self._counts += np.count_nonzero((scores >= threshold) | undefined, axis=0)
+        # The family is the targets with a defined observed score; within it
+        # an undefined null score reaches every target, so max_counts >=
+        # counts still holds.
+        family = np.where(undefined, np.inf, scores)[:, ~np.isnan(threshold)]
+        if family.shape[1]:
+            max_scores = family.max(axis=1, keepdims=True)
+            self._max_counts += np.count_nonzero(max_scores >= threshold, axis=0)
         self._moments.update(scores)
         self.n_seen += n_new
         return self
@@ -554,9 +585,10 @@ class PermutationCounter:
         -------
         self : PermutationCounter
         """
-        _check_same(
-            "observed", self.observed.tolist(), np.asarray(other.observed).tolist()
-        )
+        for name in ("observed", "tolerance"):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if not np.array_equal(mine, theirs, equal_nan=True):
+                _check_same(name, mine.tolist(), np.asarray(theirs).tolist())
         _check_same("n_total", self.n_total, other.n_total)
         _check_same("keep_null", self.keep_null, other.keep_null)
         _check_room(self.n_seen, other.n_seen, self.n_total)
@@ -599,9 +631,15 @@ class PermutationCounter:
         Returns
         -------
         pvalue : float or ndarray of shape (n_targets,)
+            NaN where the observed score is NaN.
         """
+        return self._pvalue(self._counts)
+
+    def _pvalue(self, counts):
         _check_complete(self.n_seen, self.n_total)
-        return self._unpack((self._counts + 1) / (self.n_total + 1))
+        pvalue = (counts + 1) / (self.n_total + 1)
+        pvalue[np.isnan(self._threshold)] = np.nan
+        return self._unpack(pvalue)
 
     def pvalue_fwer(self):
         """Family-wise p-value ``(max_counts + 1) / (n_total + 1)``.
@@ -613,5 +651,4 @@ class PermutationCounter:
         -------
         pvalue : float or ndarray of shape (n_targets,)
         """
-        _check_complete(self.n_seen, self.n_total)
-        return self._unpack((self._max_counts + 1) / (self.n_total + 1))
+        return self._pvalue(self._max_counts)

@@ -261,15 +261,21 @@ def test_nbytes_needed_grows_with_tail_size_not_n_total():
     assert_allclose(kept - large, 8 * 20_000 * 1000, rtol=1e-3)
 
 
-def naive_counts(null, observed):
+def naive_counts(null, observed, tolerance=0.0):
+    """Exceedances by definition; an undefined null score counts as one."""
     n_perm, n_targets = null.shape
     counts = np.zeros(n_targets, dtype=int)
     max_counts = np.zeros(n_targets, dtype=int)
+    family = [t for t in range(n_targets) if not np.isnan(observed[t])]
     for i in range(n_perm):
-        finite = [s for s in null[i] if not np.isnan(s)]
-        for t in range(n_targets):
-            counts[t] += null[i, t] >= observed[t]
-            max_counts[t] += bool(finite) and max(finite) >= observed[t]
+        best = max(
+            (np.inf if np.isnan(null[i, t]) else null[i, t] for t in family),
+            default=-np.inf,
+        )
+        for t in family:
+            reached = np.isnan(null[i, t]) or null[i, t] >= observed[t] - tolerance
+            counts[t] += reached
+            max_counts[t] += best >= observed[t] - tolerance
     return counts, max_counts
 
 
@@ -288,6 +294,44 @@ def test_permutation_counts_match_naive_loop():
     assert_allclose(counter.pvalue(), (counts + 1) / 251, rtol=1e-15)
     assert_allclose(counter.pvalue_fwer(), (max_counts + 1) / 251, rtol=1e-15)
     assert np.all(counter.pvalue_fwer() >= counter.pvalue())
+
+
+def test_undefined_scores_never_give_small_pvalues():
+    rng = np.random.default_rng(1)
+    null = rng.normal(size=(99, 4))
+    null[::7, 1] = np.nan
+    null[:, 3] = np.nan
+    observed = np.array([5.0, 5.0, np.nan, np.nan])
+    counter = PermutationCounter(observed, 99).update(null)
+    counts, max_counts = naive_counts(null, observed)
+    assert_array_equal(counter.counts[:2], counts[:2])
+    assert_array_equal(counter.max_counts[:2], max_counts[:2])
+    # No null score reaches 5, but every undefined one might have.
+    assert counter.pvalue()[0] == 0.01
+    assert counter.pvalue()[1] == (np.isnan(null[:, 1]).sum() + 1) / 100
+    # Undefined observed scores: undefined p-values, left out of the family.
+    assert np.isnan(counter.pvalue()[2:]).all()
+    assert np.isnan(counter.pvalue_fwer()[2:]).all()
+    assert counter.pvalue_fwer()[0] == counter.pvalue()[1]
+
+
+def test_scores_within_tolerance_are_ties():
+    observed = np.array([0.3, -2.0])
+    null = observed - np.array([[2e-16, 0.0], [1e-12, 4e-15], [0.1, 1e-15]])
+    exact = PermutationCounter(observed, 3).update(null)
+    assert_array_equal(exact.counts, [0, 1])
+    tolerant = PermutationCounter(observed, 3, tolerance=[1e-14, 5e-15]).update(null)
+    counts, max_counts = naive_counts(null, observed, tolerance=1e-14)
+    assert_array_equal(tolerant.counts, [1, 3])
+    assert_array_equal(tolerant.max_counts, max_counts)
+    with pytest.raises(ValueError, match="tolerance"):
+        PermutationCounter(observed, 3, tolerance=-1.0)
+    with pytest.raises(ValueError, match="tolerance"):
+        PermutationCounter(observed, 3, tolerance=[0.1, 0.1, 0.1])
+    with pytest.raises(ValueError, match="tolerance"):
+        PermutationCounter(observed, 3).merge(
+            PermutationCounter(observed, 3, tolerance=0.1)
+        )
 
 
 def test_permutation_moments_match_numpy():
