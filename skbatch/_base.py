@@ -145,7 +145,30 @@ def check_groups(groups, n_samples):
             f"groups must be 1-D with one label per sample ({n_samples} samples), "
             f"got shape {groups.shape}"
         )
+    try:
+        np.unique(groups)
+    except TypeError:
+        kinds = sorted({type(label).__name__ for label in groups.tolist()})
+        raise ValueError(
+            f"groups must be labels of one sortable kind (ints or strings), got a "
+            f"mix of {', '.join(kinds)}"
+        ) from None
     return groups
+
+
+def check_n_jobs(n_jobs):
+    """joblib's convention: None, or a non-zero int (-1: all cores)."""
+    if n_jobs is None:
+        return
+    if isinstance(n_jobs, bool) or not isinstance(n_jobs, numbers.Integral):
+        raise TypeError(
+            f"n_jobs must be None or an int, got {type(n_jobs).__name__}: {n_jobs!r}"
+        )
+    if n_jobs == 0:
+        raise ValueError(
+            "n_jobs must be None, a positive int (workers) or a negative int "
+            "(-1: all cores, -2: all but one...), got 0"
+        )
 
 
 class WrapperMixin(DeviceMixin):
@@ -163,7 +186,10 @@ class WrapperMixin(DeviceMixin):
 
         torch and jax arrays come to the host; X and y go through
         ``validate_data`` (multi-output, with ``check_params``), and the
-        groups are checked against the number of samples.
+        groups are checked against the number of samples. The values of X
+        (missing values, dtype) are the wrapped estimator's to judge, as in
+        ``permutation_test_score``: a pipeline that imputes takes NaN, and
+        a DataFrame reaches it unchanged.
 
         Returns
         -------
@@ -173,9 +199,11 @@ class WrapperMixin(DeviceMixin):
         fit_params : dict
             With host values.
         """
+        check_n_jobs(self.n_jobs)
         X, _ = host_input(X)
         y, _ = host_input(y)
         fit_params = {key: host_input(value)[0] for key, value in fit_params.items()}
+        check_params.update(dtype=None, ensure_all_finite=False)
         X_valid, y_valid = validate_data(self, X, y, multi_output=True, **check_params)
         groups = check_groups(groups, _num_samples(X_valid))
         return X, y, X_valid, y_valid, groups, fit_params
