@@ -21,10 +21,12 @@ import contextlib
 import functools
 import math
 import numbers
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
+from array_api_compat import device as array_device
 from sklearn.base import BaseEstimator, RegressorMixin, clone, is_classifier
 from sklearn.linear_model import LinearRegression, Ridge, RidgeCV
 from sklearn.metrics import (
@@ -38,10 +40,24 @@ from sklearn.metrics import (
     r2_score,
     root_mean_squared_error,
 )
-from sklearn.model_selection import check_cv
+from sklearn.model_selection import (
+    GroupKFold,
+    GroupShuffleSplit,
+    KFold,
+    LeaveOneGroupOut,
+    LeaveOneOut,
+    LeavePGroupsOut,
+    LeavePOut,
+    PredefinedSplit,
+    RepeatedKFold,
+    ShuffleSplit,
+    TimeSeriesSplit,
+    check_cv,
+)
+from sklearn.model_selection import _split as sklearn_split
 from sklearn.utils import _safe_indexing, get_tags
 from sklearn.utils.metaestimators import _safe_split
-from sklearn.utils.validation import _check_method_params
+from sklearn.utils.validation import _check_method_params, _num_samples
 
 from . import _linalg
 from ._base import (
@@ -78,19 +94,48 @@ MAX_COLUMNS_PER_BATCH = MAX_TARGETS_PER_BATCH
 # thread costs at most a few ms here; drawing the permutations dominates.
 SMALL_FIT_FLOPS = 1e9
 _MULTIOUTPUTS = ("uniform_average", "raw_values")
+_PERMUTATION_TYPES = ("shuffle", "circular_shift", "block_shuffle")
 # Scorings the ridge fast path computes on the device, per target. None is
 # R^2: the ``score`` of every estimator the fast path accepts.
 _DEVICE_SCORINGS = (
     None,
     "r2",
+    "correlation",
     "neg_mean_squared_error",
     "neg_root_mean_squared_error",
     "neg_mean_absolute_error",
 )
+# Scores bounded by 1 whose round-off is relative to 1, not to the score:
+# R^2 = 1 - SSE / SST near 0 still carries errors of order eps.
+_UNIT_SCALE_SCORINGS = (None, "r2", "correlation", "explained_variance")
+# A permuted score this many units in the last place (of the compute dtype,
+# relative to the score's scale) below the observed one counts as a tie: the
+# same score computed in batches of other widths differs by a few ulps per
+# summed row, and a permutation that reproduces the data must count.
+TIE_ULPS = 1000
+
+
+def _pearson(y_true, y_pred, *, multioutput="raw_values"):
+    """Pearson correlation of each column; NaN where it is undefined.
+
+    Undefined: fewer than 2 rows, or a constant column (as ``np.corrcoef``).
+    """
+    y_true = np.asarray(y_true, dtype=np.float64).reshape(len(y_true), -1)
+    y_pred = np.asarray(y_pred, dtype=np.float64).reshape(len(y_pred), -1)
+    y_true = y_true - y_true.mean(axis=0)
+    y_pred = y_pred - y_pred.mean(axis=0)
+    norms = np.linalg.norm(y_true, axis=0) * np.linalg.norm(y_pred, axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.sum(y_true * y_pred, axis=0) / norms
+    r = np.where(norms > 0, np.clip(r, -1.0, 1.0), np.nan)
+    return r if multioutput == "raw_values" else float(np.mean(r))
+
+
 # Scorings with a per-target value (multioutput="raw_values"): the metric and
 # the sign of the scorer of that name (scorers are higher-is-better).
 _PER_TARGET_METRICS = {
     "r2": (r2_score, 1.0),
+    "correlation": (_pearson, 1.0),
     "explained_variance": (explained_variance_score, 1.0),
     "neg_mean_squared_error": (mean_squared_error, -1.0),
     "neg_root_mean_squared_error": (root_mean_squared_error, -1.0),
@@ -102,6 +147,28 @@ _PER_TARGET_METRICS = {
 # the iterative ones stop at a tolerance and take the generic path.
 _EXACT_RIDGE_SOLVERS = ("auto", "svd", "cholesky")
 _RIDGECV_SCORINGS = (None, "r2", "neg_mean_squared_error")
+# Splitters whose folds depend on X's length (and groups) but not on y: their
+# folds are the same for every permutation of y, so they are drawn once.
+# Exact types: a subclass may split on y. Any other splitter (stratified, or
+# a user's) is re-run on every permuted y, as ``permutation_test_score``
+# does.
+_Y_FREE_SPLITTERS = (
+    KFold,
+    GroupKFold,
+    TimeSeriesSplit,
+    LeaveOneOut,
+    LeavePOut,
+    LeaveOneGroupOut,
+    LeavePGroupsOut,
+    ShuffleSplit,
+    GroupShuffleSplit,
+    PredefinedSplit,
+    RepeatedKFold,
+    sklearn_split._CVIterableWrapper,
+)
+# Splitters that ignore groups and warn when given them: groups are meant
+# for the permutations then, not for the splitter.
+_IGNORES_GROUPS = getattr(sklearn_split, "_UnsupportedGroupCVMixin", ())
 
 
 @dataclass(frozen=True)
@@ -175,6 +242,27 @@ def _ridge_spec(estimator):
     return None
 
 
+def _splits_ignore_y(cv):
+    """Whether the folds of splitter ``cv`` (after ``check_cv``) ignore y."""
+    return type(cv) in _Y_FREE_SPLITTERS
+
+
+def _split_rows(cv, X, y, groups):
+    """``cv.split``, with groups only for a splitter that uses them."""
+    if isinstance(cv, _IGNORES_GROUPS):
+        groups = None
+    splits = list(cv.split(X, y, groups))
+    if not splits:
+        raise ValueError(f"cv={cv!r} gave no train/test split")
+    for train, test in splits:
+        if len(train) == 0 or len(test) == 0:
+            raise ValueError(
+                f"cv={cv!r} gave an empty training or test fold (train "
+                f"{len(train)} rows, test {len(test)} rows)"
+            )
+    return splits
+
+
 def _valid_alphas(alphas):
     try:
         return _check_alphas(alphas)
@@ -185,6 +273,11 @@ def _valid_alphas(alphas):
 def _device_scores(y_true, y_pred, scoring, xp):
     """Score of every column, computed where the arrays are."""
     dtype = _linalg._criterion_dtype(y_true, xp)
+    if y_true.shape[0] < 2 and scoring in _UNIT_SCALE_SCORINGS:
+        # R^2 and correlation of one row are undefined (scikit-learn: NaN).
+        return xp.full(
+            (y_true.shape[1],), xp.nan, dtype=dtype, device=array_device(y_true)
+        )
     y_true = xp.astype(y_true, dtype, copy=False)
     y_pred = xp.astype(y_pred, dtype, copy=False)
     if scoring == "neg_root_mean_squared_error":
@@ -300,7 +393,8 @@ def _cv_score(estimator, X, y, splits, scorer, metric, fit_params):
 
     One clone is refit on every fold, as scikit-learn does, so an estimator
     holding a random state draws the same sequence. ``metric`` (a function
-    and a sign) gives per-target scores; otherwise ``scorer`` gives one.
+    and a sign) gives per-target scores; otherwise ``scorer`` gives one, or
+    with ``metric="scorer"`` one per target.
     """
     estimator = clone(estimator)
     scores = []
@@ -312,6 +406,8 @@ def _cv_score(estimator, X, y, splits, scorer, metric, fit_params):
         )
         if metric is None:
             scores.append(scorer(estimator, X_test, y_test))
+        elif metric == "scorer":
+            scores.append(_per_target_score(scorer(estimator, X_test, y_test), y))
         else:
             function, sign = metric
             predictions = estimator.predict(X_test)
@@ -324,25 +420,51 @@ def _cv_score(estimator, X, y, splits, scorer, metric, fit_params):
     return np.mean(scores, axis=0)
 
 
+def _per_target_score(value, y):
+    """A callable scorer's value, checked to hold one score per target."""
+    value = np.asarray(value, dtype=np.float64)
+    n_targets = 1 if np.ndim(y) == 1 else np.shape(y)[1]
+    if value.shape != (n_targets,) and not (value.shape == () and n_targets == 1):
+        raise ValueError(
+            f"With multioutput='raw_values' a callable scoring must return one "
+            f"score per target, an array of shape ({n_targets},); it returned "
+            f"shape {value.shape}. Or use one of the per-target scorings "
+            f"{tuple(_PER_TARGET_METRICS)}."
+        )
+    return value.reshape(n_targets)
+
+
 def _null_scores_task(
-    ids, *, estimator, X, y, splits, groups, entropy, scorer, metric, fit_params
+    ids,
+    *,
+    estimator,
+    X,
+    y,
+    cv,
+    splits,
+    groups,
+    entropy,
+    permutation,
+    scorer,
+    metric,
+    fit_params,
 ):
-    """Scores of permutations ``ids``: a joblib task, numpy in, numpy out."""
-    indices = permutation_indices(entropy, ids, len(y), groups)
-    return np.stack(
-        [
-            _cv_score(
-                estimator,
-                X,
-                _safe_indexing(y, perm),
-                splits,
-                scorer,
-                metric,
-                fit_params,
-            )
-            for perm in indices
-        ]
-    )
+    """Scores of permutations ``ids``: a joblib task, numpy in, numpy out.
+
+    ``splits`` None re-splits every permuted ``y`` with ``cv``, whose folds
+    then depend on it (stratified splitters).
+    """
+    indices = permutation_indices(entropy, ids, _num_samples(y), groups, **permutation)
+    scores = []
+    for perm in indices:
+        permuted = _safe_indexing(y, perm)
+        folds = splits
+        if folds is None:
+            folds = _split_rows(cv, X, permuted, groups)
+        scores.append(
+            _cv_score(estimator, X, permuted, folds, scorer, metric, fit_params)
+        )
+    return np.stack(scores)
 
 
 class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
@@ -353,14 +475,16 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
     the test rows, the null distribution is that score with the rows of
     ``y`` permuted (within ``groups`` when given), and
     ``pvalue_ = (C + 1) / (n_permutations + 1)``, C the number of permuted
-    scores greater than or equal to ``score_``. With
+    scores greater than or equal to ``score_`` (ties count, whatever the
+    round-off: see Notes). With
     ``multioutput="raw_values"`` every target gets its score and p-value, and
     ``pvalue_fwer_`` controls the family-wise error rate over targets
     (max-statistic method: every target's permuted score comes from the same
     row permutation).
 
     For ``BatchedRidge``, ``Ridge``, ``RidgeCV`` and ``LinearRegression``
-    (exact solvers, no ``fit_params``) and a scoring among None, "r2",
+    (exact solvers, no ``fit_params``), a splitter whose folds do not depend
+    on ``y`` and a scoring among None, "r2", "correlation",
     "neg_mean_squared_error", "neg_root_mean_squared_error" and
     "neg_mean_absolute_error", permuting ``y`` leaves each fold's
     decomposition of X unchanged: one SVD per fold, and the permutations go
@@ -381,22 +505,55 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
     n_permutations : int, default=1000
         Number of permutations of ``y``, at least 1.
     scoring : str, callable or None, default=None
-        Scorer name (:func:`sklearn.metrics.get_scorer_names`) or callable
+        Scorer name (:func:`sklearn.metrics.get_scorer_names`),
+        ``"correlation"`` (Pearson correlation of predictions and targets,
+        per target, the score encoding-model studies report), or callable
         ``scorer(estimator, X, y)``; None uses ``estimator.score`` (R^2 for
         regressors). With ``multioutput="raw_values"`` it must have a
-        per-target value: None (R^2), "r2", "explained_variance",
-        "neg_mean_squared_error", "neg_root_mean_squared_error",
-        "neg_mean_absolute_error", "neg_median_absolute_error" or
-        "neg_mean_absolute_percentage_error".
+        per-target value: None (R^2), "r2", "correlation",
+        "explained_variance", "neg_mean_squared_error",
+        "neg_root_mean_squared_error", "neg_mean_absolute_error",
+        "neg_median_absolute_error", "neg_mean_absolute_percentage_error", or
+        a callable returning an array of one score per target (generic
+        path). R^2 and correlation are undefined (NaN) on test folds of
+        fewer than 2 rows.
     cv : int, CV splitter or iterable, default=5
         Outer cross-validation, as in ``permutation_test_score`` (``groups``
-        are passed to the splitter). The splits are drawn once, on the true
-        ``y``, and shared by all permutations; inner splits of a K-fold
-        ``RidgeCV`` / ``BatchedRidge`` likewise, once per outer fold.
+        are passed to a splitter that uses them). A splitter whose folds
+        ignore ``y`` (``KFold``, ``GroupKFold``, ``TimeSeriesSplit``,
+        ``LeaveOneOut``, ``ShuffleSplit``, ``PredefinedSplit``, an
+        iterable of splits...) is split once and its folds are shared by all
+        permutations; any other (``StratifiedKFold``, the default for
+        classifiers, or your own) is re-split on every permuted ``y``, as
+        scikit-learn does, on the generic path. Inner splits of a K-fold
+        ``RidgeCV`` / ``BatchedRidge`` are drawn once per outer fold.
     multioutput : {"uniform_average", "raw_values"}, default="uniform_average"
         "uniform_average": one score, the scorer's (for several targets, the
         mean over targets of the per-target scores, as ``r2_score`` does).
         "raw_values": a score, p-value and null per target.
+    permutation_type : {"shuffle", "circular_shift", "block_shuffle"}, \
+default="shuffle"
+        How the rows of ``y`` move within each group (each run), or within
+        the whole series without groups:
+
+        - ``"shuffle"``: a uniform random permutation, valid when rows are
+          exchangeable (independent trials). Invalid for autocorrelated rows
+          (fMRI, EEG time series): it breaks the autocorrelation that the
+          observed data keep, and the test becomes far too liberal.
+        - ``"circular_shift"``: rotate each run by a random offset; keeps
+          the autocorrelation except at the wrap-around. Exact when each run
+          is a stationary circular process; close for runs much longer than
+          the autocorrelation.
+        - ``"block_shuffle"``: cut each run into blocks of ``block_size``
+          consecutive rows and permute the blocks; exact when the process
+          restarts at block boundaries (a block per trial), close when
+          blocks are much longer than the autocorrelation.
+
+        See the user guide's permutation page for the calibration of each
+        (family-wise error under the null).
+    block_size : int or None, default=None
+        Rows per block, required by and only allowed with
+        ``permutation_type="block_shuffle"``; at most the smallest group.
     return_null : bool, default=False
         Keep every permuted score in ``permutation_scores_``. Without it
         memory does not grow with ``n_permutations``.
@@ -465,10 +622,19 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
     ``permutation_test_score`` permutes the rows of a 2-D ``y``), which keeps
     their dependence and makes the max-statistic ``pvalue_fwer_`` valid.
 
+    A p-value is never smaller than its definition allows. A permuted score
+    within ``1000`` units in the last place of the compute dtype (relative
+    to 1 for R^2 and correlation, to the score otherwise) below ``score_``
+    counts as reaching it, so that a permutation that reproduces the data
+    (the identity) counts whatever the round-off of the batch that scored
+    it. An undefined (NaN) ``score_`` gives a NaN p-value with a warning; an
+    undefined permuted score counts as reaching ``score_``.
+
     Examples
     --------
     >>> import numpy as np
     >>> from sklearn.linear_model import Ridge
+    >>> from sklearn.model_selection import GroupKFold
     >>> from skbatch import PermutationScorer
     >>> rng = np.random.default_rng(0)
     >>> X = rng.standard_normal((60, 4))
@@ -482,6 +648,17 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
     0.01
     >>> bool(perm.pvalue_[1] > 0.05), bool(perm.score_[0] > 0.5)
     (True, True)
+
+    Autocorrelated rows (three runs of a time series): rotate each run
+    instead of shuffling it.
+
+    >>> runs = np.repeat([0, 1, 2], 20)
+    >>> perm = PermutationScorer(
+    ...     Ridge(alpha=1.0), n_permutations=99, permutation_type="circular_shift",
+    ...     cv=GroupKFold(3), random_state=0,
+    ... ).fit(X, signal, groups=runs)
+    >>> bool(perm.pvalue_ <= 0.05)
+    True
     """
 
     def __init__(
@@ -492,6 +669,8 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
         scoring=None,
         cv=5,
         multioutput="uniform_average",
+        permutation_type="shuffle",
+        block_size=None,
         return_null=False,
         random_state=None,
         n_jobs=None,
@@ -504,6 +683,8 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
         self.scoring = scoring
         self.cv = cv
         self.multioutput = multioutput
+        self.permutation_type = permutation_type
+        self.block_size = block_size
         self.return_null = return_null
         self.random_state = random_state
         self.n_jobs = n_jobs
@@ -515,6 +696,14 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
         return BatchedRidge()
 
     def _check_params(self):
+        estimator = self.estimator
+        if estimator is not None and not (
+            hasattr(estimator, "fit") and hasattr(estimator, "get_params")
+        ):
+            raise TypeError(
+                f"estimator must be None or a scikit-learn estimator (with fit and "
+                f"get_params), got {type(estimator).__name__}: {estimator!r}"
+            )
         n_permutations = self.n_permutations
         if (
             isinstance(n_permutations, bool)
@@ -530,22 +719,46 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
             )
         scoring = self.scoring
         if isinstance(scoring, str):
-            if scoring not in get_scorer_names():
+            if scoring not in get_scorer_names() and scoring != "correlation":
                 raise ValueError(
-                    f"scoring must be None, a callable or a name from "
-                    f"sklearn.metrics.get_scorer_names(), got {scoring!r}"
+                    f"scoring must be None, a callable, 'correlation' or a name "
+                    f"from sklearn.metrics.get_scorer_names(), got {scoring!r}"
                 )
         elif scoring is not None and not callable(scoring):
             raise ValueError(
                 f"scoring must be None, a callable or a scorer name, got {scoring!r}"
             )
-        if self.multioutput == "raw_values" and (
-            scoring is not None and scoring not in _PER_TARGET_METRICS
+        if (
+            self.multioutput == "raw_values"
+            and isinstance(scoring, str)
+            and scoring not in _PER_TARGET_METRICS
         ):
             raise ValueError(
                 f"multioutput='raw_values' needs a scoring with a value per "
-                f"target: None or one of {tuple(_PER_TARGET_METRICS)}, got "
-                f"scoring={scoring!r}"
+                f"target: None, a callable returning one score per target, or "
+                f"one of {tuple(_PER_TARGET_METRICS)}, got scoring={scoring!r}"
+            )
+        if self.permutation_type not in _PERMUTATION_TYPES:
+            raise ValueError(
+                f"permutation_type must be one of {_PERMUTATION_TYPES}, got "
+                f"{self.permutation_type!r}"
+            )
+        block_size = self.block_size
+        if self.permutation_type == "block_shuffle":
+            if (
+                isinstance(block_size, bool)
+                or not isinstance(block_size, numbers.Integral)
+                or block_size < 1
+            ):
+                raise ValueError(
+                    f"permutation_type='block_shuffle' needs block_size, an int "
+                    f">= 1 (rows per block), got block_size={block_size!r}"
+                )
+        elif block_size is not None:
+            raise ValueError(
+                f"block_size is only used with permutation_type='block_shuffle'; "
+                f"got block_size={block_size!r} with permutation_type="
+                f"{self.permutation_type!r}"
             )
         if not isinstance(self.return_null, bool | np.bool_):
             raise ValueError(f"return_null must be a bool, got {self.return_null!r}")
@@ -559,12 +772,14 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-            Training data.
+            Training data, passed to the estimator as given (a DataFrame
+            stays one); its values are validated by the estimator.
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
             Targets.
         groups : array-like of shape (n_samples,), default=None
-            Exchangeability blocks: ``y`` is permuted within each group only.
-            Also passed to the ``cv`` splitter.
+            Exchangeability blocks: ``y`` is permuted (or shifted, or its
+            blocks shuffled) within each group only. Also passed to a ``cv``
+            splitter that uses groups.
         **fit_params : dict
             Passed to ``estimator.fit`` (sliced to the training rows of each
             fold); any of them sends the work to the generic path.
@@ -585,33 +800,67 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
             fit_params,
             # Row-indexable formats, for slicing folds.
             accept_sparse=["csr", "csc"] if inner_tags.sparse else False,
-            dtype=None if inner_tags.string or inner_tags.categorical else "numeric",
-            ensure_all_finite=not inner_tags.allow_nan,
             y_numeric=not is_classifier(estimator),
         )
         # Column names reach the estimator as the user gave them, so that
         # estimator_ checks them in predict and name-based transformers work.
         X = X_input if hasattr(self, "feature_names_in_") else X_valid
+        n_samples = _num_samples(X_valid)
         n_targets = 1 if y.ndim == 1 else y.shape[1]
-        n_stats = n_targets if raw else 1
-        self._check_host_memory(n_stats)
+        self._check_host_memory(n_targets if raw else 1)
+        permutation = dict(
+            permutation_type=self.permutation_type, block_size=self.block_size
+        )
+        # Checks the scheme against the groups (a block longer than a group)
+        # before any work.
+        permutation_indices(0, [0], n_samples, groups, **permutation)
         entropy = resolve_entropy(self.random_state)
+        # The estimator validates X's values itself (missing values, dtypes)
+        # before the folds are cut.
+        estimator_ = clone(estimator).fit(X, y, **fit_params)
         cv = check_cv(self.cv, y, classifier=is_classifier(estimator))
-        splits = list(cv.split(X, y, groups))
+        splits = _split_rows(cv, X, y, groups)
 
         spec = None
-        if not fit_params and not sp.issparse(X_valid):
-            if self.scoring in _DEVICE_SCORINGS:
-                spec = _ridge_spec(estimator)
-        counter_args = dict(n_total=self.n_permutations, keep_null=self.return_null)
+        if (
+            not fit_params
+            and not sp.issparse(X_valid)
+            and self.scoring in _DEVICE_SCORINGS
+            and _splits_ignore_y(cv)
+            # A one-row training fold: the estimator decides (BatchedRidge
+            # refuses it, Ridge fits it).
+            and min(len(train) for train, _ in splits) >= 2
+        ):
+            spec = _ridge_spec(estimator)
         if spec is not None:
-            counter = self._fit_ridge(
-                X_valid, y, groups, splits, spec, entropy, raw, counter_args
+            backend, counter = self._fit_ridge(
+                X_valid, y, groups, splits, spec, entropy, raw, permutation
             )
         else:
-            self.backend_ = resolve_backend(self.device)
+            backend = resolve_backend(self.device)
             counter = self._fit_generic(
-                estimator, X, y, groups, splits, entropy, raw, fit_params, counter_args
+                estimator,
+                X,
+                y,
+                groups,
+                cv,
+                splits if _splits_ignore_y(cv) else None,
+                entropy,
+                raw,
+                permutation,
+                fit_params,
+            )
+        undefined = np.isnan(counter.observed)
+        if undefined.any():
+            warnings.warn(
+                f"The cross-validated score is undefined (NaN) for "
+                f"{int(undefined.sum())} of {undefined.size} "
+                f"{'target' if undefined.size == 1 else 'targets'}, for example "
+                f"R^2 or correlation on test folds of fewer than 2 rows, or a "
+                f"constant target; their p-values are NaN. Use folds with more "
+                f"test rows (cv) or another scoring.",
+                UserWarning,
+                stacklevel=3,
             )
         self.score_ = counter.observed if raw else float(counter.observed)
         self.pvalue_ = counter.pvalue()
@@ -620,11 +869,13 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
         self.null_std_ = counter.null_std
         if self.return_null:
             self.permutation_scores_ = counter.null
-        self.estimator_ = clone(estimator).fit(X, y, **fit_params)
+        self.backend_ = backend
+        self.estimator_ = estimator_
         return self
 
     def _check_host_memory(self, n_stats):
-        needed = PermutationCounter.nbytes_needed(
+        # The counter, and one id per permutation that the engine hands out.
+        needed = 8 * self.n_permutations + PermutationCounter.nbytes_needed(
             n_stats, self.n_permutations, keep_null=self.return_null
         )
         budget = memory_budget(None, self.max_memory_gb)
@@ -637,8 +888,22 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
                 "std do not need it), lower n_permutations, or raise max_memory_gb."
             )
 
-    def _fit_ridge(self, X, y, groups, splits, spec, entropy, raw, counter_args):
+    def _counter(self, observed, dtype):
+        """The exceedance counter, with ties judged at ``dtype``'s round-off."""
+        scale = np.abs(observed)
+        if self.scoring in _UNIT_SCALE_SCORINGS:
+            scale = np.maximum(scale, 1.0)
+        tolerance = TIE_ULPS * np.finfo(dtype).eps * np.nan_to_num(scale)
+        return PermutationCounter(
+            observed,
+            n_total=self.n_permutations,
+            keep_null=self.return_null,
+            tolerance=tolerance,
+        )
+
+    def _fit_ridge(self, X, y, groups, splits, spec, entropy, raw, permutation):
         """Fast path: permutations as extra targets through one SVD per fold."""
+        X = np.asarray(X, dtype=np.float64)
         Y = np.asarray(y, dtype=np.float64).reshape(X.shape[0], -1)
         n_samples, n_features = X.shape
         n_targets = Y.shape[1]
@@ -646,7 +911,6 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
         rank = min(n_samples, n_features)
         flops = 2.0 * len(splits) * n_samples * rank * columns * (spec.alphas.size + 2)
         backend = resolve_backend(self.device, flops=flops)
-        self.backend_ = backend
         dtype = np.dtype(np.float32 if backend.device == "mps" else np.float64)
         estimator = self._get_estimator()
         if isinstance(estimator, BatchedRidge):
@@ -662,13 +926,11 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
                 to_numpy(folds.scores(np.arange(n_samples)[None, :]))[0],
                 dtype=np.float64,
             )
-            counter = PermutationCounter(
-                observed if raw else observed.mean(), **counter_args
-            )
+            counter = self._counter(observed if raw else observed.mean(), dtype)
 
             def kernel(ids):
                 return folds.scores(
-                    permutation_indices(entropy, ids, n_samples, groups)
+                    permutation_indices(entropy, ids, n_samples, groups, **permutation)
                 )
 
             def reduce(ids, scores):
@@ -690,36 +952,69 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
                 verbose=self.verbose,
                 desc="permutations",
             )
-        return counter
+        return backend, counter
 
     def _fit_generic(
-        self, estimator, X, y, groups, splits, entropy, raw, fit_params, counter_args
+        self,
+        estimator,
+        X,
+        y,
+        groups,
+        cv,
+        splits,
+        entropy,
+        raw,
+        permutation,
+        fit_params,
     ):
-        """Generic path: refits of clones in joblib windows."""
-        if raw:
+        """Generic path: refits of clones in joblib windows.
+
+        ``splits`` None: folds depend on ``y`` and are drawn anew for every
+        permuted ``y``.
+        """
+        scorer = metric = None
+        if raw and callable(self.scoring):
+            scorer, metric = self.scoring, "scorer"
+        elif raw or self.scoring == "correlation":
             metric = _PER_TARGET_METRICS[self.scoring or "r2"]
-            scorer = None
         else:
-            metric = None
             scorer = check_scoring(estimator, self.scoring)
         args = dict(
             estimator=estimator,
             X=X,
-            splits=splits,
             scorer=scorer,
             metric=metric,
             fit_params=fit_params,
         )
-        observed = _cv_score(y=y, **args)
-        counter = PermutationCounter(observed, **counter_args)
-        task = functools.partial(
-            _null_scores_task, y=y, groups=groups, entropy=entropy, **args
+        observed = _cv_score(
+            y=y, splits=splits or _split_rows(cv, X, y, groups), **args
         )
+        host_bytes_per_item = 8 * np.size(observed)
+        if not raw:
+            # A per-target metric averaged over targets, as r2_score does.
+            observed = np.mean(observed)
+        counter = self._counter(observed, np.float64)
+        task = functools.partial(
+            _null_scores_task,
+            y=y,
+            cv=cv,
+            splits=splits,
+            groups=groups,
+            entropy=entropy,
+            permutation=permutation,
+            **args,
+        )
+
+        def reduce(ids, scores):
+            if not raw:
+                scores = scores.reshape(len(ids), -1).mean(axis=1)
+            counter.update(scores, ids)
+
         run_parallel(
             task,
-            lambda ids, scores: counter.update(scores, ids),
+            reduce,
             n_items=self.n_permutations,
-            host_bytes_per_item=8 * np.size(observed),
+            host_bytes_per_item=host_bytes_per_item,
             n_jobs=self.n_jobs,
             max_memory_gb=self.max_memory_gb,
             verbose=self.verbose,

@@ -9,8 +9,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.linear_model import LinearRegression
 from sklearn.utils.validation import check_is_fitted
 
-from skbatch import BatchedRidge, BootstrapEstimator, PermutationScorer
-from skbatch import _engine
+from skbatch import BatchedRidge, BootstrapEstimator, PermutationScorer, _engine
 
 
 class _Interrupt(BaseException):
