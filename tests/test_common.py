@@ -11,6 +11,20 @@ ESTIMATORS = [
     BatchedRidge(cv="gcv", alpha_per_target=False),
     PermutationScorer(n_permutations=5, random_state=0),
     PermutationScorer(Ridge(), n_permutations=5, random_state=0),
+    PermutationScorer(
+        Ridge(),
+        n_permutations=5,
+        scoring="correlation",
+        multioutput="raw_values",
+        permutation_type="circular_shift",
+        random_state=0,
+    ),
+    PermutationScorer(
+        n_permutations=5,
+        permutation_type="block_shuffle",
+        block_size=1,
+        random_state=0,
+    ),
     BootstrapEstimator(n_bootstrap=5, random_state=0),
     BootstrapEstimator(Ridge(), n_bootstrap=5, random_state=0),
 ]
