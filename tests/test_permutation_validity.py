@@ -409,3 +409,19 @@ def test_unsortable_groups_name_groups():
     groups = [None] * 15 + ["a"] * 15
     with pytest.raises(ValueError, match="groups"):
         PermutationScorer(Ridge(), n_permutations=3).fit(X, y, groups=groups)
+
+
+@pytest.mark.parametrize(
+    "cv",
+    [
+        [],
+        (split for split in []),
+        [(np.arange(10), np.array([], dtype=int))],
+        [(np.array([], dtype=int), np.arange(10))],
+    ],
+    ids=["empty list", "exhausted generator", "empty test", "empty train"],
+)
+def test_unusable_folds_name_cv(cv):
+    X, y = make_data()
+    with pytest.raises(ValueError, match="cv="):
+        PermutationScorer(Ridge(), n_permutations=3, cv=cv).fit(X, y)
