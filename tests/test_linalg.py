@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 from sklearn.datasets import load_diabetes, load_linnerud
-from sklearn.linear_model import Ridge, RidgeCV
 from sklearn.exceptions import UndefinedMetricWarning
+from sklearn.linear_model import Ridge, RidgeCV
 from sklearn.metrics import mean_squared_error, r2_score
 from sklearn.model_selection import KFold
 
@@ -289,7 +289,9 @@ def test_residual_sq_norm_of_nearly_exact_fits_equals_lstsq(library):
 
 def weighted_corrcoef(y, p, weights):
     """Pearson's r of every column pair, from numpy's weighted covariance."""
-    covariances = [np.cov(y[:, j], p[:, j], aweights=weights) for j in range(y.shape[1])]
+    covariances = [
+        np.cov(y[:, j], p[:, j], aweights=weights) for j in range(y.shape[1])
+    ]
     return np.array([c[0, 1] / np.sqrt(c[0, 0] * c[1, 1]) for c in covariances])
 
 
