@@ -198,14 +198,16 @@ def _ridge_factors(s, alpha, xp):
     of such an X into zeros. Squares of t that underflow are the exact limit.
     """
     root_alpha = xp.sqrt(alpha)
-    ratio = s / root_alpha
-    small = ratio <= 1.0
-    t = xp.where(small, ratio, root_alpha / s)
+    small = s <= root_alpha
+    # Divisors that are never 0: sqrt(alpha) >= s > 0 where s is small, and
+    # s > 0 elsewhere (alpha 0, least squares, lands there).
+    safe_root_alpha = xp.where(small, root_alpha, 1.0)
+    t = xp.where(small, s / safe_root_alpha, root_alpha / s)
     damping = 1.0 / (1.0 + t * t)
     damped_t_sq = t * t * damping
     shrinkage = xp.where(small, damping, damped_t_sq)
     kept = xp.where(small, damped_t_sq, damping)
-    filtered = xp.where(small, ratio / root_alpha, 1.0 / s) * damping
+    filtered = xp.where(small, t / safe_root_alpha, 1.0 / s) * damping
     return shrinkage, kept, filtered
 
 

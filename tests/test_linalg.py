@@ -9,7 +9,7 @@ import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 from sklearn.datasets import load_diabetes, load_linnerud
 from sklearn.exceptions import UndefinedMetricWarning
-from sklearn.linear_model import Ridge, RidgeCV
+from sklearn.linear_model import LinearRegression, Ridge, RidgeCV
 from sklearn.metrics import mean_squared_error, r2_score
 from sklearn.model_selection import KFold
 
@@ -605,4 +605,15 @@ def test_extreme_singular_values_neither_overflow_nor_underflow(scale):
         coef = ridge_coef(Vt, s, project(U, Y_centered), alpha)
         scores = gcv_scores(s, project(U, Y_centered), np.zeros(3), 40, [alpha])
     assert_allclose(coef, expected, rtol=1e-10)
+    assert np.isfinite(scores).all()
+
+
+def test_alpha_zero_is_least_squares_without_warnings():
+    """alpha = 0 (LinearRegression in PermutationScorer): the pseudo-inverse."""
+    X, Y = make_data(30, 6, 3)
+    with np.errstate(all="raise"):
+        coef, intercept = fit_ridge(X, Y, 0.0)
+        scores = loo(X, Y, [0.0])
+    ols = LinearRegression().fit(X, Y)
+    assert_matches_ridge(coef, intercept, ols)
     assert np.isfinite(scores).all()
