@@ -41,6 +41,9 @@ MAX_TARGETS_PER_BATCH_TORCH_CPU = 512
 # Temporaries a kernel holds besides the arrays counted per target (copies
 # made by casts, centring, broadcasting).
 WORKSPACE_OVERHEAD = 2.0
+# Fewest rows (or rows of non-zero weight) a fit accepts: one row has no
+# deviation from its mean, so nothing to fit and nothing to cross-validate.
+MIN_SAMPLES = 2
 _SCORINGS = (None, "r2", "neg_mean_squared_error", "correlation")
 _DTYPES = {"float32": np.float32, "float64": np.float64}
 
@@ -113,10 +116,12 @@ def _check_weights(sample_weight, n_samples):
             f"sample_weight must be non-negative, got {np.count_nonzero(negative)} "
             f"negative weight(s), the smallest {float(sample_weight.min())!r}"
         )
-    if not np.any(sample_weight):
+    n_weighted = np.count_nonzero(sample_weight)
+    if n_weighted < MIN_SAMPLES:
+        # Rows of weight 0 are no rows: as few samples as fit refuses.
         raise ValueError(
-            f"sample_weight must have at least one non-zero weight, got all "
-            f"{n_samples} weights equal to 0"
+            f"sample_weight must have at least {MIN_SAMPLES} non-zero weights, "
+            f"got {n_weighted} among {n_samples} samples"
         )
     return sample_weight
 
@@ -134,10 +139,10 @@ def _check_splits(splits, cv, sample_weight, scoring):
                 f"cv yielded an empty test fold (fold {i}, with {len(train)} "
                 "training rows): every fold must hold out at least one row"
             )
-        if len(train) < 2:
+        if len(train) < MIN_SAMPLES:
             raise ValueError(
                 f"cv fold {i} has {len(train)} training row(s): a ridge fit needs "
-                "at least 2 samples; use fewer folds"
+                f"at least {MIN_SAMPLES} samples; use fewer folds"
             )
         if sample_weight is not None and not np.any(sample_weight[train]):
             raise ValueError(
@@ -155,7 +160,8 @@ def _check_splits(splits, cv, sample_weight, scoring):
             "kept and best_score_ is NaN. Use fewer folds, cv=None (exact "
             "leave-one-out) or scoring='neg_mean_squared_error'.",
             UserWarning,
-            stacklevel=3,
+            # Past fit and its atomic_fit wrapper, to the caller's line.
+            stacklevel=4,
         )
 
 
@@ -419,7 +425,7 @@ default=None
         "cv": ["cv_object", StrOptions({"gcv"})],
         "alpha_per_target": ["boolean"],
         "fit_intercept": ["boolean"],
-        "scoring": [StrOptions({"r2", "neg_mean_squared_error", "correlation"}), None],
+        "scoring": [StrOptions(set(_SCORINGS) - {None}), None],
         "dtype": [StrOptions({"auto", "float32", "float64"}), type, np.dtype],
         "n_targets_batch": [
             StrOptions({"auto"}),
@@ -476,9 +482,10 @@ default=None
             dtype=[np.float64, np.float32],
         )
         n_samples, n_features = X.shape
-        if n_samples < 2:
+        if n_samples < MIN_SAMPLES:
             raise ValueError(
-                f"BatchedRidge needs at least 2 samples, got {n_samples} sample"
+                f"BatchedRidge needs at least {MIN_SAMPLES} samples, got "
+                f"{n_samples} sample"
             )
         if sample_weight is not None:
             sample_weight = _check_weights(host_input(sample_weight)[0], n_samples)

@@ -603,8 +603,11 @@ def test_bad_sample_weights_are_refused_naming_sample_weight():
     for cv in (None, "gcv", 5):
         with pytest.raises(ValueError, match="sample_weight must be non-negative"):
             BatchedRidge(cv=cv).fit(X, Y, sample_weight=negative)
-    with pytest.raises(ValueError, match="sample_weight must have at least one"):
-        BatchedRidge().fit(X, Y, sample_weight=np.zeros(30))
+    for n_weighted in (0, 1):
+        weight = np.zeros(30)
+        weight[:n_weighted] = 1.0
+        with pytest.raises(ValueError, match=f"sample_weight .* got {n_weighted} "):
+            BatchedRidge().fit(X, Y, sample_weight=weight)
     # KFold(5): fold 0 trains on rows 6-29, all of weight 0.
     only_first_fold = np.r_[np.ones(6), np.zeros(24)]
     with pytest.raises(ValueError, match="sample_weight is 0 on all 24.*cv fold 0"):
