@@ -25,6 +25,8 @@ from threadpoolctl import ThreadpoolController
 
 # Names accepted by the scoring functions; higher is better for all three.
 _SCORINGS = ("neg_mean_squared_error", "r2", "correlation")
+# R^2 and correlation need deviations from a mean: one row has none.
+MIN_SCORED_ROWS = 2
 
 
 def center(A, sample_weight=None, *, fit_intercept=True, xp=None):
@@ -182,8 +184,31 @@ def ridge_coef(Vt, s, UtY, alpha, *, xp=None):
     """
     xp = _namespace(xp, Vt, s, UtY)
     alpha = xp.reshape(_as_float_array(alpha, s, xp), (1, -1))
-    filtered = s[:, None] / (s[:, None] ** 2 + alpha)
+    _, _, filtered = _ridge_factors(s[:, None], alpha, xp)
     return Vt.T @ (filtered * UtY)
+
+
+def _ridge_factors(s, alpha, xp):
+    """``alpha / (s^2 + alpha)``, ``s^2 / (s^2 + alpha)`` and ``s / (s^2 + alpha)``.
+
+    ``s`` and ``alpha`` broadcast against each other. The three are computed
+    from ``t = min(s / sqrt(alpha), sqrt(alpha) / s)``, whose square never
+    exceeds 1: ``s^2`` itself overflows above 1e154 (an X of entries near
+    1e155) and loses its digits below 1e-154, which turned the coefficients
+    of such an X into zeros. Squares of t that underflow are the exact limit.
+    """
+    root_alpha = xp.sqrt(alpha)
+    small = s <= root_alpha
+    # Divisors that are never 0: sqrt(alpha) >= s > 0 where s is small, and
+    # s > 0 elsewhere (alpha 0, least squares, lands there).
+    safe_root_alpha = xp.where(small, root_alpha, 1.0)
+    t = xp.where(small, s / safe_root_alpha, root_alpha / s)
+    damping = 1.0 / (1.0 + t * t)
+    damped_t_sq = t * t * damping
+    shrinkage = xp.where(small, damping, damped_t_sq)
+    kept = xp.where(small, damped_t_sq, damping)
+    filtered = xp.where(small, t / safe_root_alpha, 1.0 / s) * damping
+    return shrinkage, kept, filtered
 
 
 def loo_scores(
@@ -234,12 +259,11 @@ def loo_scores(
     _check_scoring(scoring, allow_none=True)
     alphas = _as_float_array(alphas, s, xp)
     dtype = _criterion_dtype(Y, xp)
-    s_sq = s**2
-    shrinkage = alphas[:, None] / (s_sq + alphas[:, None])
+    shrinkage, kept, _ = _ridge_factors(s, alphas[:, None], xp)
     spans = _spans_centered_targets(U, fit_intercept)
     # Where U spans the targets the residual is exactly U diag(shrinkage) U'Y;
     # elsewhere Y - U diag(s^2 / (s^2 + alpha)) U'Y, one product per alpha.
-    factors = shrinkage if spans else s_sq / (s_sq + alphas[:, None])
+    factors = shrinkage if spans else kept
     loo_denominators = _loo_denominators(U, shrinkage, fit_intercept, sample_weight, xp)
     loo_denominators = xp.astype(loo_denominators, dtype, copy=False)
     if scoring is None:
@@ -283,10 +307,18 @@ def gcv_scores(
 ):
     """Generalized cross-validation score of every alpha for every target.
 
-    ``-mean(residual^2) / (1 - tr(H) / n)^2`` with ``tr(H) = sum s^2 / (s^2 +
+    ``-(RSS / n) / (1 - tr(H) / n)^2`` with ``tr(H) = sum s^2 / (s^2 +
     alpha)`` (+1 for the intercept). The residual splits into a part outside
     the span of U, independent of alpha, and ``alpha / (s^2 + alpha) U'Y``
     inside it, so all alphas cost one n_alphas x rank x n_targets product.
+
+    With sample weights, U and Y are the weight-scaled arrays of
+    :func:`center`, so RSS is the weighted ``sum w_i r_i^2``; ``n`` is then
+    the number of rows of non-zero weight and the weights must sum to it.
+    Both invariances a weighted fit owes its user then hold exactly: a row
+    of weight 0 is the same as no row (it adds nothing to RSS, tr(H) or n),
+    and weights multiplied by a constant are normalised back to the same
+    values.
 
     Parameters
     ----------
@@ -295,6 +327,7 @@ def gcv_scores(
     sq_norm_residual : array of shape (n_targets,)
         From :func:`residual_sq_norm`.
     n_samples : int
+        Rows of non-zero weight (all rows without weights).
     alphas : array-like of shape (n_alphas,)
     fit_intercept : bool, default=True
 
@@ -306,11 +339,10 @@ def gcv_scores(
     xp = _namespace(xp, s, UtY)
     s = xp.astype(s, _criterion_dtype(UtY, xp), copy=False)
     alphas = _as_float_array(alphas, s, xp)
-    s_sq = s**2
-    shrinkage = alphas[:, None] / (s_sq + alphas[:, None])
+    shrinkage, kept, _ = _ridge_factors(s, alphas[:, None], xp)
     UtY_sq = xp.astype(UtY, s.dtype, copy=False) ** 2
     sq_norm = xp.astype(sq_norm_residual, s.dtype, copy=False) + shrinkage**2 @ UtY_sq
-    trace = xp.sum(s_sq / (s_sq + alphas[:, None]), axis=1) + int(fit_intercept)
+    trace = xp.sum(kept, axis=1) + int(fit_intercept)
     return -(sq_norm / n_samples) / ((1.0 - trace / n_samples) ** 2)[:, None]
 
 
@@ -352,6 +384,7 @@ def fold_scores(
     *,
     fit_intercept=True,
     sample_weight=None,
+    test_sample_weight=None,
     scoring="r2",
     xp=None,
 ):
@@ -366,8 +399,10 @@ def fold_scores(
     alphas : array-like of shape (n_alphas,)
     fit_intercept : bool, default=True
     sample_weight : array of shape (n_train,), default=None
-        Weights of the training rows. Test rows are scored unweighted, as
-        ``GridSearchCV`` scores them without metadata routing.
+        Weights of the training rows.
+    test_sample_weight : array of shape (n_test,), default=None
+        Weights of the test rows in the score, as ``GridSearchCV`` (hence
+        ``RidgeCV(cv=K)`` since scikit-learn 1.7) passes them to its scorer.
     scoring : {"r2", "neg_mean_squared_error", "correlation"}, default="r2"
 
     Returns
@@ -382,11 +417,25 @@ def fold_scores(
     UtY = project(U, Y_centered, xp=xp)
     # Every scoring is unchanged when targets and predictions shift together,
     # so the training offset comes off the targets once, not per alpha.
-    return holdout_scores(s, X_test_V, UtY, Y_test - Y_offset, alphas, scoring=scoring)
+    return holdout_scores(
+        s,
+        X_test_V,
+        UtY,
+        Y_test - Y_offset,
+        alphas,
+        scoring=scoring,
+        sample_weight=test_sample_weight,
+        xp=xp,
+    )
 
 
-def holdout_scores(s, X_test_V, UtY, y_true, alphas, *, scoring="r2", xp=None):
+def holdout_scores(
+    s, X_test_V, UtY, y_true, alphas, *, scoring="r2", sample_weight=None, xp=None
+):
     """Test-set score of every alpha for targets already projected.
+
+    Scores follow :func:`score_per_target`: R^2 and correlation of fewer
+    than 2 test rows are NaN.
 
     Parameters
     ----------
@@ -399,6 +448,8 @@ def holdout_scores(s, X_test_V, UtY, y_true, alphas, *, scoring="r2", xp=None):
         Test targets minus the (weighted) training means.
     alphas : array-like of shape (n_alphas,)
     scoring : {"r2", "neg_mean_squared_error", "correlation"}, default="r2"
+    sample_weight : array of shape (n_test,), default=None
+        Weights of the test rows in every mean of the score.
 
     Returns
     -------
@@ -409,14 +460,17 @@ def holdout_scores(s, X_test_V, UtY, y_true, alphas, *, scoring="r2", xp=None):
     _check_scoring(scoring)
     alphas = _as_float_array(alphas, s, xp)
     dtype = _criterion_dtype(y_true, xp)
-    filtered = s / (s**2 + alphas[:, None])
+    _, _, filtered = _ridge_factors(s, alphas[:, None], xp)
+    weight = None
+    if sample_weight is not None:
+        weight = xp.astype(sample_weight, dtype, copy=False)
     if scoring == "correlation":
         y_true_score = xp.astype(y_true, dtype, copy=False)
     else:
         # The targets' variance does not depend on alpha: computed once, each
         # alpha then costs its product and one pass over the errors.
         y_score = xp.astype(y_true, dtype, copy=False)
-        y_var = xp.mean((y_score - xp.mean(y_score, axis=0)) ** 2, axis=0)
+        y_var = _average((y_score - _average(y_score, weight, xp)) ** 2, weight, xp)
         del y_score
     # The filter scales whichever factor of the product is smaller: the
     # (n_test, rank) test rows or the (rank, n_targets) projection.
@@ -443,15 +497,17 @@ def holdout_scores(s, X_test_V, UtY, y_true, alphas, *, scoring="r2", xp=None):
         errors = _subtract(y_true, predictions)
         if scoring == "correlation":
             errors = xp.astype(errors, dtype, copy=False)
-            scores.append(_score_errors(errors, y_true_score, scoring, None, xp))
+            scores.append(_score_errors(errors, y_true_score, scoring, weight, xp))
             continue
-        if isinstance(errors, np.ndarray) and errors.dtype == dtype:
+        if weight is None and isinstance(errors, np.ndarray) and errors.dtype == dtype:
             mse = _column_sq_norms(errors, xp) / errors.shape[0]
         else:
-            mse = xp.mean(_multiply(errors, errors, square_buffer), axis=0)
-        scores.append(
-            -mse if scoring == "neg_mean_squared_error" else _r2(mse, y_var, xp)
-        )
+            mse = _average(_multiply(errors, errors, square_buffer), weight, xp)
+        if scoring == "neg_mean_squared_error":
+            scores.append(-mse)
+        else:
+            r2 = _r2(mse, y_var, xp)
+            scores.append(_undefined_below_two_rows(r2, xp, n_rows=y_true.shape[0]))
     return xp.stack(scores)
 
 
@@ -482,7 +538,8 @@ def kfold_scores(
     alphas : array-like of shape (n_alphas,)
     fit_intercept : bool, default=True
     sample_weight : array of shape (n_samples,), default=None
-        Used in fitting only.
+        Weights of the training rows in the fit and of the test rows in the
+        score, as ``RidgeCV(cv=K)`` uses them.
     scoring : {"r2", "neg_mean_squared_error", "correlation"}, default="r2"
 
     Returns
@@ -492,13 +549,15 @@ def kfold_scores(
     xp = _namespace(xp, X, Y)
     train = xp.asarray(train, device=array_device(X))
     test = xp.asarray(test, device=array_device(X))
+    train_weight = test_weight = None
     if sample_weight is not None:
-        sample_weight = xp.take(sample_weight, train, axis=0)
+        train_weight = xp.take(sample_weight, train, axis=0)
+        test_weight = xp.take(sample_weight, test, axis=0)
     U, s, X_test_V = fold_basis(
         xp.take(X, train, axis=0),
         xp.take(X, test, axis=0),
         fit_intercept=fit_intercept,
-        sample_weight=sample_weight,
+        sample_weight=train_weight,
         xp=xp,
     )
     return fold_scores(
@@ -509,18 +568,26 @@ def kfold_scores(
         xp.take(Y, test, axis=0),
         alphas,
         fit_intercept=fit_intercept,
-        sample_weight=sample_weight,
+        sample_weight=train_weight,
+        test_sample_weight=test_weight,
         scoring=scoring,
         xp=xp,
     )
 
 
 def score_per_target(y_true, y_pred, scoring, *, sample_weight=None, xp=None):
-    """Score each target column separately.
+    """Score each target column separately; NaN where the score is undefined.
 
-    ``"r2"`` follows ``sklearn.metrics.r2_score(multioutput="raw_values")``,
-    including constant targets (1.0 when predicted exactly, else 0.0).
-    ``"correlation"`` is Pearson's r, 0.0 when either column is constant.
+    - ``"r2"``: ``sklearn.metrics.r2_score(multioutput="raw_values")``,
+      including its defaults for the degenerate cases: NaN for fewer than 2
+      rows; for a constant ``y_true``, 1.0 when predicted exactly, else 0.0
+      (``force_finite=True``).
+    - ``"neg_mean_squared_error"``: minus
+      ``sklearn.metrics.mean_squared_error(multioutput="raw_values")``; NaN
+      without rows.
+    - ``"correlation"``: Pearson's r, weighted when ``sample_weight`` is
+      given; NaN for fewer than 2 rows and where either column is constant,
+      as ``numpy.corrcoef``.
 
     Parameters
     ----------
@@ -541,19 +608,25 @@ def score_per_target(y_true, y_pred, scoring, *, sample_weight=None, xp=None):
 def select_alpha(scores, *, xp=None):
     """Best alpha of each target: the first of ties, as scikit-learn keeps it.
 
+    NaN scores rank last, as in ``GridSearchCV``; a target whose every score
+    is NaN keeps the first alpha, and its best score is NaN.
+
     Parameters
     ----------
     scores : array of shape (n_alphas, n_targets)
-        Higher is better. NaN never wins.
+        Higher is better.
 
     Returns
     -------
     best_index : array of int of shape (n_targets,)
     best_score : array of shape (n_targets,)
+        NaN where every alpha scored NaN.
     """
     xp = _namespace(xp, scores)
-    scores = xp.where(xp.isnan(scores), -xp.inf, scores)
-    return xp.argmax(scores, axis=0), xp.max(scores, axis=0)
+    missing = xp.isnan(scores)
+    filled = xp.where(missing, -xp.inf, scores)
+    best_score = xp.where(xp.all(missing, axis=0), xp.nan, xp.max(filled, axis=0))
+    return xp.argmax(filled, axis=0), best_score
 
 
 def _score_errors(errors, y_true, scoring, sample_weight, xp):
@@ -563,14 +636,27 @@ def _score_errors(errors, y_true, scoring, sample_weight, xp):
     y_dev = y_true - _average(y_true, sample_weight, xp)
     y_var = _average(y_dev**2, sample_weight, xp)
     if scoring == "r2":
-        return _r2(_average(errors**2, sample_weight, xp), y_var, xp)
+        r2 = _r2(_average(errors**2, sample_weight, xp), y_var, xp)
+        return _undefined_below_two_rows(r2, xp, n_rows=y_true.shape[0])
     predictions = y_true - errors
     pred_dev = predictions - _average(predictions, sample_weight, xp)
     covariance = _average(y_dev * pred_dev, sample_weight, xp)
     variance_product = y_var * _average(pred_dev**2, sample_weight, xp)
     constant = variance_product == 0
     safe = xp.where(constant, 1.0, variance_product)
-    return xp.where(constant, 0.0, covariance / xp.sqrt(safe))
+    correlation = xp.where(constant, xp.nan, covariance / xp.sqrt(safe))
+    return _undefined_below_two_rows(correlation, xp, n_rows=y_true.shape[0])
+
+
+def _undefined_below_two_rows(scores, xp, *, n_rows):
+    """``scores``, or NaN everywhere when they come from fewer than 2 rows.
+
+    R^2 and correlation compare deviations from the mean, which one row does
+    not have: ``r2_score`` then returns NaN (with a warning), not a number.
+    """
+    if n_rows >= MIN_SCORED_ROWS:
+        return scores
+    return xp.full_like(scores, xp.nan)
 
 
 def _r2(error_var, y_var, xp):

@@ -1,13 +1,16 @@
 """BatchedRidge: ridge regression for one to hundreds of thousands of targets."""
 
 import numbers
+import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, MultiOutputMixin, RegressorMixin
 from sklearn.metrics import r2_score
 from sklearn.model_selection import check_cv
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import (
     _check_sample_weight,
+    check_array,
     check_is_fitted,
     validate_data,
 )
@@ -23,7 +26,9 @@ from ._base import (
     host_input,
 )
 from ._engine import map_threads, run_batched
+from ._linalg import MIN_SCORED_ROWS
 from .backend import resolve_backend
+from .memory import GB, memory_budget
 
 __all__ = ["BatchedRidge"]
 
@@ -36,18 +41,26 @@ MAX_TARGETS_PER_BATCH_TORCH_CPU = 512
 # Temporaries a kernel holds besides the arrays counted per target (copies
 # made by casts, centring, broadcasting).
 WORKSPACE_OVERHEAD = 2.0
+# Fewest rows (or rows of non-zero weight) a fit accepts: one row has no
+# deviation from its mean, so nothing to fit and nothing to cross-validate.
+MIN_SAMPLES = 2
 _SCORINGS = (None, "r2", "neg_mean_squared_error", "correlation")
 _DTYPES = {"float32": np.float32, "float64": np.float64}
 
 
 def _check_alphas(alphas):
     try:
-        values = np.asarray(alphas, dtype=np.float64)
+        values = None if isinstance(alphas, str) else np.asarray(alphas)
     except (TypeError, ValueError):
+        values = None
+    # np.asarray would read "1" and True as numbers: a string or a bool is a
+    # mistake, which sklearn refuses with a TypeError too.
+    if values is None or values.dtype.kind not in "iuf":
         raise TypeError(
             f"alphas must be a positive float or a 1-D array-like of positive "
-            f"floats, got {alphas!r}"
-        ) from None
+            f"floats, got {type(alphas).__name__}: {alphas!r}"
+        )
+    values = values.astype(np.float64)
     values = np.atleast_1d(values)
     if values.ndim != 1 or values.size == 0:
         raise ValueError(
@@ -60,20 +73,200 @@ def _check_alphas(alphas):
 
 
 def _resolve_dtype(dtype, backend):
-    if dtype == "auto":
+    requested = dtype
+    if isinstance(dtype, str) and dtype == "auto":
         dtype = np.float32 if backend.is_gpu else np.float64
     try:
-        dtype = np.dtype(_DTYPES.get(dtype, dtype))
+        # np.dtype(None) is float64: None must not pass for a choice.
+        dtype = None if dtype is None else np.dtype(_DTYPES.get(dtype, dtype))
     except TypeError:
         dtype = None
-    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise ValueError(f"dtype must be 'auto', 'float32' or 'float64', got {dtype!r}")
+    if dtype is None or dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise ValueError(
+            f"dtype must be 'auto', 'float32' or 'float64', got {requested!r}"
+        )
     if dtype == np.float64 and backend.device == "mps":
         raise ValueError(
             "dtype float64 is not available on MPS; pass dtype='float32' or run "
             "on another device"
         )
     return dtype
+
+
+def _is_kfold(cv):
+    """Whether ``cv`` (validated) asks for K-fold rather than LOO or GCV."""
+    return cv is not None and not isinstance(cv, str)
+
+
+def _check_weights(sample_weight, n_samples):
+    """Sample weights as float64, refused before any work if unusable."""
+    if isinstance(sample_weight, numbers.Number):
+        sample_weight = np.full(n_samples, sample_weight, dtype=np.float64)
+    sample_weight = check_array(
+        sample_weight, ensure_2d=False, dtype=np.float64, input_name="sample_weight"
+    )
+    if sample_weight.shape != (n_samples,):
+        raise ValueError(
+            f"sample_weight must have shape ({n_samples},), one weight per "
+            f"sample of X ({n_samples} samples), got shape {sample_weight.shape}"
+        )
+    negative = sample_weight < 0
+    if np.any(negative):
+        raise ValueError(
+            f"sample_weight must be non-negative, got {np.count_nonzero(negative)} "
+            f"negative weight(s), the smallest {float(sample_weight.min())!r}"
+        )
+    n_weighted = np.count_nonzero(sample_weight)
+    if n_weighted < MIN_SAMPLES:
+        # Rows of weight 0 are no rows: as few samples as fit refuses.
+        raise ValueError(
+            f"sample_weight must have at least {MIN_SAMPLES} non-zero weights, "
+            f"got {n_weighted} among {n_samples} samples"
+        )
+    return sample_weight
+
+
+def _check_splits(splits, cv, sample_weight, scoring):
+    """Refuse folds no ridge can be fit or scored on; warn of undefined scores."""
+    if not splits:
+        raise ValueError(
+            f"cv must yield at least one train/test split, got none from cv={cv!r} "
+            "(an empty list or an exhausted generator?)"
+        )
+    for i, (train, test) in enumerate(splits):
+        if len(test) == 0:
+            raise ValueError(
+                f"cv yielded an empty test fold (fold {i}, with {len(train)} "
+                "training rows): every fold must hold out at least one row"
+            )
+        if len(train) < MIN_SAMPLES:
+            raise ValueError(
+                f"cv fold {i} has {len(train)} training row(s): a ridge fit needs "
+                f"at least {MIN_SAMPLES} samples; use fewer folds"
+            )
+        if sample_weight is not None and not np.any(sample_weight[train]):
+            raise ValueError(
+                f"sample_weight is 0 on all {len(train)} training rows of cv fold "
+                f"{i}: that fold has nothing to fit; give some of its training "
+                "rows a positive weight or use another cv"
+            )
+    sizes = np.array([len(test) for _, test in splits])
+    if scoring != "neg_mean_squared_error" and np.any(sizes < MIN_SCORED_ROWS):
+        name = "correlation" if scoring == "correlation" else "R^2"
+        warnings.warn(
+            f"cv has test folds of fewer than {MIN_SCORED_ROWS} rows (test fold "
+            f"sizes {np.array2string(sizes, threshold=20)}): their {name} is "
+            "undefined (NaN), so every alpha scores NaN, the first alpha is "
+            "kept and best_score_ is NaN. Use fewer folds, cv=None (exact "
+            "leave-one-out) or scoring='neg_mean_squared_error'.",
+            UserWarning,
+            # Past fit and its atomic_fit wrapper, to the caller's line.
+            stacklevel=4,
+        )
+
+
+def _fixed_bytes(n_samples, n_features, splits, dtype):
+    """Device bytes X and its decompositions hold whatever the target batch.
+
+    X and its centred copy (2np), the thin SVD (nr + rp), and per fold the
+    training basis and the test rows in it, with the rank r at its bound
+    min(n, p): counted from the shapes, before anything is decomposed.
+    """
+    rank = min(n_samples, n_features)
+    count = 2 * n_samples * n_features + (n_samples + n_features) * rank
+    for train, test in splits or ():
+        count += (len(train) + len(test)) * min(len(train), n_features)
+    return np.dtype(dtype).itemsize * count
+
+
+def _check_fixed_memory(n_samples, n_features, splits, dtype, backend, max_memory_gb):
+    """Refuse, before any SVD runs, data whose decompositions exceed the budget.
+
+    Against the full budget: the 8 GB cap of ``memory_budget(for_batching=
+    True)`` bounds one target batch, not the data (DESIGN.md, Memory).
+    """
+    needed = _fixed_bytes(n_samples, n_features, splits, dtype)
+    budget_gb = memory_budget(backend, max_memory_gb)
+    if needed > budget_gb * GB:
+        raise ValueError(
+            f"BatchedRidge needs {needed / GB:.3g} GB on {backend.name} for X "
+            f"({n_samples} x {n_features}) and its decompositions before any "
+            f"target, but the memory budget is {budget_gb:.3g} GB; raise "
+            "max_memory_gb (or free memory), or reduce n_samples, n_features "
+            "or the number of folds"
+        )
+
+
+def _column_magnitudes(A):
+    """Largest absolute value of each column, without an abs() copy of A."""
+    return np.maximum(np.max(A, axis=0), -np.min(A, axis=0))
+
+
+def _check_magnitudes(X, Y, dtype, *, chooses_alpha):
+    """Refuse data whose scale the computation cannot represent.
+
+    The SVD path never squares X (see ``skbatch._linalg._ridge_factors``):
+    X only has to fit the compute dtype, with room for its column sums (the
+    means), and no column may be subnormal there (the cast to float32 would
+    flush it to zero). When alphas are chosen, the CV scores square the
+    errors of y (in the compute dtype before they are summed in float64):
+    squares that overflow make every score inf or NaN, squares that
+    underflow make them noise, and either way the alpha choice would be
+    arbitrary.
+    """
+    finfo = np.finfo(dtype)
+    n_samples = X.shape[0]
+    largest_sum = float(finfo.max) / n_samples
+    smallest = float(finfo.smallest_normal)
+    fix = "rescale it, e.g. with sklearn.preprocessing.StandardScaler"
+    columns = _column_magnitudes(X)
+    largest = float(columns.max())
+    if largest > largest_sum:
+        raise ValueError(
+            f"X has values up to {largest:.3g} in magnitude, beyond what the "
+            f"{finfo.dtype} computation can sum over {n_samples} samples "
+            f"({largest_sum:.3g}); {fix}."
+        )
+    tiny = columns[(columns > 0) & (columns < smallest)]
+    if tiny.size:
+        raise ValueError(
+            f"X has columns whose values are all below {smallest:.3g} in "
+            f"magnitude (the largest of them {float(tiny.max()):.3g}), which "
+            f"{finfo.dtype} cannot hold without losing them; {fix}."
+        )
+    if not chooses_alpha:
+        return
+    fix = (
+        "rescale y, e.g. with sklearn.compose.TransformedTargetRegressor and a "
+        "StandardScaler"
+    )
+    high, low = np.sqrt(largest_sum), np.sqrt(smallest)
+    columns = _column_magnitudes(Y)
+    largest = float(columns.max())
+    if largest > high:
+        raise ValueError(
+            f"y has values up to {largest:.3g} in magnitude: the squared errors "
+            f"that choose alpha would overflow {finfo.dtype} (the limit is "
+            f"{high:.3g} for {n_samples} samples); {fix}."
+        )
+    tiny = columns[(columns > 0) & (columns < low)]
+    if tiny.size:
+        raise ValueError(
+            f"y has targets whose values are all below {low:.3g} in magnitude "
+            f"(the largest of them {float(tiny.max()):.3g}): the squared errors "
+            f"that choose alpha would underflow {finfo.dtype}; {fix}."
+        )
+
+
+def _normalised_weights(sample_weight):
+    """Weights rescaled to sum to the number of rows of non-zero weight.
+
+    GCV divides by that number (see :func:`skbatch._linalg.gcv_scores`):
+    with weights normalised to it, only their ratios matter, and a row of
+    weight 0 is the same as no row.
+    """
+    n_effective = np.count_nonzero(sample_weight)
+    return sample_weight * (n_effective / np.sum(sample_weight)), n_effective
 
 
 class BatchedRidge(DeviceMixin, MultiOutputMixin, RegressorMixin, BaseEstimator):
@@ -90,10 +283,13 @@ class BatchedRidge(DeviceMixin, MultiOutputMixin, RegressorMixin, BaseEstimator)
     ----------
     alphas : float or array-like of shape (n_alphas,), default=(0.1, 1.0, 10.0)
         Positive regularisation strengths to choose from.
-    cv : None, "gcv", int or CV splitter, default=None
+    cv : None, "gcv", int, CV splitter or iterable of splits, default=None
         None: exact leave-one-out (the choice of sklearn's ``RidgeCV``).
         ``"gcv"``: generalized cross-validation, cheaper still.
-        int or splitter: K-fold; per-target alpha is supported with it.
+        int, splitter or iterable of (train, test) index arrays: K-fold;
+        per-target alpha is supported with it. The score of each alpha is
+        the unweighted mean of its fold scores, as in ``GridSearchCV``.
+        Every fold needs at least 2 training rows and 1 test row.
     alpha_per_target : bool, default=True
         Choose an alpha for each target; False chooses one alpha for all,
         maximising the score averaged over targets.
@@ -128,7 +324,9 @@ default=None
         ``alpha_per_target=False``.
     best_score_ : ndarray of shape (n_targets,) or float
         Cross-validated score at the chosen alpha (higher is better; minus
-        the mean squared error when ``scoring=None`` with LOO or GCV).
+        the mean squared error when ``scoring=None`` with LOO or GCV). NaN
+        where every alpha scored NaN; with one alpha for all targets, the
+        mean over targets, NaN if any is.
     cv_results_ : dict
         With ``store_cv_results=True``: ``"alphas"`` and ``"scores"``, the
         latter of shape (n_targets, n_alphas) (or (n_alphas,) for 1-D y).
@@ -145,6 +343,33 @@ default=None
     --------
     sklearn.linear_model.RidgeCV : Same model, one CPU, LOO or K-fold
         without per-target alpha for K-fold.
+
+    Notes
+    -----
+    **Choice of alpha.** The best alpha maximises the CV score; ties go to
+    the first in ``alphas``. An undefined score is NaN, never a number: R^2
+    or correlation of a K-fold test fold of one row (a warning names the
+    fold sizes), correlation of a constant target. As ``GridSearchCV`` ranks
+    NaN last, alphas scoring NaN are chosen only when every alpha scores NaN;
+    then the first alpha is kept and ``best_score_`` is NaN.
+
+    **Sample weights.** They weight the training rows in every fit, as in
+    ``Ridge``, and the scores as ``RidgeCV`` uses them: leave-one-out
+    weights each sample's squared error (or the named scoring's means), and
+    K-fold weights the held-out rows of each fold (``RidgeCV(cv=K)`` since
+    scikit-learn 1.7). With ``cv="gcv"`` they are first normalised to sum to
+    ``n_eff``, the number of rows of non-zero weight, and the criterion is
+    ``(sum_i w_i r_i^2 / n_eff) / (1 - tr(H) / n_eff)^2``, with ``tr(H)``
+    the effective degrees of freedom (+1 for the intercept). A row of weight
+    0 is then the same as no row, and multiplying all weights by a constant
+    changes nothing (equal weights are no weights), whereas ``Ridge`` itself
+    reads weights times c as alpha divided by c.
+
+    **Scale.** Nothing squares X, so an X of entries near 1e155 (or 1e-160)
+    gives what ``Ridge`` gives in exact arithmetic; data the compute dtype
+    cannot represent (an X beyond float32, a y whose squared errors would
+    overflow or underflow) is refused with a ValueError saying how to
+    rescale it.
 
     Examples
     --------
@@ -195,28 +420,32 @@ default=None
         tags.array_api_support = False
         return tags
 
+    _parameter_constraints = {
+        "alphas": ["array-like", Interval(numbers.Real, 0, None, closed="neither")],
+        "cv": ["cv_object", StrOptions({"gcv"})],
+        "alpha_per_target": ["boolean"],
+        "fit_intercept": ["boolean"],
+        "scoring": [StrOptions(set(_SCORINGS) - {None}), None],
+        "dtype": [StrOptions({"auto", "float32", "float64"}), type, np.dtype],
+        "n_targets_batch": [
+            StrOptions({"auto"}),
+            Interval(numbers.Integral, 1, None, closed="left"),
+        ],
+        "store_cv_results": ["boolean"],
+        # resolve_backend names what is wrong with a device or what is missing.
+        "device": "no_validation",
+        "max_memory_gb": [Interval(numbers.Real, 0, None, closed="neither"), None],
+        "verbose": [Interval(numbers.Integral, 0, None, closed="left")],
+    }
+
     def _check_params(self):
+        # Types and ranges as sklearn estimators check them (InvalidParameterError
+        # is both a ValueError and a TypeError); then what constraints cannot say.
+        self._validate_params()
         alphas = _check_alphas(self.alphas)
-        if self.scoring not in _SCORINGS:
-            raise ValueError(
-                f"scoring must be one of {_SCORINGS}, got {self.scoring!r}"
-            )
-        if isinstance(self.cv, str) and self.cv != "gcv":
-            raise ValueError(
-                f"cv must be None, 'gcv', an int >= 2 or a CV splitter, got {self.cv!r}"
-            )
-        if self.cv == "gcv" and self.scoring is not None:
+        if isinstance(self.cv, str) and self.scoring is not None:
             raise ValueError(
                 f"cv='gcv' supports only scoring=None, got scoring={self.scoring!r}"
-            )
-        batch = self.n_targets_batch
-        if batch != "auto" and (
-            isinstance(batch, bool)
-            or not isinstance(batch, numbers.Integral)
-            or batch < 1
-        ):
-            raise ValueError(
-                f"n_targets_batch must be 'auto' or an int >= 1, got {batch!r}"
             )
         check_max_memory_gb(self.max_memory_gb)
         check_verbose(self.verbose)
@@ -232,8 +461,9 @@ default=None
             Training data (numpy, torch or jax arrays are accepted).
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
             Targets.
-        sample_weight : array-like of shape (n_samples,), default=None
-            Sample weights.
+        sample_weight : float or array-like of shape (n_samples,), default=None
+            Non-negative sample weights, not all 0; see Notes for how each
+            ``cv`` uses them.
 
         Returns
         -------
@@ -252,17 +482,19 @@ default=None
             dtype=[np.float64, np.float32],
         )
         n_samples, n_features = X.shape
-        if n_samples < 2:
+        if n_samples < MIN_SAMPLES:
             raise ValueError(
-                f"BatchedRidge needs at least 2 samples, got {n_samples} sample"
+                f"BatchedRidge needs at least {MIN_SAMPLES} samples, got "
+                f"{n_samples} sample"
             )
         if sample_weight is not None:
-            sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
+            sample_weight = _check_weights(host_input(sample_weight)[0], n_samples)
         Y = y.reshape(n_samples, -1) if y.ndim == 1 else y
         n_targets = Y.shape[1]
         splits = None
-        if self.cv not in (None, "gcv"):
+        if _is_kfold(self.cv):
             splits = list(check_cv(self.cv).split(X, y))
+            _check_splits(splits, self.cv, sample_weight, self.scoring)
         rank = min(n_samples, n_features)
         n_fits = 1 if splits is None else len(splits) + 1
         flops = (
@@ -275,6 +507,15 @@ default=None
         )
         self.backend_ = resolve_backend(self.device, flops=flops)
         self.dtype_ = _resolve_dtype(self.dtype, self.backend_)
+        _check_magnitudes(X, Y, self.dtype_, chooses_alpha=alphas.size > 1)
+        _check_fixed_memory(
+            n_samples,
+            n_features,
+            splits,
+            self.dtype_,
+            self.backend_,
+            self.max_memory_gb,
+        )
 
         with self.backend_.context():
             problem = _RidgeProblem(
@@ -394,8 +635,8 @@ default=None
         predictions, _ = self._predict_host(X)
         return float(r2_score(y, predictions, sample_weight=sample_weight))
 
-    def score_per_target(self, X, y, sample_weight=None):
-        """R^2 of each target.
+    def score_per_target(self, X, y, sample_weight=None, scoring="r2"):
+        """Score of each target's predictions, where ``score`` averages R^2.
 
         Parameters
         ----------
@@ -404,19 +645,59 @@ default=None
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
             True values.
         sample_weight : array-like of shape (n_samples,), default=None
-            Sample weights.
+            Sample weights, in every mean of the score.
+        scoring : {"r2", "correlation", "neg_mean_squared_error"}, default="r2"
+            ``"r2"``: as ``sklearn.metrics.r2_score(multioutput="raw_values")``
+            (a constant target scores 1.0 if predicted exactly, else 0.0).
+            ``"correlation"``: Pearson's r (weighted with ``sample_weight``).
+            ``"neg_mean_squared_error"``: minus
+            ``sklearn.metrics.mean_squared_error(multioutput="raw_values")``.
+            R^2 and correlation are NaN where undefined: fewer than 2
+            samples, or, for correlation, a constant target or prediction.
 
         Returns
         -------
         scores : ndarray of shape (n_targets,)
-            R^2 per target.
+            Score per target, higher is better.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from skbatch import BatchedRidge
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.standard_normal((50, 4))
+        >>> Y = X[:, :2] + 0.5 * rng.standard_normal((50, 2))
+        >>> model = BatchedRidge(alphas=1.0).fit(X, Y)
+        >>> model.score_per_target(X, Y).shape
+        (2,)
+        >>> bool(np.all(model.score_per_target(X, Y, scoring="correlation") > 0.8))
+        True
         """
+        if scoring not in _linalg._SCORINGS:
+            raise ValueError(
+                f"scoring must be one of {_linalg._SCORINGS}, got {scoring!r}"
+            )
         y, _ = host_input(y)
         predictions, _ = self._predict_host(X)
-        return np.atleast_1d(
-            r2_score(
-                y, predictions, sample_weight=sample_weight, multioutput="raw_values"
+        n_samples = predictions.shape[0]
+        predictions = predictions.reshape(n_samples, -1).astype(np.float64)
+        y = check_array(y, ensure_2d=False, dtype=np.float64, input_name="y")
+        Y = y.reshape(y.shape[0], -1)
+        if Y.shape != predictions.shape:
+            raise ValueError(
+                f"y must have one row per sample of X and one column per target, "
+                f"shape {predictions.shape} (or ({n_samples},) for one target), "
+                f"got {y.shape}"
             )
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(
+                host_input(sample_weight)[0],
+                Y,
+                dtype=np.float64,
+                ensure_non_negative=True,
+            )
+        return _linalg.score_per_target(
+            Y, predictions, scoring, sample_weight=sample_weight
         )
 
 
@@ -442,6 +723,10 @@ class _RidgeProblem:
         self.fit_intercept, self.cv = fit_intercept, cv
         self.scoring = scoring
         self.n_samples, self.n_features = X.shape
+        # Rows that count in the GCV criterion: those of non-zero weight.
+        self.n_effective = self.n_samples
+        if sample_weight is not None and isinstance(cv, str):
+            sample_weight, self.n_effective = _normalised_weights(sample_weight)
         X = backend.asarray(X, dtype)
         weight = (
             None if sample_weight is None else backend.asarray(sample_weight, dtype)
@@ -475,7 +760,7 @@ class _RidgeProblem:
                 scoring=self.scoring,
                 xp=xp,
             )
-        if self.cv == "gcv":
+        if isinstance(self.cv, str):
             sq_norm = _linalg.residual_sq_norm(
                 self.U, UtY, Y_centered, fit_intercept=self.fit_intercept, xp=xp
             )
@@ -483,7 +768,7 @@ class _RidgeProblem:
                 self.s,
                 UtY,
                 sq_norm,
-                self.n_samples,
+                self.n_effective,
                 self.alphas,
                 fit_intercept=self.fit_intercept,
                 xp=xp,
@@ -508,6 +793,7 @@ class _RidgeProblem:
                 y_true,
                 self.alphas,
                 scoring=self.scoring or "r2",
+                sample_weight=fold.test_weight,
                 xp=xp,
             )
         return total / len(self.folds)
@@ -684,9 +970,11 @@ class _Fold:
         self.train_runs, self.test_runs = _row_runs(train), _row_runs(test)
         self.train, self.test = backend.asarray(train), backend.asarray(test)
         self.n_train = len(train)
-        self.root_weight = None
+        self.root_weight = self.test_weight = None
         train_weight = None
         if weight is not None:
+            # Test rows are scored with their weights, as RidgeCV(cv=K) does.
+            self.test_weight = xp.take(weight, self.test, axis=0)
             train_weight = xp.take(weight, self.train, axis=0)
             self.root_weight = xp.sqrt(train_weight)
             self.total_weight = xp.sum(train_weight)

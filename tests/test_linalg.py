@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 from sklearn.datasets import load_diabetes, load_linnerud
-from sklearn.linear_model import Ridge, RidgeCV
+from sklearn.exceptions import UndefinedMetricWarning
+from sklearn.linear_model import LinearRegression, Ridge, RidgeCV
 from sklearn.metrics import mean_squared_error, r2_score
 from sklearn.model_selection import KFold
 
@@ -286,20 +287,31 @@ def test_residual_sq_norm_of_nearly_exact_fits_equals_lstsq(library):
     np.testing.assert_allclose(got, expected, rtol=1e-6)
 
 
+def weighted_corrcoef(y, p, weights):
+    """Pearson's r of every column pair, from numpy's weighted covariance."""
+    covariances = [
+        np.cov(y[:, j], p[:, j], aweights=weights) for j in range(y.shape[1])
+    ]
+    return np.array([c[0, 1] / np.sqrt(c[0, 0] * c[1, 1]) for c in covariances])
+
+
 def hand_kfold(X, Y, alphas, scoring, sample_weight=None):
-    """Loop of sklearn Ridge over KFold(5), scored per target."""
+    """Loop of sklearn Ridge over KFold(5), scored per target.
+
+    Test rows are scored with their weights, as ``RidgeCV(cv=K)`` scores them.
+    """
     metrics = {
-        "r2": lambda y, p: r2_score(y, p, multioutput="raw_values"),
-        "neg_mean_squared_error": lambda y, p: (
-            -mean_squared_error(y, p, multioutput="raw_values")
+        "r2": lambda y, p, w: r2_score(y, p, sample_weight=w, multioutput="raw_values"),
+        "neg_mean_squared_error": lambda y, p, w: (
+            -mean_squared_error(y, p, sample_weight=w, multioutput="raw_values")
         ),
-        "correlation": lambda y, p: np.array(
-            [np.corrcoef(y[:, j], p[:, j])[0, 1] for j in range(y.shape[1])]
-        ),
+        "correlation": weighted_corrcoef,
     }
     folds = []
     for train, test in KFold(5).split(X):
-        weights = None if sample_weight is None else sample_weight[train]
+        weights = test_weights = None
+        if sample_weight is not None:
+            weights, test_weights = sample_weight[train], sample_weight[test]
         folds.append(
             [
                 metrics[scoring](
@@ -307,6 +319,7 @@ def hand_kfold(X, Y, alphas, scoring, sample_weight=None):
                     Ridge(alpha)
                     .fit(X[train], Y[train], sample_weight=weights)
                     .predict(X[test]),
+                    test_weights,
                 )
                 for alpha in alphas
             ]
@@ -362,12 +375,11 @@ def test_score_per_target_matches_sklearn_metrics():
         score_per_target(y_true, y_pred, "neg_mean_squared_error"),
         -mean_squared_error(y_true, y_pred, multioutput="raw_values"),
     )
-    correlation = score_per_target(y_true, y_pred, "correlation")
-    assert_allclose(
-        correlation[:3],
-        [np.corrcoef(y_true[:, j], y_pred[:, j])[0, 1] for j in range(3)],
-    )
-    assert_array_equal(correlation[3:], 0.0)
+    # Constant columns: NaN, as np.corrcoef (which also warns) gives.
+    with np.errstate(invalid="ignore", divide="ignore"):
+        expected = [np.corrcoef(y_true[:, j], y_pred[:, j])[0, 1] for j in range(5)]
+    assert np.isnan(expected[3:]).all()
+    assert_allclose(score_per_target(y_true, y_pred, "correlation"), expected)
 
 
 def test_weighted_score_per_target_matches_sklearn_metrics():
@@ -480,3 +492,128 @@ def test_jax_without_float64_keeps_float32():
         jax.config.update("jax_enable_x64", previous)
     assert scores.dtype == np.float32
     assert_allclose(np.asarray(scores), loo(X, Y, ALPHAS), rtol=1e-4)
+
+
+@pytest.mark.parametrize("library", ["numpy", "torch"])
+def test_undefined_scores_follow_sklearn_metrics(library):
+    """One row: R^2 and correlation are NaN; constant targets: r2_score's default."""
+    convert = np.asarray if library == "numpy" else pytest.importorskip("torch").tensor
+    rng = np.random.default_rng(2)
+    y_true = rng.standard_normal((6, 4))
+    y_pred = y_true + rng.standard_normal((6, 4))
+    y_true[:, 2] = 2.0
+    y_pred[:, 2] = 2.0  # constant, predicted exactly
+    y_true[:, 3] = -1.0  # constant, missed
+
+    def ours(rows, scoring):
+        got = score_per_target(convert(y_true[rows]), convert(y_pred[rows]), scoring)
+        return np.asarray(got)
+
+    with pytest.warns(UndefinedMetricWarning):
+        expected = r2_score(y_true[:1], y_pred[:1], multioutput="raw_values")
+    assert np.isnan(expected).all()
+    assert_array_equal(ours(slice(0, 1), "r2"), expected)
+    assert np.isnan(ours(slice(0, 1), "correlation")).all()
+    assert_allclose(
+        ours(slice(0, 1), "neg_mean_squared_error"),
+        -mean_squared_error(y_true[:1], y_pred[:1], multioutput="raw_values"),
+    )
+    expected = r2_score(y_true, y_pred, multioutput="raw_values")
+    assert_array_equal(expected[2:], [1.0, 0.0])
+    assert_allclose(ours(slice(None), "r2"), expected)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        expected = [np.corrcoef(y_true[:, j], y_pred[:, j])[0, 1] for j in range(4)]
+    assert_allclose(ours(slice(None), "correlation"), expected)
+
+
+@pytest.mark.parametrize("scoring", ["r2", "correlation", "neg_mean_squared_error"])
+def test_one_row_test_fold_scores_nan_not_a_number(scoring):
+    """A single held-out row has no R^2 or correlation; its MSE is defined."""
+    X, Y = make_data(20, 5, 3)
+    train, test = np.arange(19), np.arange(19, 20)
+    scores = kfold_scores(X, Y, train, test, ALPHAS, scoring=scoring)
+    if scoring == "neg_mean_squared_error":
+        expected = [
+            -mean_squared_error(
+                Y[test],
+                Ridge(alpha).fit(X[train], Y[train]).predict(X[test]),
+                multioutput="raw_values",
+            )
+            for alpha in ALPHAS
+        ]
+        assert_allclose(scores, expected, rtol=1e-8)
+    else:
+        assert np.isnan(scores).all()
+
+
+def test_select_alpha_of_all_nan_keeps_first_alpha_and_nan_score():
+    """As GridSearchCV ranks NaN last: all NaN leaves the first, score NaN."""
+    scores = np.array([[np.nan, np.nan], [np.nan, 3.0], [np.nan, 1.0]])
+    best_index, best_score = select_alpha(scores)
+    assert_array_equal(best_index, [0, 1])
+    assert_array_equal(best_score, [np.nan, 3.0])
+
+
+def naive_weighted_gcv(X, Y, alpha, weights):
+    """Weighted GCV from the hat matrix of the weighted ridge, formed in full.
+
+    Weights normalised to sum to n_eff, the number of non-zero weights;
+    GCV = (sum w_i r_i^2 / n_eff) / (1 - tr(H) / n_eff)^2, with H the hat
+    matrix of the weight-scaled, weighted-centred problem plus the intercept.
+    """
+    n_eff = np.count_nonzero(weights)
+    weights = weights * n_eff / weights.sum()
+    root = np.sqrt(weights)[:, None]
+    Xc = root * (X - np.average(X, axis=0, weights=weights))
+    Yc = root * (Y - np.average(Y, axis=0, weights=weights))
+    hat = Xc @ np.linalg.solve(Xc.T @ Xc + alpha * np.eye(X.shape[1]), Xc.T)
+    residual = Yc - hat @ Yc
+    trace = np.trace(hat) + 1.0
+    return -(np.sum(residual**2, axis=0) / n_eff) / (1 - trace / n_eff) ** 2
+
+
+def test_weighted_gcv_matches_naive_hat_matrix():
+    X, Y = make_data(30, 8, 4)
+    weights = make_weights(30)
+    weights[[3, 7]] = 0.0
+    n_eff = 28
+    normalised = weights * n_eff / weights.sum()
+    U, s, _, UtY, Y_centered, _, _ = decompose(X, Y, sample_weight=normalised)
+    sq_norm = residual_sq_norm(U, UtY, Y_centered)
+    alphas = [0.1, 1.0, 10.0, 300.0]
+    expected = [naive_weighted_gcv(X, Y, alpha, weights) for alpha in alphas]
+    assert_allclose(gcv_scores(s, UtY, sq_norm, n_eff, alphas), expected, rtol=1e-8)
+
+
+@pytest.mark.parametrize("scale", [1e155, 1e-160])
+def test_extreme_singular_values_neither_overflow_nor_underflow(scale):
+    """s^2 of an X near 1e155 overflows: the filters must not square s."""
+    X, Y = make_data(40, 6, 3)
+    X_centered = X - X.mean(axis=0)
+    Y_centered = Y - Y.mean(axis=0)
+    # Reference in the unscaled problem: (c X)' (c X) + alpha = c^2 (X'X + alpha / c^2).
+    alpha = 2.0
+    if scale > 1:
+        gram = X_centered.T @ X_centered + (alpha / scale) / scale * np.eye(6)
+        expected = np.linalg.solve(gram, X_centered.T @ Y_centered) / scale
+    else:
+        gram = scale**2 * (X_centered.T @ X_centered) + alpha * np.eye(6)
+        expected = np.linalg.solve(gram, scale * X_centered.T @ Y_centered)
+    # Squares of t that underflow are exact limits; overflow would be a bug.
+    with np.errstate(over="raise", invalid="raise", divide="raise"):
+        U, s, Vt = svd_decompose(X_centered * scale)
+        coef = ridge_coef(Vt, s, project(U, Y_centered), alpha)
+        scores = gcv_scores(s, project(U, Y_centered), np.zeros(3), 40, [alpha])
+    assert_allclose(coef, expected, rtol=1e-10)
+    assert np.isfinite(scores).all()
+
+
+def test_alpha_zero_is_least_squares_without_warnings():
+    """alpha = 0 (LinearRegression in PermutationScorer): the pseudo-inverse."""
+    X, Y = make_data(30, 6, 3)
+    with np.errstate(all="raise"):
+        coef, intercept = fit_ridge(X, Y, 0.0)
+        scores = loo(X, Y, [0.0])
+    ols = LinearRegression().fit(X, Y)
+    assert_matches_ridge(coef, intercept, ols)
+    assert np.isfinite(scores).all()

@@ -1,4 +1,5 @@
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -15,7 +16,8 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
-from skbatch import Backend, BatchedRidge
+from skbatch import Backend, BatchedRidge, memory, ridge
+from skbatch.memory import GB
 from skbatch.testing import simulate_oom
 
 ALPHAS = np.logspace(-3, 4, 12)
@@ -75,6 +77,7 @@ def test_loo_with_sample_weight_matches_sklearn():
     ref = RidgeCV(alphas=ALPHAS, alpha_per_target=True).fit(X, Y, sample_weight=weight)
     np.testing.assert_array_equal(ours.alpha_, ref.alpha_)
     np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(ours.best_score_, ref.best_score_, rtol=1e-8)
 
 
 def test_shared_alpha_matches_sklearn():
@@ -149,6 +152,7 @@ def test_kfold_r2_equals_hand_loop_for_any_splitter(splitter, weighted, fit_inte
     folds = []
     for train, test in cv.split(X):
         train_weight = None if weight is None else weight[train]
+        test_weight = None if weight is None else weight[test]
         folds.append(
             [
                 r2_score(
@@ -156,6 +160,7 @@ def test_kfold_r2_equals_hand_loop_for_any_splitter(splitter, weighted, fit_inte
                     Ridge(alpha=alpha, fit_intercept=fit_intercept)
                     .fit(X[train], Y[train], sample_weight=train_weight)
                     .predict(X[test]),
+                    sample_weight=test_weight,
                     multioutput="raw_values",
                 )
                 for alpha in ALPHAS
@@ -397,3 +402,293 @@ def test_bad_data_is_refused():
         BatchedRidge().fit(X, Y_inf)
     with pytest.raises(ValueError, match="1 sample"):
         BatchedRidge().fit(X[:1], Y[:1])
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_score_per_target_scorings_match_references(weighted):
+    X, Y = make_data(60, 6, 4, seed=15)
+    model = BatchedRidge(alphas=ALPHAS).fit(X[:40], Y[:40])
+    X_test, Y_test = X[40:], Y[40:]
+    weight = np.random.default_rng(16).uniform(0.2, 3.0, 20) if weighted else None
+    predictions = model.predict(X_test)
+    np.testing.assert_allclose(
+        model.score_per_target(X_test, Y_test, sample_weight=weight),
+        r2_score(Y_test, predictions, sample_weight=weight, multioutput="raw_values"),
+        rtol=1e-10,
+    )
+    np.testing.assert_allclose(
+        model.score_per_target(
+            X_test, Y_test, sample_weight=weight, scoring="neg_mean_squared_error"
+        ),
+        -mean_squared_error(
+            Y_test, predictions, sample_weight=weight, multioutput="raw_values"
+        ),
+        rtol=1e-10,
+    )
+    covariances = [
+        np.cov(Y_test[:, j], predictions[:, j], aweights=weight) for j in range(4)
+    ]
+    np.testing.assert_allclose(
+        model.score_per_target(
+            X_test, Y_test, sample_weight=weight, scoring="correlation"
+        ),
+        [c[0, 1] / np.sqrt(c[0, 0] * c[1, 1]) for c in covariances],
+        rtol=1e-10,
+    )
+    one_target = BatchedRidge(alphas=ALPHAS).fit(X[:40], Y[:40, 0])
+    assert one_target.score_per_target(X_test, Y_test[:, 0]).shape == (1,)
+    with pytest.raises(ValueError, match=r"scoring must be one of .*'accuracy'"):
+        model.score_per_target(X_test, Y_test, scoring="accuracy")
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.UndefinedMetricWarning")
+def test_one_row_test_fold_is_nan_as_in_grid_search():
+    """KFold(11) on 21 rows leaves one row in the last fold: its R^2 is NaN.
+
+    GridSearchCV then has NaN for every alpha, keeps the first, and reports
+    a NaN best score: so does BatchedRidge, with a warning naming cv.
+    """
+    X, Y = make_data(21, 4, 3, seed=17)
+    cv = KFold(11)
+    with pytest.warns(UserWarning, match=r"cv has test folds .*sizes \[2 2 .* 1\]"):
+        ours = BatchedRidge(alphas=ALPHAS, cv=cv, alpha_per_target=False).fit(X, Y)
+    with pytest.warns(UserWarning, match="non-finite"):
+        ref = GridSearchCV(Ridge(), {"alpha": ALPHAS}, cv=cv).fit(X, Y)
+    assert np.isnan(ref.best_score_) and np.isnan(ours.best_score_)
+    assert ours.alpha_ == ref.best_params_["alpha"]
+    with pytest.warns(UserWarning, match="cv has test folds"):
+        per_target = BatchedRidge(alphas=ALPHAS, cv=cv).fit(X, Y)
+    assert np.isnan(per_target.best_score_).all()
+    np.testing.assert_array_equal(per_target.alpha_, ALPHAS[0])
+
+
+def test_one_row_test_fold_with_mse_matches_grid_search():
+    X, y = make_data(21, 4, 1, seed=18)
+    cv = KFold(11)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the MSE of one row is defined
+        ours = BatchedRidge(alphas=ALPHAS, cv=cv, scoring="neg_mean_squared_error").fit(
+            X, y[:, 0]
+        )
+    ref = GridSearchCV(
+        Ridge(), {"alpha": ALPHAS}, cv=cv, scoring="neg_mean_squared_error"
+    ).fit(X, y[:, 0])
+    assert ours.alpha_ == ref.best_params_["alpha"]
+    np.testing.assert_allclose(ours.best_score_, ref.best_score_, rtol=1e-8)
+
+
+def _gcv_fit(X, Y, weight):
+    return BatchedRidge(alphas=ALPHAS, cv="gcv", store_cv_results=True).fit(
+        X, Y, sample_weight=weight
+    )
+
+
+@pytest.mark.parametrize("alpha_per_target", [True, False])
+def test_gcv_zero_weight_rows_equal_dropped_rows_and_scale_is_irrelevant(
+    alpha_per_target,
+):
+    X, Y = make_data(40, 8, 6, seed=19, noise=2.0)
+    weight = np.random.default_rng(20).uniform(0.2, 3.0, 40)
+    weight[::5] = 0.0
+    kept = weight > 0
+    full = _gcv_fit(X, Y, weight)
+    dropped = _gcv_fit(X[kept], Y[kept], weight[kept])
+    scaled = _gcv_fit(X, Y, 7.0 * weight)
+    for other in (dropped, scaled):
+        np.testing.assert_array_equal(other.alpha_, full.alpha_)
+        np.testing.assert_allclose(other.coef_, full.coef_, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(other.intercept_, full.intercept_, rtol=1e-9)
+        np.testing.assert_allclose(other.best_score_, full.best_score_, rtol=1e-9)
+    assert len(np.unique(full.alpha_)) > 1
+    # Equal weights, whatever their value, are no weights at all.
+    unweighted = _gcv_fit(X, Y, None)
+    constant = _gcv_fit(X, Y, np.full(40, 3.0))
+    np.testing.assert_array_equal(constant.alpha_, unweighted.alpha_)
+    np.testing.assert_allclose(constant.coef_, unweighted.coef_, rtol=1e-9)
+
+
+def test_gcv_with_weights_matches_naive_weighted_hat_matrix():
+    """GCV = (sum w r^2 / n_eff) / (1 - tr(H) / n_eff)^2, w summing to n_eff."""
+    X, Y = make_data(30, 6, 4, seed=21, noise=2.0)
+    weight = np.random.default_rng(22).uniform(0.2, 3.0, 30)
+    weight[[4, 9]] = 0.0
+    ours = _gcv_fit(X, Y, weight)
+    n_eff = 28
+    normalised = weight * n_eff / weight.sum()
+    root = np.sqrt(normalised)[:, None]
+    Xc = root * (X - np.average(X, axis=0, weights=normalised))
+    Yc = root * (Y - np.average(Y, axis=0, weights=normalised))
+    expected = np.empty((4, ALPHAS.size))
+    for k, alpha in enumerate(ALPHAS):
+        hat = Xc @ np.linalg.solve(Xc.T @ Xc + alpha * np.eye(6), Xc.T)
+        rss = np.sum((Yc - hat @ Yc) ** 2, axis=0)
+        expected[:, k] = -(rss / n_eff) / (1 - (np.trace(hat) + 1) / n_eff) ** 2
+    np.testing.assert_allclose(ours.cv_results_["scores"], expected, rtol=1e-8)
+    best = ALPHAS[np.argmax(expected, axis=1)]
+    np.testing.assert_array_equal(ours.alpha_, best)
+    ref = Ridge(alpha=best).fit(X, Y, sample_weight=normalised)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("scoring", [None, "neg_mean_squared_error"])
+def test_kfold_sample_weight_matches_sklearn_ridgecv(scoring):
+    """RidgeCV(cv=K) weights the held-out rows in the score (sklearn >= 1.7)."""
+    X, Y = make_data(60, 8, 1, seed=23, noise=3.0)
+    y = Y[:, 0]
+    weight = np.random.default_rng(24).uniform(0.0, 3.0, 60)
+    grid = np.logspace(-2, 3, 12)
+    ours = BatchedRidge(
+        alphas=grid, cv=KFold(5), alpha_per_target=False, scoring=scoring
+    ).fit(X, y, sample_weight=weight)
+    ref = RidgeCV(alphas=grid, cv=KFold(5), scoring=scoring).fit(
+        X, y, sample_weight=weight
+    )
+    assert ours.alpha_ == ref.alpha_
+    np.testing.assert_allclose(ours.best_score_, ref.best_score_, rtol=1e-8)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize(
+    ("params", "error", "match"),
+    [
+        ({"fit_intercept": "yes"}, (ValueError, TypeError), "'fit_intercept'.*'yes'"),
+        ({"alpha_per_target": 1}, (ValueError, TypeError), "'alpha_per_target'"),
+        ({"store_cv_results": "no"}, (ValueError, TypeError), "'store_cv_results'"),
+        ({"dtype": 3}, ValueError, "'dtype'.*Got 3"),
+        ({"dtype": None}, ValueError, "'dtype'.*Got None"),
+        ({"alphas": True}, TypeError, "alphas.*bool: True"),
+        ({"alphas": [True, False]}, TypeError, "alphas"),
+        ({"alphas": "1"}, TypeError, "'alphas'.*Got '1'"),
+        ({"alphas": ["1", "2"]}, TypeError, "alphas"),
+        ({"cv": 1}, ValueError, "'cv'"),
+        ({"cv": []}, ValueError, "cv must yield at least one"),
+        ({"cv": iter([])}, ValueError, "cv must yield at least one"),
+    ],
+)
+def test_bad_parameter_types_are_refused_as_sklearn_does(params, error, match):
+    X, Y = make_data(20, 3, 2)
+    with pytest.raises(error, match=match):
+        BatchedRidge(**params).fit(X, Y)
+
+
+def _exhausted(splits):
+    generator = iter(splits)
+    list(generator)
+    return generator
+
+
+@pytest.mark.parametrize(
+    ("make_cv", "match"),
+    [
+        (lambda rows: _exhausted(KFold(3).split(rows)), "at least one train/test"),
+        (lambda rows: [(rows[:15], rows[15:]), (rows, rows[:0])], "empty test fold"),
+        (lambda rows: [(rows[:0], rows)], "fold 0 has 0 training row"),
+        (lambda rows: [(rows[5:], rows[:5]), (rows[:1], rows[1:])], "fold 1 has 1"),
+    ],
+)
+def test_unusable_folds_are_refused_naming_cv(make_cv, match):
+    X, Y = make_data(20, 3, 2)
+    with pytest.raises(ValueError, match=f"cv.*{match}|{match}.*cv"):
+        BatchedRidge(cv=make_cv(np.arange(20))).fit(X, Y)
+
+
+def test_bad_sample_weights_are_refused_naming_sample_weight():
+    X, Y = make_data(30, 3, 2)
+    with pytest.raises(
+        ValueError, match=r"sample_weight.*\(30,\).*30 samples.*\(29,\)"
+    ):
+        BatchedRidge(cv=5).fit(X, Y, sample_weight=np.ones(29))
+    negative = np.ones(30)
+    negative[3] = -0.5
+    for cv in (None, "gcv", 5):
+        with pytest.raises(ValueError, match="sample_weight must be non-negative"):
+            BatchedRidge(cv=cv).fit(X, Y, sample_weight=negative)
+    for n_weighted in (0, 1):
+        weight = np.zeros(30)
+        weight[:n_weighted] = 1.0
+        with pytest.raises(ValueError, match=f"sample_weight .* got {n_weighted} "):
+            BatchedRidge().fit(X, Y, sample_weight=weight)
+    # KFold(5): fold 0 trains on rows 6-29, all of weight 0.
+    only_first_fold = np.r_[np.ones(6), np.zeros(24)]
+    with pytest.raises(ValueError, match="sample_weight is 0 on all 24.*cv fold 0"):
+        BatchedRidge(cv=5).fit(X, Y, sample_weight=only_first_fold)
+
+
+@pytest.mark.parametrize("cv", [None, "gcv", 5])
+def test_huge_design_matches_ridge_of_the_unscaled_problem(cv):
+    """X near 1e155: Ridge(alpha) on c X is Ridge(alpha / c^2) on X, over c."""
+    X, y = make_data(100, 5, 1, seed=25, noise=0.3)
+    y = y[:, 0]
+    scale = 1e155
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ours = BatchedRidge(alphas=[1.0, 10.0], cv=cv).fit(X * scale, y)
+        score = ours.score(X * scale, y)
+    ref = Ridge(alpha=ours.alpha_ / scale / scale, solver="svd").fit(X, y)
+    np.testing.assert_allclose(ours.coef_ * scale, ref.coef_, rtol=1e-10)
+    np.testing.assert_allclose(ours.intercept_, ref.intercept_, rtol=1e-10)
+    assert score == pytest.approx(ref.score(X, y), rel=1e-10)
+    assert score > 0.9
+
+
+def test_tiny_design_is_shrunk_exactly_not_underflowed():
+    """X near 1e-160: alpha dominates, coef = (c^2 X'X + alpha)^-1 c X'y exactly."""
+    X, y = make_data(50, 4, 1, seed=26)
+    y = y[:, 0]
+    scale = 1e-160
+    Xc, yc = X - X.mean(axis=0), y - y.mean()
+    gram = scale**2 * (Xc.T @ Xc) + 1.0 * np.eye(4)
+    expected = np.linalg.solve(gram, scale * (Xc.T @ yc))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ours = BatchedRidge(alphas=1.0).fit(X * scale, y)
+    np.testing.assert_allclose(ours.coef_, expected, rtol=1e-10)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "X_scale", "y_scale", "match"),
+    [
+        ("float32", 1e155, 1.0, "X has values up to .*e\\+155.*StandardScaler"),
+        ("float32", 1e-50, 1.0, "X has columns .* below .*StandardScaler"),
+        ("float64", 1.0, 1e155, "y has values up to .*overflow float64"),
+        ("float64", 1.0, 1e-160, "y has targets .* underflow float64"),
+        ("float32", 1.0, 1e20, "y has values up to .*overflow float32"),
+    ],
+)
+def test_unrepresentable_scales_are_refused(dtype, X_scale, y_scale, match):
+    X, Y = make_data(50, 4, 2, seed=27)
+    with pytest.raises(ValueError, match=match):
+        BatchedRidge(alphas=ALPHAS, dtype=dtype).fit(X * X_scale, Y * y_scale)
+
+
+def test_memory_preflight_refuses_before_any_svd(monkeypatch):
+    X, Y = make_data(200, 50, 3)
+
+    def no_svd(*args, **kwargs):
+        raise AssertionError("the SVD ran before the memory check")
+
+    monkeypatch.setattr(ridge._linalg, "svd_decompose", no_svd)
+    # 8 * (2 * 200 * 50 + 250 * 50) bytes = 0.26 MB of fixed memory.
+    monkeypatch.setattr(ridge, "memory_budget", lambda backend, gb: 1e-4)
+    with pytest.raises(
+        ValueError, match=r"needs 0.00026 GB.*budget is 0.0001 GB.*max_memory_gb"
+    ):
+        BatchedRidge().fit(X, Y)
+
+
+def test_memory_preflight_charges_the_full_budget_not_the_batch_cap(monkeypatch):
+    """20 GB of fixed memory is not refused under a larger budget (cap: 8 GB)."""
+    numpy_backend = Backend("numpy", "cpu")
+    n, p = 100_000, 10_000
+    needed = 8 * (2 * n * p + (n + p) * p)
+    assert needed == ridge._fixed_bytes(n, p, None, np.float64)
+    assert needed > 8 * GB
+    ridge._check_fixed_memory(n, p, None, np.float64, numpy_backend, 30.0)
+    with pytest.raises(ValueError, match="max_memory_gb"):
+        ridge._check_fixed_memory(n, p, None, np.float64, numpy_backend, 20.0)
+    # A measured budget: 64 GB of free RAM, half of it usable, uncapped.
+    monkeypatch.setattr(memory, "get_available_memory_gb", lambda: 64.0)
+    ridge._check_fixed_memory(n, p, None, np.float64, numpy_backend, None)
+    folds = list(KFold(5).split(np.empty((n, 1))))
+    with pytest.raises(ValueError, match="number of folds"):
+        ridge._check_fixed_memory(n, p, folds, np.float64, numpy_backend, None)
