@@ -328,9 +328,9 @@ def cpu_workers(backend):
     ran 7% faster, its GCV 17%, on two cores. torch and jax run their
     elementwise kernels on all threads already; a GPU is one device.
 
-    Only a call from the main thread goes side by side: thread limits are
-    process-wide, and callers limiting and restoring them from several
-    threads at once (a threading joblib backend) could leave them at one.
+    Only a call from the main thread goes side by side: a call from another
+    thread is most likely one of several workers already (a threading joblib
+    backend), which keep the cores busy.
 
     Parameters
     ----------

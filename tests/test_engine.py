@@ -2,14 +2,17 @@ import logging
 import math
 import threading
 import tracemalloc
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import joblib
 import numpy as np
 import pytest
-from threadpoolctl import threadpool_limits
+from sklearn.base import clone
+from sklearn.model_selection import GridSearchCV
+from threadpoolctl import threadpool_info, threadpool_limits
 
-from skbatch import Backend
+from skbatch import Backend, BatchedRidge
 from skbatch._engine import (
     cpu_workers,
     map_threads,
@@ -656,3 +659,36 @@ def test_only_the_main_thread_runs_batches_side_by_side(two_blas_threads):
     assert found["plan"].n_batches == 1
     np.testing.assert_array_equal(found["result"], 2 * _reference(9))
     assert library_threads("numpy") == 2
+
+
+# --- thread limits under concurrent fits ----------------------------------------
+
+
+def _thread_counts():
+    return [(pool["filepath"], pool["num_threads"]) for pool in threadpool_info()]
+
+
+def test_concurrent_fits_restore_the_thread_counts():
+    """Overlapping limits from several threads leave the original counts."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((500, 100))
+    Y = X @ rng.standard_normal((100, 3)) + rng.standard_normal((500, 3))
+    reference = BatchedRidge().fit(X, Y).coef_
+    original = _thread_counts()
+    search = GridSearchCV(BatchedRidge(), {"alphas": [[0.1, 1.0], [10.0]]}, n_jobs=4)
+    serial_search = clone(search).set_params(n_jobs=None).fit(X, Y)
+    for _ in range(20):
+        with ThreadPoolExecutor(4) as pool:
+            fits = list(pool.map(lambda _: BatchedRidge().fit(X, Y), range(4)))
+        assert _thread_counts() == original
+        with joblib.parallel_backend("threading"):
+            search.fit(X, Y)
+        assert _thread_counts() == original
+        # Equal up to rounding: a fit's BLAS may run on one thread or two.
+        for fit in fits:
+            np.testing.assert_allclose(fit.coef_, reference, rtol=1e-10)
+        np.testing.assert_allclose(
+            search.best_estimator_.coef_,
+            serial_search.best_estimator_.coef_,
+            rtol=1e-10,
+        )
