@@ -122,7 +122,10 @@ def plan_batches(
         raise ValueError(
             f"max_batch_size must be None or an int >= 1, got {max_batch_size!r}"
         )
-    device_budget = memory_budget(backend, max_memory_gb, for_batching=True)
+    # Whether the data and one item fit at all is decided against the full
+    # budget; the budget capped for batching only sizes the batches.
+    device_budget = memory_budget(backend, max_memory_gb)
+    device_batching = memory_budget(backend, max_memory_gb, for_batching=True)
     if batch_size != "auto":
         if (
             isinstance(batch_size, bool)
@@ -133,29 +136,46 @@ def plan_batches(
                 f"batch_size must be 'auto' or an int >= 1, got {batch_size!r}"
             )
         size = min(int(batch_size), n_items)
-        return Plan(n_items, size, math.ceil(n_items / size), device_budget)
+        return Plan(n_items, size, math.ceil(n_items / size), device_batching)
     if fixed_bytes >= device_budget * GB:
         raise ValueError(
             f"The data alone needs {fixed_bytes / GB:.3g} GB but the memory budget "
             f"on {backend.name} is {device_budget:.3g} GB; raise max_memory_gb or "
             "reduce n_samples / n_features."
         )
-    available = (device_budget - fixed_bytes / GB) / n_workers
+    room = device_budget - fixed_bytes / GB
+    batching_room = min(room, device_batching) / n_workers
     if backend.is_gpu:
-        size, _ = auto_batch_size(n_items, device_bytes_per_item, budget_gb=available)
-        host_budget = memory_budget(None, max_memory_gb, for_batching=True)
-        host_size, _ = auto_batch_size(
-            n_items, host_bytes_per_item, budget_gb=host_budget
+        size = _batch_size(n_items, device_bytes_per_item, room, batching_room)
+        host_size = _batch_size(
+            n_items,
+            host_bytes_per_item,
+            memory_budget(None, max_memory_gb),
+            memory_budget(None, max_memory_gb, for_batching=True),
         )
         size = min(size, host_size)
     else:
-        size, _ = auto_batch_size(
-            n_items, device_bytes_per_item + host_bytes_per_item, budget_gb=available
+        size = _batch_size(
+            n_items, device_bytes_per_item + host_bytes_per_item, room, batching_room
         )
     if max_batch_size is not None:
         size = min(size, int(max_batch_size))
     size = min(size, math.ceil(n_items / n_workers))
-    return Plan(n_items, size, math.ceil(n_items / size), device_budget)
+    return Plan(n_items, size, math.ceil(n_items / size), device_batching)
+
+
+def _batch_size(n_items, bytes_per_item, budget_gb, batching_gb):
+    """Items per batch: one item must fit ``budget_gb``, a batch ``batching_gb``.
+
+    An item bigger than the batching budget but within the full budget runs
+    alone: the batching cap says bigger batches are not faster, not that
+    they do not fit.
+    """
+    auto_batch_size(n_items, bytes_per_item, budget_gb=budget_gb)
+    size, _ = auto_batch_size(
+        n_items, bytes_per_item, budget_gb=max(batching_gb, bytes_per_item / GB)
+    )
+    return size
 
 
 def _progress(total, verbose, desc):
@@ -328,9 +348,9 @@ def cpu_workers(backend):
     ran 7% faster, its GCV 17%, on two cores. torch and jax run their
     elementwise kernels on all threads already; a GPU is one device.
 
-    Only a call from the main thread goes side by side: thread limits are
-    process-wide, and callers limiting and restoring them from several
-    threads at once (a threading joblib backend) could leave them at one.
+    Only a call from the main thread goes side by side: a call from another
+    thread is most likely one of several workers already (a threading joblib
+    backend), which keep the cores busy.
 
     Parameters
     ----------
@@ -438,7 +458,9 @@ def run_parallel(
         The window size used (items in flight at most).
     """
     budget = memory_budget(None, max_memory_gb, for_batching=True)
-    window, _ = auto_batch_size(n_items, host_bytes_per_item, budget_gb=budget)
+    window = _batch_size(
+        n_items, host_bytes_per_item, memory_budget(None, max_memory_gb), budget
+    )
     window = min(window, MAX_WINDOW)
     block = min(window, REDUCE_BLOCK)
     # Windows end on block boundaries: no block waits for the next window.

@@ -17,11 +17,12 @@ bootstrap counts used as row weights, without copying Y per replicate.
 
 import contextlib
 import functools
+import threading
 
 import numpy as np
+import threadpoolctl
 from array_api_compat import array_namespace
 from array_api_compat import device as array_device
-from threadpoolctl import ThreadpoolController
 
 # Names accepted by the scoring functions; higher is better for all three.
 _SCORINGS = ("neg_mean_squared_error", "r2", "correlation")
@@ -912,7 +913,7 @@ def _spectral_filter(eigenvalues, alpha, size, xp):
 
 @functools.cache
 def _threadpools():
-    return ThreadpoolController()
+    return threadpoolctl.ThreadpoolController()
 
 
 def library_threads(library):
@@ -933,12 +934,88 @@ def library_threads(library):
     )
 
 
+class _SharedLimit:
+    """A process-wide thread limit held by any number of threads at once.
+
+    Thread counts belong to the process, not to a thread. Pairs of limit and
+    restore that overlap in time (fits in a threading joblib backend)
+    restore each other's limit and can leave the library on one thread for
+    the rest of the process; here the first holder to enter records the
+    counts and limits them, and the last to leave restores them.
+
+    Parameters
+    ----------
+    limit : callable
+        ``limit() -> restore``: sets the limit, returns what undoes it.
+    """
+
+    def __init__(self, limit):
+        self._limit = limit
+        self._lock = threading.Lock()
+        self._holders = 0
+        self._restore = None
+
+    @contextlib.contextmanager
+    def hold(self):
+        with self._lock:
+            if self._holders == 0:
+                self._restore = self._limit()
+            self._holders += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._holders -= 1
+                if self._holders == 0:
+                    self._restore()
+                    self._restore = None
+
+
+def _release_openblas():
+    """Let any thread set OpenBLAS's thread count again.
+
+    threadpoolctl (3.8 on) ignores a count set by another thread than the
+    one that set it last, until that one releases it; the shared limit is
+    set and restored by whichever threads come first and leave last.
+    """
+    controller = getattr(threadpoolctl, "OpenBLASController", None)
+    if hasattr(controller, "clear_controlling_thread"):
+        controller.clear_controlling_thread(force=True)
+
+
+def _blas_one_thread():
+    limiter = _threadpools().limit(limits=1, user_api="blas")
+    _release_openblas()
+
+    def restore():
+        limiter.restore_original_limits()
+        _release_openblas()
+
+    return restore
+
+
+def _torch_one_thread():
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    return functools.partial(torch.set_num_threads, previous)
+
+
+_ONE_THREAD = {
+    "numpy": _SharedLimit(_blas_one_thread),
+    "torch": _SharedLimit(_torch_one_thread),
+}
+
+
 def library_one_thread(library):
-    """Context in which numpy's BLAS, or torch on the CPU, runs on one thread."""
-    if library == "numpy":
-        return _threadpools().limit(limits=1, user_api="blas")
-    if library == "torch":
-        return _torch_threads(1)
+    """Context in which numpy's BLAS, or torch on the CPU, runs on one thread.
+
+    Safe to enter from several threads at once: the counts are restored when
+    the last of them leaves (see :class:`_SharedLimit`).
+    """
+    if library in _ONE_THREAD:
+        return _ONE_THREAD[library].hold()
     return contextlib.nullcontext()
 
 
@@ -957,18 +1034,6 @@ def one_thread(array):
     if type(array).__module__.startswith("torch") and array.device.type == "cpu":
         return library_one_thread("torch")
     return contextlib.nullcontext()
-
-
-@contextlib.contextmanager
-def _torch_threads(n_threads):
-    import torch
-
-    previous = torch.get_num_threads()
-    torch.set_num_threads(n_threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 def _transpose(A, xp):

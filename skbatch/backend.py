@@ -11,11 +11,13 @@ raises :class:`RuntimeError` (run-or-raise), it never falls back to the CPU.
 import contextlib
 import importlib.util
 import os
+import platform
 import re
 import sys
 import warnings
 
 import numpy as np
+from array_api_compat import is_jax_array, is_torch_array
 
 __all__ = [
     "AUTO_GPU_MIN_FLOPS",
@@ -336,13 +338,12 @@ def backend_of_array(x):
     Used to return outputs in the library of the input and to refuse arrays
     that sit on another device than the fitted model's.
     """
-    module = type(x).__module__
-    if module.startswith("torch"):
+    if is_torch_array(x):
         device = x.device
         if device.type == "cuda":
             return Backend("torch", f"cuda:{device.index or 0}")
         return Backend("torch", device.type)
-    if module.startswith("jax"):
+    if is_jax_array(x):
         (device,) = x.devices()
         kind = "cpu" if device.platform == "cpu" else "gpu"
         return Backend("jax", kind if kind == "cpu" else f"gpu:{device.id}")
@@ -511,8 +512,10 @@ def check_gpu_available():
     available : bool
         True when torch CUDA, jax GPU or torch MPS can compute here.
     info : dict
-        Keys ``backend`` (backend name or None), ``device`` (device string
-        or None) and ``device_name`` (the hardware's name or None).
+        Strings under the keys ``backend`` (backend name), ``device``
+        (device string) and ``device_name`` (the hardware's name): those of
+        the GPU, else ``"numpy"``, ``"cpu"`` and the CPU's name (``"cpu"``
+        when the system does not tell it).
 
     Examples
     --------
@@ -523,7 +526,7 @@ def check_gpu_available():
     """
     gpu = _first_gpu(include_mps=True)
     if gpu is None:
-        return False, {"backend": None, "device": None, "device_name": None}
+        return False, {"backend": "numpy", "device": "cpu", "device_name": _cpu_name()}
     if gpu.library == "torch" and gpu.device.startswith("cuda"):
         import torch
 
@@ -533,3 +536,16 @@ def check_gpu_available():
     else:
         device_name = "Apple MPS"
     return True, {"backend": gpu.name, "device": gpu.device, "device_name": device_name}
+
+
+def _cpu_name():
+    """The processor's model name, or "cpu" when the system does not tell it."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"

@@ -9,6 +9,7 @@ host are charged to RAM, working sets of kernels to the device.
 import math
 import operator
 import os
+import sys
 import warnings
 
 import psutil
@@ -36,8 +37,8 @@ BATCHING_CAP_GB = 8.0
 # compute_batch_size keeps this share of its budget in reserve for
 # temporaries that a per-item estimate does not see.
 SAFETY_MARGIN = 0.3
-# compute_batch_size never plans with less than this, so a momentarily
-# busy host still gets usable batches.
+# get_available_memory_gb never reports less than this, so a momentarily
+# busy host still gets usable batches from compute_batch_size.
 MIN_BUDGET_GB = 0.5
 
 
@@ -65,35 +66,90 @@ def _check_n_items(n_items):
 
 
 def get_available_memory_gb():
-    """Available host RAM, in decimal GB.
+    """Memory available to computations now, in decimal GB.
 
     Returns
     -------
     float
-        ``psutil.virtual_memory().available / 1e9``.
+        When JAX computes on a GPU (jax is imported and its default backend
+        is ``"gpu"``): the first device's ``bytes_limit - bytes_in_use``
+        (``memory_stats()``). Otherwise available host RAM (psutil). At
+        least 0.5 GB; 4 GB, with a warning, when the query fails.
 
     Examples
     --------
     >>> from skbatch import get_available_memory_gb
-    >>> get_available_memory_gb() > 0
+    >>> get_available_memory_gb() >= 0.5
     True
     """
-    return psutil.virtual_memory().available / GB
+    # jax is asked only when already imported: importing it takes seconds
+    # and starts its GPU client.
+    jax = sys.modules.get("jax")
+    try:
+        if jax is not None and jax.default_backend() == "gpu":
+            available = _jax_free_bytes(jax.devices()[0])
+            if available is None:
+                raise RuntimeError("the GPU reports no memory statistics")
+        else:
+            available = psutil.virtual_memory().available
+    except Exception as exc:
+        _warn_unmeasurable(f"Cannot measure available memory ({exc})")
+        return FALLBACK_BUDGET_GB
+    return max(available / GB, MIN_BUDGET_GB)
 
 
-def _device_free_bytes(backend):
-    """Free memory of a GPU backend's device in bytes, or None if unknown."""
+def _warn_unmeasurable(what):
+    warnings.warn(
+        f"{what}; assuming {FALLBACK_BUDGET_GB} GB. Pass max_memory_gb to set it.",
+        UserWarning,
+        stacklevel=3,
+    )
+
+
+def _jax_free_bytes(device):
+    """``bytes_limit - bytes_in_use`` of a jax device, or None if unknown."""
+    stats = device.memory_stats()
+    if stats and "bytes_limit" in stats:
+        return stats["bytes_limit"] - stats.get("bytes_in_use", 0)
+    return None
+
+
+def _host_budget_gb():
+    try:
+        available = psutil.virtual_memory().available
+    except Exception as exc:
+        _warn_unmeasurable(f"Cannot measure available host memory ({exc})")
+        return FALLBACK_BUDGET_GB
+    return available / GB * HOST_AVAILABLE_FRACTION
+
+
+def _device_budget_gb(backend):
+    """Budget on a CUDA or jax GPU device, from its free memory."""
     device = backend.native_device()
-    if backend.library == "torch" and backend.device.startswith("cuda"):
+    if backend.library == "torch":
         import torch
 
-        free, _ = torch.cuda.mem_get_info(device)
-        return free
-    if backend.library == "jax":
-        stats = device.memory_stats()
-        if stats and "bytes_limit" in stats:
-            return stats["bytes_limit"] - stats.get("bytes_in_use", 0)
-    return None
+        try:
+            free, _ = torch.cuda.mem_get_info(device)
+        except Exception as exc:
+            warnings.warn(
+                f"Cannot measure free memory on {backend.name} ({backend.device}): "
+                f"{exc}; using the host budget. Pass max_memory_gb to set it.",
+                UserWarning,
+                stacklevel=3,
+            )
+            return _host_budget_gb()
+        return free / GB * DEVICE_FREE_FRACTION
+    try:
+        free = _jax_free_bytes(device)
+    except Exception:
+        free = None
+    if free is None:
+        _warn_unmeasurable(
+            f"Cannot measure free memory on {backend.name} ({backend.device})"
+        )
+        return FALLBACK_BUDGET_GB
+    return free / GB * DEVICE_FREE_FRACTION
 
 
 def memory_budget(backend=None, max_memory_gb=None, *, for_batching=False):
@@ -108,14 +164,16 @@ def memory_budget(backend=None, max_memory_gb=None, *, for_batching=False):
         Explicit budget. It wins, uncapped, and must be > 0.
     for_batching : bool, default=False
         Cap a measured budget at ``BATCHING_CAP_GB`` (8 GB): bigger batches
-        are not faster.
+        are not faster. The cap bounds one batch; whether the data and one
+        item fit at all is decided against the uncapped budget.
 
     Returns
     -------
     budget_gb : float
-        CUDA: free memory x 0.8. JAX GPU: (``bytes_limit`` -
-        ``bytes_in_use``) x 0.8. CPU and MPS: available RAM x 0.5.
-        Unmeasurable: 4 GB, with a warning.
+        CUDA: free memory x 0.8 (the host budget, with a warning, when the
+        query fails). JAX GPU: (``bytes_limit`` - ``bytes_in_use``) x 0.8.
+        CPU and MPS: available RAM x 0.5. Unmeasurable: 4 GB, with a
+        warning.
 
     Examples
     --------
@@ -128,19 +186,9 @@ def memory_budget(backend=None, max_memory_gb=None, *, for_batching=False):
     if max_memory_gb is not None:
         return _check_positive_gb("max_memory_gb", max_memory_gb)
     if backend is None or not backend.is_gpu or backend.device == "mps":
-        budget = get_available_memory_gb() * HOST_AVAILABLE_FRACTION
+        budget = _host_budget_gb()
     else:
-        free = _device_free_bytes(backend)
-        if free is None:
-            warnings.warn(
-                f"Cannot measure free memory on {backend.name} ({backend.device}); "
-                f"assuming {FALLBACK_BUDGET_GB} GB. Pass max_memory_gb to set it.",
-                UserWarning,
-                stacklevel=2,
-            )
-            budget = FALLBACK_BUDGET_GB
-        else:
-            budget = free / GB * DEVICE_FREE_FRACTION
+        budget = _device_budget_gb(backend)
     if for_batching:
         budget = min(budget, BATCHING_CAP_GB)
     return budget
@@ -210,7 +258,8 @@ def compute_batch_size(
     bytes_per_item : float
         Memory one item needs, > 0.
     max_mem : float or None, default=None
-        Fraction of available host RAM to use; default 0.5, clamped to
+        Fraction of the available memory (:func:`get_available_memory_gb`)
+        to use; default 0.5, clamped to
         ``[0.01, 1]``.
     min_batch, max_batch : int, default=64, 8192
         Bounds of the result (each capped at ``n_items``).
@@ -218,9 +267,10 @@ def compute_batch_size(
     Returns
     -------
     int
-        ``usable / bytes_per_item`` where usable is the fraction of
-        available RAM less a 30% safety margin, never planned below 0.5 GB,
-        clamped to ``[min(min_batch, n_items), min(max_batch, n_items)]``.
+        ``usable / bytes_per_item`` where usable is the ``max_mem``
+        fraction of :func:`get_available_memory_gb` (at least 0.5 GB) less a
+        30% safety margin, clamped to ``[min(min_batch, n_items),
+        min(max_batch, n_items)]``.
 
     Examples
     --------
@@ -241,9 +291,9 @@ def compute_batch_size(
             f"max_batch={max_batch!r}"
         )
     fraction = 0.5 if max_mem is None else min(max(float(max_mem), 0.01), 1.0)
-    usable_gb = max(
-        get_available_memory_gb() * fraction * (1 - SAFETY_MARGIN), MIN_BUDGET_GB
-    )
+    # get_available_memory_gb is floored at MIN_BUDGET_GB; max_mem and the
+    # margin then apply to it, so a small max_mem is honoured.
+    usable_gb = get_available_memory_gb() * fraction * (1 - SAFETY_MARGIN)
     batch = usable_gb * GB // bytes_per_item
     return int(min(max(batch, min(min_batch, n_items)), min(max_batch, n_items)))
 

@@ -11,6 +11,8 @@ import contextvars
 
 import numpy as np
 
+from .backend import backend_of_array
+
 __all__ = ["ChunkRunner", "compute_oom_safe", "is_oom_error"]
 
 # Set by skbatch.testing.simulate_oom: batches larger than this raise a
@@ -183,7 +185,9 @@ def compute_oom_safe(fn, *arrays, min_chunk=1, backend=None):
     min_chunk : int, default=1
         At this chunk size an OOM raises MemoryError saying what to lower.
     backend : Backend or None, default=None
-        Its device cache is freed before each retry.
+        Its device cache is freed before each retry. By default, the
+        backend of the first array (a torch or jax array's device; nothing
+        to free for numpy).
 
     Returns
     -------
@@ -201,5 +205,7 @@ def compute_oom_safe(fn, *arrays, min_chunk=1, backend=None):
     """
     if not arrays:
         raise ValueError("compute_oom_safe needs at least one array to split")
+    if backend is None:
+        backend = backend_of_array(arrays[0])
     pieces = ChunkRunner(min_chunk=min_chunk, backend=backend).run(fn, *arrays)
     return _concatenate([result for _, _, result in pieces])

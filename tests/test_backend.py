@@ -400,11 +400,29 @@ def test_no_mps_warning_for_other_backends(fake_cuda, monkeypatch):
 # --- check_gpu_available -----------------------------------------------------
 
 
-def test_check_gpu_available_without_gpu(no_gpu):
-    assert check_gpu_available() == (
-        False,
-        {"backend": None, "device": None, "device_name": None},
-    )
+def test_check_gpu_available_without_gpu_names_the_cpu(no_gpu):
+    available, info = check_gpu_available()
+    assert available is False
+    assert (info["backend"], info["device"]) == ("numpy", "cpu")
+    assert isinstance(info["device_name"], str) and info["device_name"]
+
+
+def test_check_gpu_available_names_the_cpu_without_cpuinfo(no_gpu, monkeypatch):
+    import builtins
+    import platform
+
+    real_open = builtins.open
+
+    def no_cpuinfo(path, *args, **kwargs):
+        if path == "/proc/cpuinfo":
+            raise FileNotFoundError(path)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", no_cpuinfo)
+    monkeypatch.setattr(platform, "processor", lambda: "")
+    assert check_gpu_available()[1]["device_name"] == "cpu"
+    monkeypatch.setattr(platform, "processor", lambda: "arm")
+    assert check_gpu_available()[1]["device_name"] == "arm"
 
 
 def test_check_gpu_available_with_cuda(fake_cuda):

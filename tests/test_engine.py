@@ -2,14 +2,17 @@ import logging
 import math
 import threading
 import tracemalloc
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import joblib
 import numpy as np
 import pytest
-from threadpoolctl import threadpool_limits
+from sklearn.base import clone
+from sklearn.model_selection import GridSearchCV
+from threadpoolctl import threadpool_info, threadpool_limits
 
-from skbatch import Backend
+from skbatch import Backend, BatchedRidge, memory
 from skbatch._engine import (
     cpu_workers,
     map_threads,
@@ -331,6 +334,69 @@ def test_plan_rejects_data_larger_than_the_budget():
             fixed_bytes=2e9,
             max_memory_gb=1.0,
         )
+
+
+@pytest.fixture
+def host_of_10_gb_capped_at_1(monkeypatch):
+    """A measured host budget of 10 GB (20 GB available), batches capped at 1 GB."""
+    import psutil
+
+    monkeypatch.setattr(
+        psutil, "virtual_memory", lambda: SimpleNamespace(available=20e9)
+    )
+    monkeypatch.setattr(memory, "BATCHING_CAP_GB", 1.0)
+
+
+def test_the_batching_cap_sizes_batches_but_does_not_refuse_data(
+    host_of_10_gb_capped_at_1,
+):
+    # 5 GB of data fit the 10 GB budget; batches of 1 MB items fill 1 GB.
+    plan = plan_batches(
+        10**4, backend=Backend("numpy"), device_bytes_per_item=1e6, fixed_bytes=5e9
+    )
+    assert (plan.batch_size, plan.n_batches) == (1000, 10)
+    # Items of 2 GB fit beside the data (5 GB left) though not in the cap: alone.
+    plan = plan_batches(
+        10, backend=Backend("numpy"), device_bytes_per_item=2e9, fixed_bytes=5e9
+    )
+    assert (plan.batch_size, plan.n_batches) == (1, 10)
+    with pytest.raises(
+        ValueError, match=r"data alone needs 11 GB .*budget on numpy is 10 GB"
+    ):
+        plan_batches(
+            10, backend=Backend("numpy"), device_bytes_per_item=8, fixed_bytes=11e9
+        )
+    with pytest.raises(ValueError, match=r"One item needs 6 GB .*budget is 5 GB"):
+        plan_batches(
+            10, backend=Backend("numpy"), device_bytes_per_item=6e9, fixed_bytes=5e9
+        )
+
+
+def test_the_batching_cap_does_not_refuse_data_on_a_large_gpu(fake_cuda, monkeypatch):
+    """10 GB of data on a 140 GB device run, in batches of at most 8 GB."""
+    import psutil
+
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (175e9, 180e9))
+    monkeypatch.setattr(
+        psutil, "virtual_memory", lambda: SimpleNamespace(available=1000e9)
+    )
+    plan = plan_batches(
+        10**5,
+        backend=Backend("torch", "cuda:0"),
+        device_bytes_per_item=1e6,
+        fixed_bytes=10e9,
+    )
+    assert plan.batch_size == 8000  # 8 GB / 1 MB
+
+
+def test_run_parallel_window_fits_an_item_bigger_than_the_cap(
+    host_of_10_gb_capped_at_1,
+):
+    window = run_parallel(
+        _draw_task, lambda ids, result: None, n_items=3, host_bytes_per_item=2e9
+    )
+    assert window == 1
 
 
 def test_plan_rejects_an_item_larger_than_the_budget():
@@ -656,3 +722,36 @@ def test_only_the_main_thread_runs_batches_side_by_side(two_blas_threads):
     assert found["plan"].n_batches == 1
     np.testing.assert_array_equal(found["result"], 2 * _reference(9))
     assert library_threads("numpy") == 2
+
+
+# --- thread limits under concurrent fits ----------------------------------------
+
+
+def _thread_counts():
+    return [(pool["filepath"], pool["num_threads"]) for pool in threadpool_info()]
+
+
+def test_concurrent_fits_restore_the_thread_counts():
+    """Overlapping limits from several threads leave the original counts."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((500, 100))
+    Y = X @ rng.standard_normal((100, 3)) + rng.standard_normal((500, 3))
+    reference = BatchedRidge().fit(X, Y).coef_
+    original = _thread_counts()
+    search = GridSearchCV(BatchedRidge(), {"alphas": [[0.1, 1.0], [10.0]]}, n_jobs=4)
+    serial_search = clone(search).set_params(n_jobs=None).fit(X, Y)
+    for _ in range(20):
+        with ThreadPoolExecutor(4) as pool:
+            fits = list(pool.map(lambda _: BatchedRidge().fit(X, Y), range(4)))
+        assert _thread_counts() == original
+        with joblib.parallel_backend("threading"):
+            search.fit(X, Y)
+        assert _thread_counts() == original
+        # Equal up to rounding: a fit's BLAS may run on one thread or two.
+        for fit in fits:
+            np.testing.assert_allclose(fit.coef_, reference, rtol=1e-10)
+        np.testing.assert_allclose(
+            search.best_estimator_.coef_,
+            serial_search.best_estimator_.coef_,
+            rtol=1e-10,
+        )

@@ -1,5 +1,7 @@
 import math
 import os
+import subprocess
+import sys
 from fractions import Fraction
 from types import SimpleNamespace
 
@@ -9,7 +11,6 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-import skbatch.memory
 from skbatch import (
     Backend,
     auto_batch_size,
@@ -155,6 +156,79 @@ def test_budget_of_an_absent_device_raises(no_gpu):
         memory_budget(Backend("torch", "cuda:0"))
 
 
+def test_get_available_memory_gb_is_at_least_half_a_gb(host_ram):
+    host_ram(0.2e9)
+    assert get_available_memory_gb() == 0.5
+
+
+def test_get_available_memory_gb_falls_back_to_4_gb_when_the_query_fails(
+    monkeypatch,
+):
+    def fail():
+        raise OSError("no /proc/meminfo")
+
+    monkeypatch.setattr(psutil, "virtual_memory", fail)
+    with pytest.warns(UserWarning, match=r"no /proc/meminfo.*assuming 4.0 GB"):
+        assert get_available_memory_gb() == 4.0
+    with pytest.warns(UserWarning, match=r"host memory.*assuming 4.0 GB"):
+        assert memory_budget() == 4.0
+
+
+@pytest.fixture
+def jax_on_gpu(monkeypatch, host_ram):
+    """jax imported and computing on a GPU with 10 GB limit, 3 GB in use."""
+    jax = pytest.importorskip("jax")
+    host_ram(100e9)
+    device = _FakeJaxDevice({"bytes_limit": 10e9, "bytes_in_use": 3e9})
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(jax, "devices", lambda backend=None: [device])
+    return device
+
+
+def test_get_available_memory_gb_reads_the_jax_gpu_statistics(jax_on_gpu):
+    assert get_available_memory_gb() == pytest.approx(7.0, rel=1e-15)
+    # The host budget still comes from the host.
+    assert memory_budget() == pytest.approx(50.0, rel=1e-15)
+    # compute_batch_size, for jax.lax.map callers, plans from the GPU.
+    expected = int(_rule(7.0, None) * 1e9 // 1e6)
+    assert compute_batch_size(n_items=10**6, bytes_per_item=1e6) == expected
+
+
+@pytest.mark.parametrize("stats", [None, {}, {"bytes_in_use": 1e9}, "raise"])
+def test_get_available_memory_gb_falls_back_when_jax_has_no_statistics(
+    jax_on_gpu, monkeypatch, stats
+):
+    def memory_stats():
+        if stats == "raise":
+            raise RuntimeError("memory_stats is not supported")
+        return stats
+
+    monkeypatch.setattr(jax_on_gpu, "memory_stats", memory_stats)
+    with pytest.warns(UserWarning, match=r"Cannot measure .*assuming 4.0 GB"):
+        assert get_available_memory_gb() == 4.0
+
+
+def test_get_available_memory_gb_does_not_import_jax():
+    code = (
+        "import sys, skbatch; skbatch.get_available_memory_gb(); "
+        "assert 'jax' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_failing_cuda_query_falls_back_to_the_host_budget(
+    fake_cuda, monkeypatch, host_ram
+):
+    host_ram(6e9)
+
+    def mem_get_info(device=None):
+        raise RuntimeError("CUDA driver error: unknown error")
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", mem_get_info)
+    with pytest.warns(UserWarning, match=r"torch-cuda.*unknown error.*host budget"):
+        assert memory_budget(Backend("torch", "cuda:0")) == pytest.approx(3.0)
+
+
 # --- auto_batch_size ---------------------------------------------------------
 
 
@@ -249,11 +323,17 @@ def test_auto_batch_size_rejects_bad_overhead(overhead):
 
 
 @pytest.fixture
-def available_gb(monkeypatch):
+def available_gb(host_ram):
     def set_available(gb):
-        monkeypatch.setattr(skbatch.memory, "get_available_memory_gb", lambda: gb)
+        host_ram(gb * 1e9)
 
     return set_available
+
+
+def _rule(available_gb, max_mem):
+    """DESIGN.md's rule: floor the available memory, then fraction and margin."""
+    fraction = 0.5 if max_mem is None else min(max(max_mem, 0.01), 1.0)
+    return max(available_gb, 0.5) * fraction * (1 - 0.3)
 
 
 @pytest.mark.parametrize(
@@ -266,21 +346,23 @@ def available_gb(monkeypatch):
         (10.0, 1.0, 7000),
         # A fraction above 1 is clamped to 1.
         (10.0, 5.0, 7000),
-        # A fraction below 0.01 is clamped to 0.01: 0.07 GB, below the 0.5 GB floor.
-        (10.0, 0.001, 500),
-        (10.0, 0.0, 500),
-        (10.0, -1.0, 500),
-        # 100 GB x 0.01 x 0.7 = 0.7 GB, above the floor.
+        # A fraction below 0.01 is clamped to 0.01: 10 x 0.01 x 0.7 = 0.07 GB.
+        (10.0, 0.001, 70),
+        (10.0, 0.0, 70),
+        (10.0, -1.0, 70),
         (100.0, 0.0, 700),
-        # A busy host still plans with 0.5 GB.
-        (0.1, None, 500),
-        (0.0, None, 500),
+        # 2 GB x 0.1 x 0.7 = 0.14 GB: max_mem is honoured, not floored.
+        (2.0, 0.1, 140),
+        # A busy host plans with 0.5 GB available: 0.5 x 0.5 x 0.7 = 0.175 GB.
+        (0.2, None, 175),
+        (0.1, None, 175),
+        (0.0, None, 175),
     ],
 )
 def test_compute_batch_size_budget(available_gb, available, max_mem, expected):
     available_gb(available)
     batch = compute_batch_size(n_items=10**6, bytes_per_item=1e6, max_mem=max_mem)
-    assert batch == expected
+    assert batch == expected == int(_rule(available, max_mem) * 1e9 // 1e6)
     assert isinstance(batch, int)
 
 
@@ -323,7 +405,11 @@ def test_compute_batch_size_stays_within_bounds(
 ):
     max_batch = min_batch + extra
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(skbatch.memory, "get_available_memory_gb", lambda: available)
+        m.setattr(
+            psutil,
+            "virtual_memory",
+            lambda: SimpleNamespace(available=available * 1e9),
+        )
         batch = compute_batch_size(
             n_items=n_items,
             bytes_per_item=bytes_per_item,
@@ -332,8 +418,7 @@ def test_compute_batch_size_stays_within_bounds(
             max_batch=max_batch,
         )
     assert min(min_batch, n_items) <= batch <= min(max_batch, n_items)
-    fraction = 0.5 if max_mem is None else min(max(max_mem, 0.01), 1.0)
-    usable = max(available * fraction * 0.7, 0.5) * 1e9
+    usable = _rule(available, max_mem) * 1e9
     if min(min_batch, n_items) < batch < min(max_batch, n_items):
         # Not clamped: the largest number of items that fits the usable memory.
         assert batch * bytes_per_item <= usable * (1 + 1e-12)

@@ -4,7 +4,7 @@ import weakref
 import numpy as np
 import pytest
 
-from skbatch import compute_oom_safe, is_oom_error
+from skbatch import Backend, compute_oom_safe, is_oom_error
 from skbatch.oom import _SIMULATED_OOM_LIMIT, ChunkRunner
 from skbatch.testing import simulate_oom
 
@@ -174,6 +174,27 @@ def test_failed_attempt_memory_is_released_before_retry():
     finally:
         gc.enable()
     np.testing.assert_array_equal(result, np.arange(8.0) + 1)
+
+
+@pytest.mark.parametrize(
+    "make, expected",
+    [
+        (lambda: torch.arange(8.0), Backend("torch", "cpu")),
+        (lambda: jax.numpy.arange(8.0), Backend("jax", "cpu")),
+        (lambda: np.arange(8.0), None),
+    ],
+)
+def test_compute_oom_safe_frees_the_cache_of_the_arrays_backend(
+    monkeypatch, make, expected
+):
+    freed = []
+    monkeypatch.setattr(Backend, "empty_cache", lambda self: freed.append(self))
+    x = make()
+    with simulate_oom(max_items=2):
+        result = compute_oom_safe(lambda v: v * 2, x)
+    np.testing.assert_array_equal(np.asarray(result), np.arange(8.0) * 2)
+    # 8 -> 4 + 4 -> 2 + 2 + 2 + 2: three splits, the cache freed before each.
+    assert freed == ([] if expected is None else [expected] * 3)
 
 
 def test_tuple_outputs_are_concatenated():
