@@ -477,10 +477,13 @@ def test_one_row_test_fold_with_mse_matches_grid_search():
     np.testing.assert_allclose(ours.best_score_, ref.best_score_, rtol=1e-8)
 
 
-def _gcv_fit(X, Y, weight):
-    return BatchedRidge(alphas=ALPHAS, cv="gcv", store_cv_results=True).fit(
-        X, Y, sample_weight=weight
-    )
+def _gcv_fit(X, Y, weight, alpha_per_target=True):
+    return BatchedRidge(
+        alphas=ALPHAS,
+        cv="gcv",
+        alpha_per_target=alpha_per_target,
+        store_cv_results=True,
+    ).fit(X, Y, sample_weight=weight)
 
 
 @pytest.mark.parametrize("alpha_per_target", [True, False])
@@ -491,20 +494,26 @@ def test_gcv_zero_weight_rows_equal_dropped_rows_and_scale_is_irrelevant(
     weight = np.random.default_rng(20).uniform(0.2, 3.0, 40)
     weight[::5] = 0.0
     kept = weight > 0
-    full = _gcv_fit(X, Y, weight)
-    dropped = _gcv_fit(X[kept], Y[kept], weight[kept])
-    scaled = _gcv_fit(X, Y, 7.0 * weight)
+
+    def fit(X, Y, weight):
+        return _gcv_fit(X, Y, weight, alpha_per_target)
+
+    full = fit(X, Y, weight)
+    dropped = fit(X[kept], Y[kept], weight[kept])
+    scaled = fit(X, Y, 7.0 * weight)
     for other in (dropped, scaled):
         np.testing.assert_array_equal(other.alpha_, full.alpha_)
         np.testing.assert_allclose(other.coef_, full.coef_, rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(other.intercept_, full.intercept_, rtol=1e-9)
         np.testing.assert_allclose(other.best_score_, full.best_score_, rtol=1e-9)
-    assert len(np.unique(full.alpha_)) > 1
+    if alpha_per_target:
+        assert len(np.unique(full.alpha_)) > 1
     # Equal weights, whatever their value, are no weights at all.
-    unweighted = _gcv_fit(X, Y, None)
-    constant = _gcv_fit(X, Y, np.full(40, 3.0))
+    unweighted = fit(X, Y, None)
+    constant = fit(X, Y, np.full(40, 3.0))
     np.testing.assert_array_equal(constant.alpha_, unweighted.alpha_)
     np.testing.assert_allclose(constant.coef_, unweighted.coef_, rtol=1e-9)
+    np.testing.assert_allclose(constant.best_score_, unweighted.best_score_, rtol=1e-9)
 
 
 def test_gcv_with_weights_matches_naive_weighted_hat_matrix():
