@@ -53,9 +53,20 @@ ALPHA_LEVEL = 0.05
 FWER_ROWS = [
     ("white noise, shuffle", "white", 60, "shuffle", None),
     ("AR(0.95), shuffle [invalid]", "ar", 60, "shuffle", None),
-    ("circular AR(0.95), circular_shift [exact]", "circular", 60, "circular_shift", None),
-    ("AR(0.95) restarting every 10, block_shuffle 10 [exact]", "restart10", 60,
-     "block_shuffle", 10),
+    (
+        "circular AR(0.95), circular_shift [exact]",
+        "circular",
+        60,
+        "circular_shift",
+        None,
+    ),
+    (
+        "AR(0.95) restarting every 10, block_shuffle 10 [exact]",
+        "restart10",
+        60,
+        "block_shuffle",
+        10,
+    ),
     ("AR(0.95), circular_shift", "ar", 60, "circular_shift", None),
     ("AR(0.95), circular_shift", "ar", 150, "circular_shift", None),
     ("AR(0.95), circular_shift", "ar", 300, "circular_shift", None),
