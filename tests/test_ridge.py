@@ -696,7 +696,7 @@ def test_memory_preflight_charges_the_full_budget_not_the_batch_cap(monkeypatch)
     with pytest.raises(ValueError, match="max_memory_gb"):
         ridge._check_fixed_memory(n, p, None, np.float64, numpy_backend, 20.0)
     # A measured budget: 64 GB of free RAM, half of it usable, uncapped.
-    monkeypatch.setattr(memory, "get_available_memory_gb", lambda: 64.0)
+    monkeypatch.setattr(memory, "_host_budget_gb", lambda: 32.0)
     ridge._check_fixed_memory(n, p, None, np.float64, numpy_backend, None)
     folds = list(KFold(5).split(np.empty((n, 1))))
     with pytest.raises(ValueError, match="number of folds"):
