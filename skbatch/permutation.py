@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
-from array_api_compat import device as array_device
 from sklearn.base import BaseEstimator, RegressorMixin, clone, is_classifier
 from sklearn.linear_model import LinearRegression, Ridge, RidgeCV
 from sklearn.metrics import (
@@ -273,11 +272,6 @@ def _valid_alphas(alphas):
 def _device_scores(y_true, y_pred, scoring, xp):
     """Score of every column, computed where the arrays are."""
     dtype = _linalg._criterion_dtype(y_true, xp)
-    if y_true.shape[0] < 2 and scoring in _UNIT_SCALE_SCORINGS:
-        # R^2 and correlation of one row are undefined (scikit-learn: NaN).
-        return xp.full(
-            (y_true.shape[1],), xp.nan, dtype=dtype, device=array_device(y_true)
-        )
     y_true = xp.astype(y_true, dtype, copy=False)
     y_pred = xp.astype(y_pred, dtype, copy=False)
     if scoring == "neg_root_mean_squared_error":
