@@ -997,7 +997,8 @@ default="shuffle"
         task = functools.partial(
             _null_scores_task,
             y=y,
-            cv=cv,
+            # The splitter travels only when the folds are drawn per permutation.
+            cv=cv if splits is None else None,
             splits=splits,
             groups=groups,
             entropy=entropy,
