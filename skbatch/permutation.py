@@ -903,6 +903,7 @@ default="shuffle"
 
     def _fit_ridge(self, X, y, groups, splits, spec, entropy, raw, permutation):
         """Fast path: permutations as extra targets through one SVD per fold."""
+        input_dtype = np.asarray(X).dtype
         X = np.asarray(X, dtype=np.float64)
         Y = np.asarray(y, dtype=np.float64).reshape(X.shape[0], -1)
         n_samples, n_features = X.shape
@@ -914,7 +915,7 @@ default="shuffle"
         dtype = np.dtype(np.float32 if backend.device == "mps" else np.float64)
         estimator = self._get_estimator()
         if isinstance(estimator, BatchedRidge):
-            dtype = _resolve_dtype(estimator.dtype, backend)
+            dtype = _resolve_dtype(estimator.dtype, backend, input_dtype)
         scoring = self.scoring
         with contextlib.ExitStack() as stack:
             stack.enter_context(backend.context())

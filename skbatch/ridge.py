@@ -72,10 +72,16 @@ def _check_alphas(alphas):
     return values
 
 
-def _resolve_dtype(dtype, backend):
+def _resolve_dtype(dtype, backend, input_dtype=None):
+    """The compute dtype: ``dtype`` checked, or "auto" resolved.
+
+    "auto" keeps float32 input in float32, as scikit-learn's Ridge does, and
+    computes float32 on a GPU; everything else in float64.
+    """
     requested = dtype
     if isinstance(dtype, str) and dtype == "auto":
-        dtype = np.float32 if backend.is_gpu else np.float64
+        single = backend.is_gpu or input_dtype == np.float32
+        dtype = np.float32 if single else np.float64
     try:
         # np.dtype(None) is float64: None must not pass for a choice.
         dtype = None if dtype is None else np.dtype(_DTYPES.get(dtype, dtype))
@@ -301,7 +307,9 @@ default=None
         None: squared error for leave-one-out and GCV, R^2 for K-fold.
         GCV supports only None.
     dtype : {"auto", "float32", "float64"}, default="auto"
-        Compute dtype. "auto": float64 on CPU, float32 on a GPU.
+        Compute dtype. "auto": float32 for float32 ``X`` (as scikit-learn's
+        ``Ridge``) and on a GPU, float64 otherwise; predictions are float32
+        only for a float32 model and float32 ``X``.
     n_targets_batch : "auto" or int, default="auto"
         Targets per batch; "auto" sizes batches from the memory budget.
     store_cv_results : bool, default=False
@@ -506,7 +514,7 @@ default=None
             )
         )
         self.backend_ = resolve_backend(self.device, flops=flops)
-        self.dtype_ = _resolve_dtype(self.dtype, self.backend_)
+        self.dtype_ = _resolve_dtype(self.dtype, self.backend_, X.dtype)
         _check_magnitudes(X, Y, self.dtype_, chooses_alpha=alphas.size > 1)
         _check_fixed_memory(
             n_samples,

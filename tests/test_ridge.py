@@ -701,3 +701,21 @@ def test_memory_preflight_charges_the_full_budget_not_the_batch_cap(monkeypatch)
     folds = list(KFold(5).split(np.empty((n, 1))))
     with pytest.raises(ValueError, match="number of folds"):
         ridge._check_fixed_memory(n, p, folds, np.float64, numpy_backend, None)
+
+
+def test_auto_dtype_keeps_float32_input_in_float32():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((80, 6))
+    Y = X @ rng.standard_normal((6, 3)) + rng.standard_normal((80, 3))
+    alphas = np.logspace(-1, 3, 5)
+    single = BatchedRidge(alphas=alphas).fit(X.astype(np.float32), Y)
+    assert single.dtype_ == np.float32
+    assert single.predict(X.astype(np.float32)).dtype == np.float32
+    double = BatchedRidge(alphas=alphas).fit(X, Y)
+    assert double.dtype_ == np.float64
+    assert double.predict(X).dtype == np.float64
+    np.testing.assert_allclose(single.coef_, double.coef_, rtol=1e-4, atol=1e-5)
+    # Asked for float64, float64 it is, whatever the input.
+    asked = BatchedRidge(alphas=alphas, dtype="float64").fit(X.astype(np.float32), Y)
+    assert asked.dtype_ == np.float64
+    assert asked.predict(X.astype(np.float32)).dtype == np.float64
