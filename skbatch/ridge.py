@@ -45,6 +45,16 @@ WORKSPACE_OVERHEAD = 2.0
 # deviation from its mean, so nothing to fit and nothing to cross-validate.
 MIN_SAMPLES = 2
 _SCORINGS = (None, "r2", "neg_mean_squared_error", "correlation")
+# Half decades from 0.1 to 1e5: small alphas for clean targets, up to the
+# 1e4-1e5 that noisy targets with thousands of standardised rows need.
+DEFAULT_ALPHAS = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1e3, 3e3, 1e4, 3e4, 1e5)
+# After fit, warn when more than this share of targets chose the smallest or
+# the largest alpha ...
+EDGE_SHARE = 0.05
+# ... while their score there still beat the next alpha's by more than this
+# share of their score's range over the grid (a flat tail is not a reason to
+# extend the grid: pure-noise targets flatten out at the largest alpha).
+EDGE_IMPROVEMENT = 0.01
 _DTYPES = {"float32": np.float32, "float64": np.float64}
 
 
@@ -70,6 +80,65 @@ def _check_alphas(alphas):
     if not np.all(np.isfinite(values)) or np.any(values <= 0):
         raise ValueError(f"alphas must be positive and finite, got {alphas!r}")
     return values
+
+
+def _warn_at_grid_edges(alphas, best, scores, limit):
+    """Warn when many targets chose an edge of ``alphas`` while improving there.
+
+    ``scores`` (n_targets, n_alphas) and ``best`` (n_targets,) index the
+    alphas. ``limit`` (n_targets,) is each target's score without a model
+    (the limit of an infinite alpha), or None when there is none. A score
+    that approaches that limit from below, close to it, is a target with
+    nothing to predict: pure noise always prefers the largest alpha,
+    whatever the grid, and does not say that the grid stops too early.
+    """
+    if alphas.size < 2:
+        return
+    order = np.argsort(alphas)
+    with np.errstate(invalid="ignore"):
+        span = np.nanmax(scores, axis=1) - np.nanmin(scores, axis=1)
+    for edge, neighbour, which in (
+        (order[0], order[1], "smallest"),
+        (order[-1], order[-2], "largest"),
+    ):
+        with np.errstate(invalid="ignore"):
+            tolerance = EDGE_IMPROVEMENT * span
+            improving = scores[:, edge] - scores[:, neighbour] > tolerance
+            if which == "largest" and limit is not None:
+                gap = limit - scores[:, edge]
+                improving &= ~((gap >= 0) & (gap <= tolerance))
+        share = np.mean((best == edge) & improving)
+        if share > EDGE_SHARE:
+            direction = "smaller" if which == "smallest" else "larger"
+            warnings.warn(
+                f"{share:.0%} of targets chose the {which} alpha "
+                f"({alphas[edge]:g}) while their cross-validated score was still "
+                f"improving there: extend `alphas` to {direction} values.",
+                UserWarning,
+                # Past this function, fit and its atomic wrapper.
+                stacklevel=4,
+            )
+
+
+def _no_model_score(Y, sample_weight, *, scoring, cv, fit_intercept):
+    """Each target's CV score without a model: the limit of an infinite alpha.
+
+    The target's (weighted) mean, or 0 without an intercept, predicts every
+    row: R^2 about 0, and a squared error of the spread around it, inflated
+    by ``(n / (n - 1))^2`` for leave-one-out and GCV (the mean of the other
+    rows). A correlation has no such limit: None.
+    """
+    if scoring == "correlation":
+        return None
+    kfold = _is_kfold(cv)
+    if scoring == "r2" or (scoring is None and kfold):
+        return np.zeros(Y.shape[1])
+    center = np.average(Y, axis=0, weights=sample_weight) if fit_intercept else 0.0
+    spread = np.average((Y - center) ** 2, axis=0, weights=sample_weight)
+    n = Y.shape[0]
+    if not kfold and fit_intercept:
+        spread *= (n / (n - 1)) ** 2
+    return -spread
 
 
 def _resolve_dtype(dtype, backend, input_dtype=None):
@@ -287,8 +356,15 @@ class BatchedRidge(DeviceMixin, MultiOutputMixin, RegressorMixin, BaseEstimator)
 
     Parameters
     ----------
-    alphas : float or array-like of shape (n_alphas,), default=(0.1, 1.0, 10.0)
-        Positive regularisation strengths to choose from.
+    alphas : float or array-like of shape (n_alphas,), default=DEFAULT_ALPHAS
+        Positive regularisation strengths to choose from. The default, 13
+        values from 0.1 to 1e5 in half decades (1, 3, 10...), serves
+        standardised encoding-model data: with n rows of standardised
+        features the data term of ridge grows like n, so hundreds to
+        thousands of rows of noisy targets need alphas of 1e2 to 1e5, which
+        scikit-learn's ``(0.1, 1, 10)`` (a default for small tabular data)
+        never reaches. After fit, a warning says when a notable share of
+        targets chose an edge of the grid (see Notes).
     cv : None, "gcv", int, CV splitter or iterable of splits, default=None
         None: exact leave-one-out (the choice of sklearn's ``RidgeCV``).
         ``"gcv"``: generalized cross-validation, cheaper still.
@@ -361,6 +437,17 @@ default=None
     NaN last, alphas scoring NaN are chosen only when every alpha scores NaN;
     then the first alpha is kept and ``best_score_`` is NaN.
 
+    **Edges of the grid.** After fit, a ``UserWarning`` names the edge when
+    more than 5% of targets chose the smallest or the largest alpha while
+    their score was still improving there (better than at the next alpha by
+    more than 1% of the range of their scores over the grid): the grid then
+    stops too early, and extending ``alphas`` would change those targets.
+    At the largest alpha, targets whose score approaches from below, within
+    that 1%, the score of no model at all (predicting the mean: the limit
+    of an infinite alpha) are not counted: pure noise always prefers the
+    largest alpha, whatever the grid. With ``alpha_per_target=False`` the
+    rule applies to the mean score.
+
     **Sample weights.** They weight the training rows in every fit, as in
     ``Ridge``, and the scores as ``RidgeCV`` uses them: leave-one-out
     weights each sample's squared error (or the named scoring's means), and
@@ -395,7 +482,7 @@ default=None
 
     def __init__(
         self,
-        alphas=(0.1, 1.0, 10.0),
+        alphas=DEFAULT_ALPHAS,
         *,
         cv=None,
         alpha_per_target=True,
@@ -545,6 +632,22 @@ default=None
                 verbose=self.verbose,
             )
         coef, intercept, best, best_score, scores = results
+        limit = _no_model_score(
+            Y,
+            sample_weight,
+            scoring=self.scoring,
+            cv=self.cv,
+            fit_intercept=self.fit_intercept,
+        )
+        if self.alpha_per_target:
+            _warn_at_grid_edges(alphas, best, scores, limit)
+        else:
+            _warn_at_grid_edges(
+                alphas,
+                best[:1],
+                np.nanmean(scores, axis=0)[None],
+                None if limit is None else np.mean(limit)[None],
+            )
         one_target = y.ndim == 1
         if not self.alpha_per_target or one_target:
             self.alpha_ = float(alphas[best[0]])

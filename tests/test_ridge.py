@@ -719,3 +719,45 @@ def test_auto_dtype_keeps_float32_input_in_float32():
     asked = BatchedRidge(alphas=alphas, dtype="float64").fit(X.astype(np.float32), Y)
     assert asked.dtype_ == np.float64
     assert asked.predict(X.astype(np.float32)).dtype == np.float64
+
+
+def _grid_edge_warnings(model, X, Y):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(X, Y)
+    return [str(w.message) for w in caught if "extend `alphas`" in str(w.message)]
+
+
+@pytest.mark.parametrize("cv", [None, 5])
+def test_warns_when_targets_choose_an_edge_of_the_grid_while_improving(cv):
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((400, 100))
+    coef = 0.03 * rng.standard_normal((100, 200))
+    coef[:, 100:] = 0.0  # half the targets are pure noise
+    Y = X @ coef + rng.standard_normal((400, 200))
+    # Every target wants far more than 10: the grid stops too early.
+    messages = _grid_edge_warnings(BatchedRidge(alphas=(0.1, 1.0, 10.0), cv=cv), X, Y)
+    assert len(messages) == 1 and "largest alpha (10)" in messages[0]
+    # A grid wide enough: noise targets still sit at its top, flat there.
+    model = BatchedRidge(cv=cv)
+    assert _grid_edge_warnings(model, X, Y) == []
+    assert np.mean(model.alpha_[100:] == max(model.alphas)) >= 0.4
+    # Clean targets want less than the smallest alpha.
+    messages = _grid_edge_warnings(
+        BatchedRidge(alphas=(1e3, 1e4), cv=cv), X, X @ coef[:, :100] * 100
+    )
+    assert len(messages) == 1 and "smallest alpha (1000)" in messages[0]
+
+
+def test_default_alphas_reach_the_regularisation_encoding_data_needs():
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((800, 300))
+    coef = 0.02 * rng.standard_normal((300, 50))
+    Y_train = X @ coef + rng.standard_normal((800, 50))
+    X_test = rng.standard_normal((400, 300))
+    Y_test = X_test @ coef + rng.standard_normal((400, 50))
+    default = BatchedRidge(cv=5).fit(X, Y_train).score(X_test, Y_test)
+    narrow = BatchedRidge(alphas=(0.1, 1.0, 10.0), cv=5).fit(X, Y_train)
+    assert default > 0 > narrow.score(X_test, Y_test)
