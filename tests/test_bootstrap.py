@@ -345,14 +345,14 @@ def test_fast_path_invariant_to_batch_size_and_oom(shape, monkeypatch):
     with threadpool_limits(1, user_api="blas"):
         reference = BootstrapEstimator(Ridge(), max_memory_gb=8.0, **params)
         reference.fit(X, Y)
-    tiny = BootstrapEstimator(Ridge(), max_memory_gb=2e-4, **params).fit(X, Y)
+    tiny = BootstrapEstimator(Ridge(), max_memory_gb=3e-4, **params).fit(X, Y)
     _assert_same_results(reference, tiny)
     with simulate_oom(max_items=3):
         recovered = BootstrapEstimator(Ridge(), **params).fit(X, Y)
     _assert_same_results(reference, recovered)
     assert plans[0].n_batches == 1 and plans[1].n_batches > 1
     assert plans[2].n_oom_recoveries > 0
-    unkept = BootstrapEstimator(Ridge(), max_memory_gb=2e-4, n_bootstrap=37)
+    unkept = BootstrapEstimator(Ridge(), max_memory_gb=3e-4, n_bootstrap=37)
     unkept.set_params(random_state=21).fit(X, Y)
     for name, result in unkept.results_.items():
         assert_allclose(
@@ -699,8 +699,8 @@ def test_fast_path_batches_side_by_side_equal_batches_in_turn():
     X, Y = make_data(60, 6, 4, seed=22)
     params = dict(n_bootstrap=50, return_samples=True, random_state=5)
     with threadpool_limits(1, user_api="blas"):
-        in_turn = BootstrapEstimator(Ridge(), max_memory_gb=2e-4, **params).fit(X, Y)
+        in_turn = BootstrapEstimator(Ridge(), max_memory_gb=3e-4, **params).fit(X, Y)
     with threadpool_limits(2, user_api="blas"):
-        side_by_side = BootstrapEstimator(Ridge(), max_memory_gb=2e-4, **params)
+        side_by_side = BootstrapEstimator(Ridge(), max_memory_gb=3e-4, **params)
         side_by_side.fit(X, Y)
     _assert_same_results(in_turn, side_by_side)
