@@ -88,6 +88,9 @@ REFIT_COPIES = 4
 # (skbatch._engine._block_result), plus the reducer's two block-sized
 # temporaries (skbatch.streaming._RunningMoments.update).
 RESULT_COPIES = 4
+# Python objects of a fit besides its arrays (estimator clones, joblib's task
+# records, the engine's queues): tracemalloc measures 50-150 kB.
+INTERPRETER_BYTES = 200e3
 # Largest n_bootstrap: replicate ids are int64 (the engine's np.arange and the
 # accumulators' percentile arithmetic).
 MAX_N_BOOTSTRAP = np.iinfo(np.int64).max
@@ -591,7 +594,7 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
                     f"{data.held / GB:.3g} GB of data copies",
                 )
             max_items = int((host_budget * GB - host_held) // max(host_per_item, 1))
-            return min(budget - fixed / GB, capped), max(max_items, 1)
+            return _batch_gb(budget - fixed / GB, capped, per_item), max(max_items, 1)
         n_workers = cpu_workers(backend)
         held = data.held + summaries + fixed
         need = data.held + max(
@@ -607,7 +610,8 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
                 f"{n_workers} replicate(s) in flight of "
                 f"{(per_item + host_per_item) / GB:.3g} GB",
             )
-        return min(budget - held / GB, capped), None
+        in_flight = n_workers * (per_item + host_per_item)
+        return _batch_gb(budget - held / GB, capped, in_flight), None
 
     def _run_linear(
         self, linear, X, y, groups, entropy, fit_params, accumulators, backend, data
@@ -716,9 +720,10 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
                 f"{data.held / GB:.3g} GB of data copies, {n_workers} refit(s) "
                 f"in flight of {(data.resampled + data.fit) / GB:.3g} GB",
             )
-        window_gb = min(
+        window_gb = _batch_gb(
             budget - (held + working) / GB,
             memory_budget(None, self.max_memory_gb, for_batching=True),
+            item_bytes,
         )
         task = functools.partial(
             _refit_replicates,
@@ -1059,6 +1064,12 @@ class _WeightedRidge:
         return coef, intercept
 
 
+def _batch_gb(left_gb, capped_gb, smallest):
+    """Budget of the batches: what the full budget leaves, within the batching
+    cap, but never below the ``smallest`` bytes the preflight found room for."""
+    return max(min(left_gb, capped_gb), smallest / GB)
+
+
 def _gb_up(nbytes):
     """``nbytes`` in GB rounded up to 3 significant digits: a budget of the
     figure shown suffices."""
@@ -1085,7 +1096,8 @@ class _DataBytes(NamedTuple):
     """Host bytes that the data costs a fit, for the memory preflight.
 
     held: the validated copies of X and y (those that are not the user's own
-    arrays), kept throughout; fit: the working set of fitting on all of it;
+    arrays) and the interpreter's objects, kept throughout; fit: the working
+    set of fitting on all of it;
     resampled: one replicate's copy of the rows of X, y and the per-sample
     fit parameters, with its row indices.
     """
@@ -1105,7 +1117,7 @@ class _DataBytes(NamedTuple):
         )
         n_samples = _num_samples(X_checked)
         return cls(
-            held=float(held),
+            held=float(held + INTERPRETER_BYTES),
             fit=float(REFIT_COPIES * size),
             resampled=float(size + per_sample + 8 * n_samples),
         )
