@@ -1,8 +1,8 @@
 """BootstrapEstimator: bootstrap standard errors and confidence intervals.
 
-A replicate refits the wrapped estimator on rows drawn with replacement (or
-on whole groups, for a cluster bootstrap) and reads some of its fitted
-attributes. Replicate ``i`` draws its rows from its own seed stream
+A replicate refits the wrapped estimator on rows drawn with replacement (on
+whole groups, for a cluster bootstrap, or on blocks of consecutive rows, for
+a moving-block bootstrap) and reads some of its fitted attributes. Replicate ``i`` draws its rows from its own seed stream
 (:func:`skbatch.random.bootstrap_counts`), so the result depends on
 ``random_state`` only, never on batch sizes, OOM splits or workers.
 
@@ -229,13 +229,17 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
 
     Notes
     -----
-    Before any replicate, fit checks that what it will keep (percentile
-    tails of every element, and the samples when asked) fits the host
-    memory budget, and that the data and one replicate fit the device
-    budget; otherwise it raises ValueError with both figures and the knobs
-    to turn. For linear estimators the host check comes before anything is
+    Before any replicate, fit checks that everything held at the peak of the
+    run fits the full memory budget: the summaries it keeps (percentile
+    tails of every element, and the samples when asked), the validated data
+    and its copies, and one replicate per batch in flight (on the generic
+    path, one refit per worker); otherwise it raises ValueError with the
+    figures and the knobs to turn. The cap on measured budgets
+    (:func:`skbatch.memory_budget` with ``for_batching=True``) bounds the
+    batches only. For linear estimators the check comes before anything is
     fit; for others, after the single fit on all data that gives the
-    shapes of the attributes.
+    shapes of the attributes (a request that cannot fit even one element
+    is refused before it).
 
     The linear path solves each replicate's normal equations from its
     weighted Gram matrix (Cholesky, or an eigendecomposition when alphas
@@ -245,10 +249,13 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
     computes in the precision of the wrapped estimator: float32 for float32
     ``X`` with scikit-learn's estimators, ``dtype_`` for ``BatchedRidge``
     (float32 on MPS). Forming the Gram matrix squares the condition number
-    of X, as ``Ridge``'s own Cholesky solver does: for nearly collinear
-    features and alpha near 0 (condition number of X above about 1e7 in
-    float64), the replicates lose accuracy that ``LinearRegression``'s
-    ``lstsq`` keeps.
+    of X, as ``Ridge``'s own Cholesky solver does. A batch whose Gram (or
+    kernel) matrix with alpha is singular to working precision is solved
+    instead through an SVD of each replicate's weighted rows, with a
+    :class:`~scipy.linalg.LinAlgWarning`, as ``Ridge`` falls back on its SVD
+    solver. With alpha 0 and nearly collinear features (condition number of
+    X above about 1e7 in float64), the replicates still lose accuracy that
+    ``LinearRegression``'s ``lstsq`` keeps.
 
     Examples
     --------
