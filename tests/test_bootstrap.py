@@ -364,13 +364,15 @@ def test_fast_path_invariant_to_batch_size_and_oom(shape, monkeypatch):
         )
 
 
-def test_generic_path_invariant_to_n_jobs_budget_and_joblib_backend():
+@pytest.mark.parametrize("block_size", [None, 3])
+def test_generic_path_invariant_to_n_jobs_budget_and_joblib_backend(block_size):
     X, Y = make_data(30, 4, 2, seed=14)
     params = dict(
         n_bootstrap=23,
         return_samples=True,
         random_state=99,
         attributes=last_step_linear,
+        block_size=block_size,
     )
 
     def run(**extra):
@@ -761,7 +763,6 @@ def test_block_bootstrap_invariant_to_batch_size_and_oom():
         _assert_same_results(reference, BootstrapEstimator(Ridge(), **params).fit(X, Y))
 
 
-@pytest.mark.slow
 def test_block_bootstrap_widens_intervals_of_autocorrelated_rows():
     # AR(0.9) rows: the iid bootstrap ignores the dependence and gives
     # intervals too narrow; blocks of the documented length (20 for n=400)
