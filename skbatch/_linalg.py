@@ -18,11 +18,13 @@ bootstrap counts used as row weights, without copying Y per replicate.
 import contextlib
 import functools
 import threading
+import warnings
 
 import numpy as np
 import threadpoolctl
 from array_api_compat import array_namespace
 from array_api_compat import device as array_device
+from scipy.linalg import LinAlgWarning
 
 # Names accepted by the scoring functions; higher is better for all three.
 _SCORINGS = ("neg_mean_squared_error", "r2", "correlation")
@@ -832,16 +834,25 @@ def weighted_primal_coef(X, Y, w, alpha, fixed_alpha, *, fit_intercept, xp):
         total = gram[:, p, p][:, None]
         x_sum, y_sum = gram[:, :p, p], rhs[:, p, :]
         x_mean, y_mean = x_sum / total, y_sum / total
-        gram = gram[:, :p, :p] - x_sum[:, :, None] * x_mean[:, None, :]
+        gram = gram[:, :p, :p]
+        # The update cancels digits of the uncentred Gram matrix, whose scale
+        # is then the rounding floor of the centred one.
+        scale = xp.max(xp.linalg.diagonal(gram), axis=1)
+        gram = gram - x_sum[:, :, None] * x_mean[:, None, :]
         rhs = rhs[:, :p, :] - x_sum[:, :, None] * y_mean[:, None, :]
+    else:
+        scale = xp.max(xp.linalg.diagonal(gram), axis=1)
     if fixed_alpha is not None:
         eye = xp.eye(p, dtype=gram.dtype, device=array_device(gram))
         coef = _solve_spd(gram + fixed_alpha * eye, rhs, xp, transposed=True)
+        if coef is None:
+            _warn_singular(fixed_alpha)
+            coef = _weighted_svd_coef(X[:, :p], Y, w, alpha, x_mean, scale, xp)
         return coef, x_mean, y_mean
     with one_thread(gram):
         eigenvalues, vectors = xp.linalg.eigh(gram)
         rotated = xp.permute_dims(vectors, (0, 2, 1)) @ rhs
-        rotated = rotated * _spectral_filter(eigenvalues, alpha, max(n, p), xp)
+        rotated = rotated * _spectral_filter(eigenvalues, alpha, max(n, p), scale, xp)
         # (Q rotated)' computed as rotated' Q': BLAS transposes as it reads.
         coef = _transpose(rotated, xp) @ _transpose(vectors, xp)
         return coef, x_mean, y_mean
@@ -876,10 +887,16 @@ def weighted_dual_coef(X, K0, Y, w, alpha, fixed_alpha, *, fit_intercept, xp):
         kernel = K0[None, :, :]
         scaled_X = root[:, :, None] * X[None, :, :]
     kernel = kernel * root[:, :, None] * root[:, None, :]
+    # Rounding floor of the centring update, as in weighted_primal_coef.
+    scale = xp.max(xp.linalg.diagonal(K0)[None, :] * w, axis=1)
     if fixed_alpha is not None:
         eye = xp.eye(n, dtype=kernel.dtype, device=array_device(kernel))
-        hat = root[:, :, None] * _solve_spd(kernel + fixed_alpha * eye, scaled_X, xp)
-        hat = xp.reshape(xp.permute_dims(hat, (0, 2, 1)), (b * p, n))
+        hat = _solve_spd(kernel + fixed_alpha * eye, scaled_X, xp)
+        if hat is None:
+            _warn_singular(fixed_alpha)
+            coef = _weighted_svd_coef(X, Y, w, alpha, x_mean, scale, xp)
+            return coef, x_mean, y_mean
+        hat = xp.reshape(xp.permute_dims(root[:, :, None] * hat, (0, 2, 1)), (b * p, n))
         return _transpose(xp.reshape(hat @ Y, (b, p, t)), xp), x_mean, y_mean
     with one_thread(kernel):
         eigenvalues, vectors = xp.linalg.eigh(kernel)
@@ -888,27 +905,101 @@ def weighted_dual_coef(X, K0, Y, w, alpha, fixed_alpha, *, fit_intercept, xp):
     QtS = xp.permute_dims(vectors, (0, 2, 1)) * root[:, None, :]
     rotated = xp.reshape(xp.reshape(QtS, (b * n, n)) @ Y, (b, n, t))
     del QtS
-    rotated = rotated * _spectral_filter(eigenvalues, alpha, max(n, p), xp)
+    rotated = rotated * _spectral_filter(eigenvalues, alpha, max(n, p), scale, xp)
     left = xp.permute_dims(scaled_X, (0, 2, 1)) @ vectors
     return _transpose(rotated, xp) @ _transpose(left, xp), x_mean, y_mean
 
 
-def _spectral_filter(eigenvalues, alpha, size, xp):
+def _spectral_filter(eigenvalues, alpha, size, scale, xp):
     """``1 / (lambda + alpha_t)`` per eigenvalue and target, 0 where null.
 
-    Eigenvalues below ``lambda_max * size * eps`` (the rank rule of
-    ``numpy.linalg.matrix_rank``) are rounding noise of directions that the
-    right-hand side does not reach: dropping them, whatever alpha, removes
-    that noise rather than amplifying it by ``1 / alpha``, and at alpha 0
-    gives the minimum-norm solution, as ``lstsq`` does.
+    An eigenvalue counts as zero below ``size * eps * max(lambda_max,
+    scale)``: the rank rule of ``numpy.linalg.matrix_rank`` and LAPACK's
+    ``gelsd`` (``max(n, p) * eps`` relative to the largest), with ``scale``,
+    the largest diagonal entry of the matrix before centring, as the floor
+    below which the centring update leaves only rounding noise. A replicate
+    whose rows are all alike has a centred Gram matrix of pure noise, whose
+    own largest eigenvalue is no reference. Dropping these directions,
+    whatever alpha, removes noise rather than amplifying it by ``1 / alpha``,
+    and at alpha 0 gives the minimum-norm solution, as ``lstsq`` does.
 
-    Returns an array of shape (b, r, t).
+    Parameters
+    ----------
+    eigenvalues : array of shape (b, r)
+    alpha : array of shape (t,)
+    size : int
+        ``max(n_samples, n_features)``.
+    scale : array of shape (b,)
+
+    Returns
+    -------
+    array of shape (b, r, t)
     """
     eps = xp.finfo(eigenvalues.dtype).eps
-    tolerance = xp.max(eigenvalues, axis=1, keepdims=True) * (size * eps)
+    reference = xp.maximum(xp.max(eigenvalues, axis=1), scale)
+    tolerance = (reference * (size * eps))[:, None]
     keep = (eigenvalues > tolerance)[:, :, None]
     total = eigenvalues[:, :, None] + alpha[None, None, :]
     return xp.where(keep, 1.0 / xp.where(keep, total, 1.0), 0.0)
+
+
+def _weighted_svd_coef(X, Y, w, alpha, x_mean, scale, xp):
+    """Weighted ridge coefficients through an SVD of each replicate's rows.
+
+    The stable solve for batches whose Gram (or kernel) matrix is singular to
+    working precision: the SVD of ``S X_c`` (S = diag(sqrt(w)), X_c the
+    replicate-centred X) does not square the condition number of X, as
+    scikit-learn's ``Ridge`` falls back on its SVD solver and
+    ``LinearRegression`` solves by ``lstsq``. Singular values below
+    ``max(n, p) * eps`` times the largest, or times ``sqrt(scale)`` when the
+    centring left only rounding noise, count as zero (LAPACK's ``gelsd``
+    rule), which gives the minimum-norm solution at alpha 0.
+
+    Parameters
+    ----------
+    X : array of shape (n, p)
+        Design matrix, without a ones column.
+    Y : array of shape (n, t)
+    w : array of shape (b, n)
+    alpha : array of shape (t,)
+    x_mean : array of shape (b, p) or None
+        Weighted means of X, None without an intercept.
+    scale : array of shape (b,)
+        Largest diagonal entry of the uncentred weighted Gram matrix.
+
+    Returns
+    -------
+    coef : array of shape (b, t, p)
+    """
+    b, n = w.shape
+    p, t = X.shape[1], Y.shape[1]
+    root = xp.sqrt(w)
+    centred = X[None, :, :] if x_mean is None else X[None, :, :] - x_mean[:, None, :]
+    with one_thread(X):
+        U, s, Vt = xp.linalg.svd(root[:, :, None] * centred, full_matrices=False)
+    del centred
+    r = s.shape[1]
+    # U' S Y as one GEMM (b * r, n) @ (n, t). Y need not be centred: S 1 is
+    # orthogonal to the columns of S X_c, hence to U.
+    UtS = xp.reshape(xp.permute_dims(U, (0, 2, 1)) * root[:, None, :], (b * r, n))
+    rotated = xp.reshape(UtS @ Y, (b, r, t))
+    del UtS, U
+    eps = xp.finfo(s.dtype).eps
+    reference = xp.maximum(xp.max(s, axis=1), xp.sqrt(scale))
+    keep = (s > (reference * (max(n, p) * eps))[:, None])[:, :, None]
+    total = s[:, :, None] ** 2 + alpha[None, None, :]
+    factor = xp.where(keep, s[:, :, None] / xp.where(keep, total, 1.0), 0.0)
+    return _transpose(rotated * factor, xp) @ Vt
+
+
+def _warn_singular(alpha):
+    warnings.warn(
+        f"Singular matrix in a batch of bootstrap replicates (alpha={alpha!r}): "
+        f"solved by eigendecomposition instead, dropping the directions below "
+        f"the rank cutoff, as a least-squares solver does.",
+        LinAlgWarning,
+        stacklevel=3,
+    )
 
 
 @functools.cache
@@ -1044,26 +1135,56 @@ def _transpose(A, xp):
 def _solve_spd(A, B, xp, *, transposed=False):
     """Solve ``A X = B`` for a batch of symmetric positive definite ``A``.
 
-    Returns ``X``, or ``X'`` (batch of transposes) when ``transposed``.
+    Returns ``X``, or ``X'`` (batch of transposes) when ``transposed``; None
+    when an ``A`` of the batch is singular to working precision: its
+    condition number exceeds ``1 / (p * eps)``, the rank rule of
+    ``numpy.linalg.matrix_rank``, so that the solution would be rounding
+    noise. The caller then takes a stable solve.
 
     On a CUDA or jax GPU device, batched Cholesky. On the CPU, the batched
     Cholesky solves of torch and jax loop over the batch and run several
     times slower than inverting the small ``A`` and multiplying, which is
     also what numpy does (it has no batched Cholesky solve, and scipy's is
-    neither batched nor welcome in a hot loop beside numpy's BLAS).
+    neither batched nor welcome in a hot loop beside numpy's BLAS). The
+    inverse gives the 1-norm condition number for the price of two sums.
     """
     module = type(A).__module__
     on_gpu = (module.startswith("torch") and A.device.type == "cuda") or (
         module.startswith("jax") and A.devices().pop().platform != "cpu"
     )
-    solution = _cholesky_solve(A, B, xp) if on_gpu else None
-    if solution is not None:
+    if on_gpu:
+        solution = _cholesky_solve(A, B, xp)
+        if solution is None:
+            return None
         return _transpose(solution, xp) if transposed else solution
     with one_thread(A):
-        inverse = xp.linalg.inv(A)
+        try:
+            inverse = xp.linalg.inv(A)
+        except _linalg_errors(A):
+            return None
+        condition = _norm_1(A, xp) * _norm_1(inverse, xp)
+        # Also catches jax, which returns infinities or NaNs for a singular
+        # matrix rather than raising.
+        limit = 1 / (A.shape[-1] * xp.finfo(A.dtype).eps)
+        if not bool(xp.all(condition <= limit)):
+            return None
         if transposed:
             return _transpose(B, xp) @ _transpose(inverse, xp)
         return inverse @ B
+
+
+def _norm_1(A, xp):
+    """The 1-norm (largest absolute column sum) of each matrix of a batch."""
+    return xp.max(xp.sum(xp.abs(A), axis=-2), axis=-1)
+
+
+def _linalg_errors(array):
+    """The exceptions a failed factorisation of ``array`` raises."""
+    if type(array).__module__.startswith("torch"):
+        import torch
+
+        return (np.linalg.LinAlgError, torch.linalg.LinAlgError)
+    return (np.linalg.LinAlgError,)
 
 
 def _cholesky_solve(A, B, xp):
@@ -1072,11 +1193,26 @@ def _cholesky_solve(A, B, xp):
         import torch
 
         factor, info = torch.linalg.cholesky_ex(A)
-        if bool(torch.any(info != 0)):
+        if bool(torch.any(info != 0)) or not _well_conditioned(factor, xp):
             return None
         return torch.cholesky_solve(B, factor)
     import jax.scipy.linalg
 
-    solution = jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(A, lower=True), B)
+    factor, lower = jax.scipy.linalg.cho_factor(A, lower=True)
     # jax signals a failed factorisation with NaNs rather than an error.
-    return None if bool(xp.any(xp.isnan(solution))) else solution
+    if not _well_conditioned(factor, xp):
+        return None
+    return jax.scipy.linalg.cho_solve((factor, lower), B)
+
+
+def _well_conditioned(factor, xp):
+    """Whether every ``L L'`` of a batch of Cholesky factors is far from singular.
+
+    ``(max diag L / min diag L) ** 2`` bounds the condition number of ``L L'``
+    from below: the cheap test the factorisation offers, against the limit of
+    :func:`_solve_spd`. False for a factor with NaNs.
+    """
+    diagonal = xp.linalg.diagonal(factor)
+    ratio = xp.max(diagonal, axis=-1) / xp.min(diagonal, axis=-1)
+    limit = 1 / (factor.shape[-1] * xp.finfo(factor.dtype).eps)
+    return bool(xp.all(ratio**2 <= limit))

@@ -109,7 +109,7 @@ def _check_block_size(block_size, members):
     smallest = min(len(rows) for rows in members)
     if block_size > smallest:
         where = (
-            f"n_samples is {smallest}"
+            f"n_samples={smallest}"
             if len(members) == 1
             else f"the smallest group has {smallest} rows"
         )

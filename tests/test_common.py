@@ -1,6 +1,6 @@
 """scikit-learn's estimator checks on every public estimator."""
 
-from sklearn.linear_model import Ridge
+from sklearn.linear_model import LinearRegression, Ridge
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skbatch import BatchedRidge, BootstrapEstimator, PermutationScorer
@@ -27,6 +27,7 @@ ESTIMATORS = [
     ),
     BootstrapEstimator(n_bootstrap=5, random_state=0),
     BootstrapEstimator(Ridge(), n_bootstrap=5, random_state=0),
+    BootstrapEstimator(LinearRegression(), n_bootstrap=5, block_size=2, random_state=0),
 ]
 
 

@@ -406,7 +406,7 @@ def test_block_shuffle_draws_every_block_order():
         (
             dict(permutation_type="block_shuffle", block_size=11),
             r"block_size must be at most the size of every group, got "
-            r"block_size=11 but n_samples is 10",
+            r"block_size=11 but n_samples=10",
         ),
         (
             dict(
@@ -517,7 +517,7 @@ def test_block_size_one_is_the_iid_bootstrap_in_distribution():
         (-2, None, r"block_size must be an int >= 1, got -2"),
         (2.5, None, r"block_size must be an int >= 1, got float: 2.5"),
         ("3", None, r"block_size must be an int >= 1, got str: '3'"),
-        (11, None, r"block_size=11 but n_samples is 10"),
+        (11, None, r"block_size=11 but n_samples=10"),
         (
             3,
             [0, 0, 1, 1, 1, 1, 1, 1, 1, 1],
