@@ -26,13 +26,25 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
+from joblib import effective_n_jobs
+from joblib._parallel_backends import (
+    LokyBackend,
+    MultiprocessingBackend,
+    ThreadingBackend,
+)
 from joblib.parallel import get_active_backend
 from sklearn.utils.parallel import Parallel, delayed
 from tqdm.auto import tqdm
 
 from ._linalg import library_one_thread, library_threads
 from .backend import to_numpy
-from .memory import GB, _check_n_items, auto_batch_size, memory_budget
+from .memory import (
+    GB,
+    _check_n_items,
+    auto_batch_size,
+    auto_n_jobs,
+    memory_budget,
+)
 from .oom import ChunkRunner
 
 logger = logging.getLogger("skbatch")
@@ -52,6 +64,8 @@ REDUCE_BLOCK = 64
 # scattered, instead of inside every task: joblib's dask backend scatters from
 # the same size on, but again for every window.
 SCATTER_MIN_BYTES = 1e3
+# joblib backends whose workers run on this host and share its memory budget.
+_LOCAL_BACKENDS = (LokyBackend, MultiprocessingBackend, ThreadingBackend)
 
 
 @dataclass
@@ -445,6 +459,9 @@ def run_parallel(
         Bytes of one item's result: bounds how many are in flight.
     n_jobs : int or None
         joblib convention; the backend comes from ``joblib.parallel_config``.
+        On a local backend (loky, multiprocessing, threading), lowered so
+        that each worker's copy of the task's arrays fits the host budget
+        (said at ``verbose>=1``).
     max_memory_gb : float or None
         Host budget for results in flight.
     verbose : int, default=0
@@ -465,6 +482,10 @@ def run_parallel(
     block = min(window, REDUCE_BLOCK)
     # Windows end on block boundaries: no block waits for the next window.
     window -= window % block
+    function, args, kwargs = _task_parts(task)
+    n_jobs = _memory_capped_n_jobs(
+        n_jobs, _array_bytes([*args, *kwargs.values()]), max_memory_gb, verbose, desc
+    )
     parallel = Parallel(n_jobs=n_jobs)
     n_workers = max(_n_workers(parallel), 1)
     chunk = max(1, math.ceil(window / (n_workers * TASKS_PER_WORKER)))
@@ -484,7 +505,6 @@ def run_parallel(
         },
     )
     all_ids = np.arange(n_items, dtype=np.int64)
-    function, args, kwargs = _task_parts(task)
     with _progress(n_items, verbose, desc) as bar, parallel:
         # Held until every window is done: the cluster keeps the data as long.
         args, kwargs = _scatter_to_dask(args, kwargs, n_workers)
@@ -504,6 +524,49 @@ def run_parallel(
             # most one window of results is in flight.
             del results
     return window
+
+
+def _memory_capped_n_jobs(n_jobs, data_bytes, max_memory_gb, verbose, desc):
+    """``n_jobs`` lowered so that each local worker's copy of the data fits.
+
+    joblib's convention for ``n_jobs`` (None: ``joblib.parallel_config``'s
+    ``n_jobs``, else one; -1: all cores), counted by ``effective_n_jobs``.
+    Each worker of a process or thread backend on this host works on its own
+    copy of the task's arrays (estimators copy what they fit on), so only as
+    many as :func:`skbatch.memory.auto_n_jobs` allows run. The workers of
+    dask, Ray and other backends live elsewhere: their ``n_jobs`` is kept.
+    """
+    backend, _ = get_active_backend()
+    requested = effective_n_jobs(n_jobs)
+    if type(backend) not in _LOCAL_BACKENDS or requested <= 1 or data_bytes == 0:
+        return n_jobs
+    fitting = auto_n_jobs(
+        None, data_bytes, max_memory_gb=max_memory_gb, n_jobs=requested
+    )
+    if fitting == requested:
+        return n_jobs
+    if verbose >= 1:
+        print(
+            f"skbatch: {desc}: {fitting} worker(s) instead of {requested}, so that "
+            f"their copies of the data ({data_bytes / GB:.3g} GB each) fit the "
+            f"host memory budget ({memory_budget(None, max_memory_gb):.3g} GB); "
+            "raise max_memory_gb to allow more.",
+            file=sys.stderr,
+        )
+    return fitting
+
+
+def _array_bytes(values):
+    """Bytes of the arrays among ``values``, also inside lists, tuples, dicts."""
+    total = 0
+    for value in values:
+        if isinstance(value, dict):
+            total += _array_bytes(value.values())
+        elif isinstance(value, list | tuple):
+            total += _array_bytes(value)
+        elif isinstance(value, np.ndarray):
+            total += value.nbytes
+    return total
 
 
 def _n_workers(parallel):
