@@ -26,13 +26,25 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
+from joblib import effective_n_jobs
+from joblib._parallel_backends import (
+    LokyBackend,
+    MultiprocessingBackend,
+    ThreadingBackend,
+)
 from joblib.parallel import get_active_backend
 from sklearn.utils.parallel import Parallel, delayed
 from tqdm.auto import tqdm
 
 from ._linalg import library_one_thread, library_threads
 from .backend import to_numpy
-from .memory import GB, _check_n_items, auto_batch_size, memory_budget
+from .memory import (
+    GB,
+    _check_n_items,
+    auto_batch_size,
+    auto_n_jobs,
+    memory_budget,
+)
 from .oom import ChunkRunner
 
 logger = logging.getLogger("skbatch")
@@ -48,10 +60,17 @@ MAX_WINDOW = 4096
 # floating-point sums round the same way, whatever n_jobs, the joblib backend
 # or the size of the tasks.
 REDUCE_BLOCK = 64
+# Seconds any exchange with a dask scheduler (sending the data, asking who
+# holds it) may take before it fails, instead of hanging a fit.
+DASK_TIMEOUT_S = 60
+# Times a window runs again after the dask workers holding its data died.
+DATA_LOSS_RETRIES = 2
 # Task arguments bigger than this (dask's sizeof) go to a dask cluster once,
 # scattered, instead of inside every task: joblib's dask backend scatters from
 # the same size on, but again for every window.
 SCATTER_MIN_BYTES = 1e3
+# joblib backends whose workers run on this host and share its memory budget.
+_LOCAL_BACKENDS = (LokyBackend, MultiprocessingBackend, ThreadingBackend)
 
 
 @dataclass
@@ -445,6 +464,9 @@ def run_parallel(
         Bytes of one item's result: bounds how many are in flight.
     n_jobs : int or None
         joblib convention; the backend comes from ``joblib.parallel_config``.
+        On a local backend (loky, multiprocessing, threading), lowered so
+        that each worker's copy of the task's arrays fits the host budget
+        (said at ``verbose>=1``).
     max_memory_gb : float or None
         Host budget for results in flight.
     verbose : int, default=0
@@ -465,6 +487,10 @@ def run_parallel(
     block = min(window, REDUCE_BLOCK)
     # Windows end on block boundaries: no block waits for the next window.
     window -= window % block
+    function, args, kwargs = _task_parts(task)
+    n_jobs = _memory_capped_n_jobs(
+        n_jobs, _array_bytes([*args, *kwargs.values()]), max_memory_gb, verbose, desc
+    )
     parallel = Parallel(n_jobs=n_jobs)
     n_workers = max(_n_workers(parallel), 1)
     chunk = max(1, math.ceil(window / (n_workers * TASKS_PER_WORKER)))
@@ -484,18 +510,15 @@ def run_parallel(
         },
     )
     all_ids = np.arange(n_items, dtype=np.int64)
-    function, args, kwargs = _task_parts(task)
     with _progress(n_items, verbose, desc) as bar, parallel:
         # Held until every window is done: the cluster keeps the data as long.
-        args, kwargs = _scatter_to_dask(args, kwargs, n_workers)
+        data = _TaskData(args, kwargs, n_workers)
         for start in range(0, n_items, window):
             window_ids = all_ids[start : start + window]
             chunks = [
                 window_ids[i : i + chunk] for i in range(0, len(window_ids), chunk)
             ]
-            results = parallel(
-                delayed(function)(*args, ids, **kwargs) for ids in chunks
-            )
+            results = _run_window(parallel, function, data, chunks)
             for lo in range(0, len(window_ids), block):
                 hi = min(lo + block, len(window_ids))
                 reduce(window_ids[lo:hi], _block_result(results, chunk, lo, hi))
@@ -504,6 +527,51 @@ def run_parallel(
             # most one window of results is in flight.
             del results
     return window
+
+
+def _memory_capped_n_jobs(n_jobs, data_bytes, max_memory_gb, verbose, desc):
+    """``n_jobs`` lowered so that each local worker's copy of the data fits.
+
+    joblib's convention for ``n_jobs`` (None: ``joblib.parallel_config``'s
+    ``n_jobs``, else one; -1: all cores), counted by ``effective_n_jobs``.
+    Each worker of a process or thread backend on this host works on its own
+    copy of the task's arrays (estimators copy what they fit on), so only as
+    many as :func:`skbatch.memory.auto_n_jobs` allows run. The workers of
+    dask, Ray and other backends live elsewhere: their ``n_jobs`` is kept.
+    """
+    backend, _ = get_active_backend()
+    if type(backend) not in _LOCAL_BACKENDS or data_bytes == 0:
+        return n_jobs
+    requested = effective_n_jobs(n_jobs)
+    if requested <= 1:
+        return n_jobs
+    fitting = auto_n_jobs(
+        None, data_bytes, max_memory_gb=max_memory_gb, n_jobs=requested
+    )
+    if fitting == requested:
+        return n_jobs
+    if verbose >= 1:
+        print(
+            f"skbatch: {desc}: {fitting} worker(s) instead of {requested}, so that "
+            f"their copies of the data ({data_bytes / GB:.3g} GB each) fit the "
+            f"host memory budget ({memory_budget(None, max_memory_gb):.3g} GB); "
+            "raise max_memory_gb to allow more.",
+            file=sys.stderr,
+        )
+    return fitting
+
+
+def _array_bytes(values):
+    """Bytes of the arrays among ``values``, also inside lists, tuples, dicts."""
+    total = 0
+    for value in values:
+        if isinstance(value, dict):
+            total += _array_bytes(value.values())
+        elif isinstance(value, list | tuple):
+            total += _array_bytes(value)
+        elif isinstance(value, np.ndarray):
+            total += value.nbytes
+    return total
 
 
 def _n_workers(parallel):
@@ -531,16 +599,125 @@ def _task_parts(task):
     return task, (), {}
 
 
-def _scatter_to_dask(args, kwargs, n_workers):
-    """Large arguments sent once to the dask cluster of the active joblib backend.
+def _run_window(parallel, function, data, chunks):
+    """One window of tasks, run again if the cluster lost the data meanwhile.
 
-    Returns the arguments with each one bigger than ``SCATTER_MIN_BYTES``
-    replaced by its dask future, which a worker resolves to the data it
-    received once; the arguments unchanged for any other joblib backend, and
-    for one worker, where joblib runs the tasks in this process.
+    The tasks of a window are functions of their item ids alone and nothing
+    is reduced before the window is complete, so running it again gives the
+    same results.
     """
-    if n_workers == 1:
-        return args, kwargs
+    for attempt in range(DATA_LOSS_RETRIES + 1):
+        # A cluster left with one thread (its other workers died or are
+        # restarting) runs the tasks in this process: they get the data here.
+        in_process = _n_workers(parallel) <= 1
+        if not in_process:
+            data.scatter_lost()
+        args, kwargs = data.local if in_process else data.sent
+        try:
+            return parallel(delayed(function)(*args, ids, **kwargs) for ids in chunks)
+        except Exception as exc:
+            if not data.any_lost():
+                raise
+            if attempt == DATA_LOSS_RETRIES:
+                raise RuntimeError(
+                    f"The dask workers holding the data of this fit were lost "
+                    f"{attempt + 1} times (the data sent to the cluster is gone "
+                    "with them). Check the workers' logs for why they died (often "
+                    "their memory limit); give them more memory, or run without "
+                    "joblib.parallel_config(backend='dask')."
+                ) from exc
+
+
+class _TaskData:
+    """Task arguments, the large ones sent once to the active dask cluster.
+
+    Arguments bigger than ``SCATTER_MIN_BYTES`` are replaced by their dask
+    futures, which a worker resolves to the data it received once. If the
+    workers holding a copy die, the cluster cannot recompute it:
+    :meth:`scatter_lost` sends it again from this process. For any other
+    joblib backend, and for one worker (joblib then runs the tasks in this
+    process), the arguments are kept as they are.
+
+    Parameters
+    ----------
+    args : tuple
+    kwargs : dict
+    n_workers : int
+        Workers of the active joblib backend.
+    """
+
+    def __init__(self, args, kwargs, n_workers):
+        self._values = [*args, *kwargs.values()]
+        self._n_args = len(args)
+        self._names = list(kwargs)
+        self._client = _dask_client() if n_workers > 1 else None
+        self._large = []
+        if self._client is not None:
+            from dask.sizeof import sizeof
+            from distributed import Future
+
+            self._large = [
+                i
+                for i, value in enumerate(self._values)
+                if not isinstance(value, Future) and sizeof(value) > SCATTER_MIN_BYTES
+            ]
+        self._sent = list(self._values)
+        self._scatter(self._large)
+
+    @property
+    def local(self):
+        """``(args, kwargs)`` as given."""
+        return self._split(self._values)
+
+    @property
+    def sent(self):
+        """``(args, kwargs)`` with the large ones replaced by their futures."""
+        return self._split(self._sent)
+
+    def _split(self, values):
+        return tuple(values[: self._n_args]), dict(
+            zip(self._names, values[self._n_args :])
+        )
+
+    def _scatter(self, indices):
+        if not indices:
+            return
+        # hash=False, as joblib does: hashed keys are unreliable when a task
+        # on a worker scatters again (nested parallelism).
+        futures = self._client.scatter(
+            [self._values[i] for i in indices], hash=False, timeout=DASK_TIMEOUT_S
+        )
+        for i, future in zip(indices, futures):
+            self._sent[i] = future
+
+    def _lost(self):
+        """Indices of the arguments whose data no worker holds any more."""
+        if not self._large:
+            return []
+        keys = [self._sent[i].key for i in self._large]
+        # Client.who_has takes no timeout: the scheduler is asked directly.
+        holders = self._client.sync(
+            self._client.scheduler.who_has, keys=keys, callback_timeout=DASK_TIMEOUT_S
+        )
+        return [
+            i
+            for i, key in zip(self._large, keys)
+            if self._sent[i].status != "finished" or not holders.get(key)
+        ]
+
+    def any_lost(self):
+        return bool(self._lost())
+
+    def scatter_lost(self):
+        """Send again the arguments whose every copy was lost with a worker."""
+        lost = self._lost()
+        if lost:
+            logger.warning("A dask worker holding the data was lost; sending it again.")
+            self._scatter(lost)
+
+
+def _dask_client():
+    """The client of the active joblib backend when it is dask, else None."""
     backend, _ = get_active_backend()
     # joblib defines its dask backend in joblib._dask, imported when the
     # "dask" backend is first configured: absent, the backend is not dask.
@@ -548,23 +725,8 @@ def _scatter_to_dask(args, kwargs, n_workers):
     if dask_module is None or not isinstance(
         backend, dask_module.DaskDistributedBackend
     ):
-        return args, kwargs
-    from dask.sizeof import sizeof
-    from distributed import Future
-
-    values = [*args, *kwargs.values()]
-    large = [
-        i
-        for i, value in enumerate(values)
-        if not isinstance(value, Future) and sizeof(value) > SCATTER_MIN_BYTES
-    ]
-    if large:
-        # hash=False, as joblib does: hashed keys are unreliable when a task
-        # on a worker scatters again (nested parallelism).
-        futures = backend.client.scatter([values[i] for i in large], hash=False)
-        for i, future in zip(large, futures):
-            values[i] = future
-    return tuple(values[: len(args)]), dict(zip(kwargs, values[len(args) :]))
+        return None
+    return backend.client
 
 
 def _block_result(results, chunk, lo, hi):

@@ -1,3 +1,4 @@
+import functools
 import logging
 import math
 import threading
@@ -12,6 +13,7 @@ from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV
 from threadpoolctl import threadpool_info, threadpool_limits
 
+import skbatch._engine as engine
 from skbatch import Backend, BatchedRidge, memory
 from skbatch._engine import (
     cpu_workers,
@@ -488,6 +490,83 @@ def test_run_parallel_is_independent_of_the_joblib_backend(backend):
         )
     assert window == 8
     np.testing.assert_array_equal(result, 2 * _reference(29))
+
+
+def _draw_with_data_task(data, ids):
+    """A task carrying an array, as the refits of the generic paths do."""
+    return _draw(ids) + data[0, 0]
+
+
+@pytest.fixture
+def parallel_calls(monkeypatch):
+    """The n_jobs of every Parallel that run_parallel creates."""
+    calls = []
+
+    class RecordingParallel(engine.Parallel):
+        def __init__(self, n_jobs=None, **kwargs):
+            calls.append(n_jobs)
+            super().__init__(n_jobs=n_jobs, **kwargs)
+
+    monkeypatch.setattr(engine, "Parallel", RecordingParallel)
+    return calls
+
+
+@pytest.mark.parametrize(
+    "n_jobs, config, available, expected",
+    [
+        # The data is 1 MB a worker; the host budget is half the available RAM.
+        (4, {}, 5e6, 2),
+        (4, {}, 100e6, 4),
+        (-1, {}, 2.5e6, 1),
+        # None: joblib.parallel_config's n_jobs.
+        (None, {"n_jobs": 4}, 6.5e6, 3),
+        (None, {}, 1e3, None),
+    ],
+)
+def test_run_parallel_caps_local_workers_to_fit_their_data(
+    parallel_calls, monkeypatch, capsys, n_jobs, config, available, expected
+):
+    import psutil
+
+    monkeypatch.setattr(
+        psutil, "virtual_memory", lambda: SimpleNamespace(available=available)
+    )
+    data = np.ones((1000, 125))  # 1 MB
+    received = []
+    with joblib.parallel_config(backend="threading", **config):
+        run_parallel(
+            functools.partial(_draw_with_data_task, data),
+            lambda ids, result: received.append(result),
+            n_items=40,
+            host_bytes_per_item=ITEM_BYTES,
+            n_jobs=n_jobs,
+            max_memory_gb=None,
+            verbose=1,
+        )
+    assert parallel_calls == [expected if expected is not None else n_jobs]
+    np.testing.assert_array_equal(np.concatenate(received), _reference(40) + 1)
+    message = capsys.readouterr().err
+    requested = joblib.effective_n_jobs(n_jobs) if not config else 4
+    if expected is not None and expected < requested:
+        assert f"{expected} worker(s) instead of {requested}" in message
+        assert "max_memory_gb" in message
+    else:
+        assert "worker(s) instead" not in message
+
+
+def test_run_parallel_says_nothing_about_workers_when_quiet(parallel_calls, capsys):
+    data = np.ones((1000, 125))
+    with joblib.parallel_config(backend="threading"):
+        run_parallel(
+            functools.partial(_draw_with_data_task, data),
+            lambda ids, result: None,
+            n_items=8,
+            host_bytes_per_item=ITEM_BYTES,
+            n_jobs=4,
+            max_memory_gb=2.5e-3,
+        )
+    assert parallel_calls == [2]
+    assert capsys.readouterr().err == ""
 
 
 def test_run_parallel_window_is_capped():

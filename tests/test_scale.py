@@ -242,6 +242,137 @@ def test_dask_worker_count_decides_where_tasks_run(dask_client, monkeypatch):
     assert log["scattered"] == [] and log["n_submits"] == 0
 
 
+@pytest.fixture
+def doomed_dask_client():
+    """A two-worker cluster of the test's own, for killing its workers."""
+    distributed = pytest.importorskip("distributed")
+    with (
+        distributed.LocalCluster(
+            n_workers=2,
+            processes=True,
+            threads_per_worker=1,
+            host="127.0.0.1",
+            dashboard_address=None,
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        client.wait_for_workers(2, timeout=60)
+        yield client
+
+
+def kill_data_holder_after_scatter(client, monkeypatch, *, replicate):
+    """Kill the worker holding the data sent by the first scatter.
+
+    With ``replicate`` the data is first copied to the other worker, which
+    keeps it; without, the only copy dies with its worker, and the test waits
+    until the scheduler knows and the nanny has restarted the worker.
+    """
+    import time
+
+    scatter = client.scatter
+    n_calls = []
+
+    def scatter_then_kill(data, *args, **kwargs):
+        futures = scatter(data, *args, **kwargs)
+        n_calls.append(1)
+        if len(n_calls) > 1:
+            return futures
+        if replicate:
+            client.replicate(futures, n=2)
+        (holder, *_), *_ = client.who_has(futures).values()
+        (pid,) = client.run(os.getpid, workers=[holder]).values()
+        os.kill(pid, 9)
+        if not replicate:
+            deadline = time.monotonic() + 60
+            while all(f.status == "finished" for f in futures):
+                assert time.monotonic() < deadline, "the loss was never noticed"
+                time.sleep(0.05)
+            client.wait_for_workers(2, timeout=60)
+        return futures
+
+    monkeypatch.setattr(client, "scatter", scatter_then_kill)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("replicate", [False, True])
+@pytest.mark.parametrize(
+    "make, assert_same",
+    [
+        (lambda: tree_bootstrap(n_bootstrap=40), assert_same_bootstrap),
+        (lambda: tree_permutation(n_permutations=30), assert_same_permutation),
+    ],
+    ids=["bootstrap", "permutation"],
+)
+def test_generic_paths_survive_the_death_of_the_worker_holding_the_data(
+    doomed_dask_client, monkeypatch, make, assert_same, replicate
+):
+    X, Y = make_data(n_samples=200, n_features=10, n_targets=2, seed=3)
+    serial = make().fit(X, Y)
+    kill_data_holder_after_scatter(doomed_dask_client, monkeypatch, replicate=replicate)
+    with (
+        watch_client(doomed_dask_client, monkeypatch) as log,
+        joblib.parallel_config(backend="dask"),
+    ):
+        on_dask = make().fit(X, Y)
+    assert_same(serial, on_dask)
+    assert log["n_submits"] >= 1  # ran on the cluster, not in this process
+    # A lost copy is sent again, once; a surviving replica is used as it is.
+    assert len(log["scattered"]) == (1 if replicate else 2)
+
+
+def test_a_window_whose_data_stays_lost_fails_saying_so(monkeypatch):
+    class LostForever:
+        local = sent = ((), {})
+        n_scatters = 0
+
+        def scatter_lost(self):
+            self.n_scatters += 1
+
+        def any_lost(self):
+            return True
+
+    class FailingParallel:
+        n_jobs = 2
+        n_calls = 0
+
+        def __call__(self, tasks):
+            list(tasks)
+            self.n_calls += 1
+            raise TypeError("'Future' object is not iterable")
+
+    monkeypatch.setattr(engine, "_n_workers", lambda parallel: 2)
+    data, parallel = LostForever(), FailingParallel()
+    with pytest.raises(
+        RuntimeError, match=r"dask workers holding the data .* were lost 3 times"
+    ) as info:
+        engine._run_window(parallel, print, data, [np.arange(3)])
+    assert isinstance(info.value.__cause__, TypeError)
+    assert parallel.n_calls == data.n_scatters == engine.DATA_LOSS_RETRIES + 1
+
+
+def test_a_task_error_without_lost_data_is_not_retried(monkeypatch):
+    class Kept:
+        local = sent = ((), {})
+
+        def scatter_lost(self):
+            pass
+
+        def any_lost(self):
+            return False
+
+    calls = []
+
+    def parallel(tasks):
+        calls.append(list(tasks))
+        raise ValueError("the estimator's own error")
+
+    parallel.n_jobs = 2
+    monkeypatch.setattr(engine, "_n_workers", lambda parallel: 2)
+    with pytest.raises(ValueError, match="the estimator's own error"):
+        engine._run_window(parallel, print, Kept(), [np.arange(3)])
+    assert len(calls) == 1
+
+
 @pytest.mark.slow
 def test_batched_paths_fit_identically_inside_a_dask_context(dask_client, monkeypatch):
     # No joblib work: nothing is sent to the cluster, results do not change.
