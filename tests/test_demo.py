@@ -21,6 +21,7 @@ def _check_pngs(folder):
         assert len(content) > 1000, name
 
 
+@pytest.mark.slow
 def test_main_demo_finds_the_true_effects_and_writes_figures(
     tmp_path, capsys, monkeypatch
 ):
@@ -68,6 +69,7 @@ def test_main_demo_finds_the_true_effects_and_writes_figures(
     assert err == ""
 
 
+@pytest.mark.slow
 def test_python_m_skbatch_demo(tmp_path):
     out = tmp_path / "demo out"
     command = [sys.executable, "-m", "skbatch", "demo", "--targets", "200"]
@@ -169,11 +171,33 @@ def test_demo_rejects_bad_options_before_work(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
-def test_demo_names_a_missing_device(capsys, no_gpu):
+@pytest.mark.parametrize(
+    "device, missing",
+    [
+        ("cuda", "no CUDA device here"),
+        ("cuda:3", "no CUDA device cuda:3 here"),
+        ("mps", "no MPS device here"),
+        ("gpu", "no GPU here"),
+    ],
+)
+def test_demo_names_a_missing_device_before_fitting(
+    device, missing, capsys, fake_cuda, monkeypatch
+):
+    import torch
+
+    # Two fake CUDA cards: "cuda" and "cuda:1" exist, "cuda:3" does not.
+    if device != "cuda:3":
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(
+        _demo, "run_demo", lambda **kwargs: pytest.fail("the demo started")
+    )
     with pytest.raises(SystemExit) as excinfo:
-        main(["demo", "--device", "cuda"])
+        main(["demo", "--device", device])
     assert excinfo.value.code == 2
-    assert "torch reports no CUDA device" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"--device {device}: {missing}; run `skbatch demo --device cpu`" in err
+    # Nothing was fitted, so there is no model to move.
+    assert "to_device" not in err
 
 
 def test_simulation_matches_its_ground_truth():
