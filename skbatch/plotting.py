@@ -61,6 +61,15 @@ def _format_p(p):
     return f"{p:.2g}"
 
 
+def _count(n, noun):
+    """``"1 target"``, ``"2 targets"``: a count with its noun in the right number.
+
+    >>> _count(1, "target"), _count(0, "replicate")
+    ('1 target', '0 replicates')
+    """
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 class PermutationTestDisplay:
     """Permutation test visualization: null distribution and observed score.
 
@@ -245,7 +254,8 @@ class PermutationTestDisplay:
         ax.set_xlabel(f"observed {self.score_name}")
         ax.set_ylabel(f"-log10({label})")
         ax.set_title(
-            f"{score.size} targets, {np.count_nonzero(significant)} significant"
+            f"{_count(score.size, 'target')}, "
+            f"{np.count_nonzero(significant)} significant"
         )
         finite = height[np.isfinite(height)]
         top = max(finite.max(initial=0.0), -np.log10(alpha))
