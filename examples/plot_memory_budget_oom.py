@@ -84,7 +84,7 @@ fig, ax = plt.subplots(figsize=(6, 3.5), layout="constrained")
 ax.bar([str(b) for b in budgets], n_batches)
 ax.set_xlabel("max_memory_gb")
 ax.set_ylabel("batches of targets")
-ax.set_title("20,000 targets, identical coefficients at every budget")
+ax.set_title("20,000 targets, the same coefficients at every budget")
 plt.show()
 
 # %%
