@@ -150,7 +150,7 @@ def _device_problem(spec):
             missing = f"{library} is not installed (pip install 'skbatch[{library}]')"
         elif "cuda" in key:
             _, _, index = key.partition(":")
-            missing = f"no CUDA device cuda:{index} here" if index else "no CUDA device here"
+            missing = f"no CUDA device {'cuda:' + index + ' ' if index else ''}here"
         elif "mps" in key:
             missing = "no MPS device here"
         else:

@@ -605,7 +605,8 @@ def format_report(result, data_shape, seed):
             "correlated neighbouring",
             "  features, so their zero weights are estimated away from 0; "
             f"elsewhere a {level} interval",
-            f"  misses a true 0 about {1 - CONFIDENCE_LEVEL:.0%} of the time by chance.",
+            f"  misses a true 0 about {1 - CONFIDENCE_LEVEL:.0%} of the time by "
+            "chance.",
         ]
     if result.figures:
         lines.append(

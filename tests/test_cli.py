@@ -9,7 +9,6 @@ import pytest
 
 import skbatch
 import skbatch.backend
-
 from skbatch.__main__ import info, main
 from skbatch.backend import AUTO_GPU_MIN_FLOPS
 
@@ -83,9 +82,7 @@ def test_version_matches_the_installed_distribution():
     assert result.stdout.split() == ["skbatch", skbatch.__version__]
 
 
-def test_info_prints_the_cheap_facts_before_probing_gpu_libraries(
-    no_gpu, monkeypatch
-):
+def test_info_prints_the_cheap_facts_before_probing_gpu_libraries(no_gpu, monkeypatch):
     # Importing torch and jax takes seconds: versions and the host budget
     # are already flushed when the first backend is probed.
     flushed_before_probe = []

@@ -10,6 +10,7 @@ import doctest
 import logging
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -126,9 +127,7 @@ def test_ci_runs_the_readme_test_command_then_the_slow_tests():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     tests = _setup_commands()[-1]
     position = ci.index(tests)
-    slow = [
-        i for i, line in enumerate(ci) if "pytest -m slow" in line and i > position
-    ]
+    slow = [i for i, line in enumerate(ci) if "pytest -m slow" in line and i > position]
     assert slow, "CI must run the slow tests after the README's command"
 
 
@@ -138,3 +137,20 @@ def test_default_test_run_skips_slow_tests():
     addopts = shlex.split(config["tool"]["pytest"]["ini_options"]["addopts"])
     marker = addopts[addopts.index("-m") + 1]
     assert marker == "not slow"
+
+
+@pytest.mark.slow
+def test_getting_started_shows_what_the_demo_finds(tmp_path, monkeypatch):
+    # The page's table comes from a run of `skbatch demo`; times, batches and
+    # memory are the machine's, the findings must be today's.
+    from skbatch import _demo
+
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    result = _demo.run_demo(out=tmp_path, verbose=0)
+    report = _demo.format_report(result, (_demo.N_SAMPLES, _demo.N_FEATURES), 0)
+    findings = report.split("\n\n")[2].splitlines()[:-1]  # without "figures:"
+    page = (DOCS / "getting_started.rst").read_text(encoding="utf-8")
+    shown = [line.removeprefix("   ") for line in page.splitlines()]
+    assert report.splitlines()[0] in shown
+    start = shown.index(findings[0])
+    assert shown[start : start + len(findings)] == findings

@@ -243,9 +243,9 @@ def test_summary_legend_hides_no_target(figsize):
     score = np.concatenate([rng.uniform(-0.2, 0.05, 900), rng.uniform(0, 0.5, 100)])
     pvalue_fwer = np.concatenate([rng.uniform(0.1, 1, 900), np.full(100, 1 / 201)])
     figure, ax = plt.subplots(figsize=figsize, layout="constrained")
-    display = PermutationTestDisplay(
-        score, pvalue_fwer, pvalue_fwer=pvalue_fwer
-    ).plot(ax=ax)
+    display = PermutationTestDisplay(score, pvalue_fwer, pvalue_fwer=pvalue_fwer).plot(
+        ax=ax
+    )
     (legend,) = _window_boxes(figure, [display.ax_.get_legend()])
     for collection in display.scatter_:
         points = ax.transData.transform(collection.get_offsets())
