@@ -52,7 +52,6 @@ def _fresh_logging():
 
 @pytest.mark.parametrize("page", PAGES, ids=_page_id)
 def test_page_examples_run(page, tmp_path, monkeypatch):
-    pytest.importorskip("matplotlib").use("Agg")
     # Pages may write files (pickles, figures): into a scratch folder.
     monkeypatch.chdir(tmp_path)
     text = page.read_text(encoding="utf-8")
