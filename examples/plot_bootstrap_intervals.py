@@ -102,7 +102,7 @@ Y = X @ rng.standard_normal((n_features, 300)) + 3.0 * rng.standard_normal(
     (n_samples, 300)
 )
 many = BootstrapEstimator(
-    BatchedRidge(alphas=np.logspace(-1, 3, 9)), n_bootstrap=500, random_state=0
+    BatchedRidge(alphas=np.logspace(-1, 5, 13)), n_bootstrap=500, random_state=0
 ).fit(X, Y)
 result = many.results_["coef_"]
 print("coef_ intervals:", result.ci_lower.shape)

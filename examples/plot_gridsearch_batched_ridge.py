@@ -36,7 +36,7 @@ Y = latent @ rng.standard_normal((n_latent, n_targets)) + 2.0 * rng.standard_nor
 # The search
 # ----------
 pipeline = make_pipeline(
-    StandardScaler(), PCA(), BatchedRidge(alphas=np.logspace(-2, 4, 13))
+    StandardScaler(), PCA(), BatchedRidge(alphas=np.logspace(-1, 5, 13))
 )
 search = GridSearchCV(pipeline, {"pca__n_components": [2, 4, 6, 10, 20, 40]}, cv=5).fit(
     X, Y
@@ -63,12 +63,12 @@ ridge = search.best_estimator_[-1]
 print("alpha_ per target:", ridge.alpha_.shape)
 values, counts = np.unique(ridge.alpha_, return_counts=True)
 for value, count in zip(values, counts):
-    print(f"  alpha {value:10.2f}: {count} targets")
+    print(f"  alpha {value:10.2f}: {count} target{'' if count == 1 else 's'}")
 
 # %%
 # ``cross_val_score`` works the same way
 # ---------------------------------------
-scores = cross_val_score(BatchedRidge(alphas=np.logspace(-2, 4, 13)), X, Y, cv=5)
+scores = cross_val_score(BatchedRidge(alphas=np.logspace(-1, 5, 13)), X, Y, cv=5)
 print("cross-validated mean R² without PCA:", np.round(scores, 3))
 
 # %%

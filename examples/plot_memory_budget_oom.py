@@ -43,7 +43,7 @@ logger.setLevel(logging.DEBUG)
 rng = np.random.default_rng(0)
 X = rng.standard_normal((200, 50))
 Y = X @ rng.standard_normal((50, 20_000)) + rng.standard_normal((200, 20_000))
-alphas = np.logspace(-1, 4, 11)
+alphas = np.logspace(-1, 5, 13)
 
 reference = BatchedRidge(alphas=alphas).fit(X, Y)
 
@@ -71,17 +71,20 @@ for budget in budgets:
     seconds.append(time.perf_counter() - start)
     n_batches.append(plans[0].n_batches)
     assert np.array_equal(model.alpha_, reference.alpha_)
-    np.testing.assert_allclose(model.coef_, reference.coef_, rtol=1e-12)
+    # Equal to the last digits: batches of another size may sum in another
+    # order, which moves near-zero weights by ~1e-16 (weights are of order 1).
+    np.testing.assert_allclose(model.coef_, reference.coef_, rtol=0, atol=1e-12)
     print(
         f"max_memory_gb={budget:<5} {plans[0].batch_size:5d} targets per batch, "
-        f"{plans[0].n_batches:3d} batches, {seconds[-1]:.2f} s"
+        f"{plans[0].n_batches:3d} batch{'' if plans[0].n_batches == 1 else 'es'}, "
+        f"{seconds[-1]:.2f} s"
     )
 
 fig, ax = plt.subplots(figsize=(6, 3.5), layout="constrained")
 ax.bar([str(b) for b in budgets], n_batches)
 ax.set_xlabel("max_memory_gb")
 ax.set_ylabel("batches of targets")
-ax.set_title("20,000 targets, identical coefficients at every budget")
+ax.set_title("20,000 targets, the same coefficients at every budget")
 plt.show()
 
 # %%
@@ -95,7 +98,7 @@ plt.show()
 logger.addHandler(handler)
 with simulate_oom(max_items=1500):
     recovered = BatchedRidge(alphas=alphas).fit(X, Y)
-np.testing.assert_allclose(recovered.coef_, reference.coef_, rtol=1e-12)
+np.testing.assert_allclose(recovered.coef_, reference.coef_, rtol=0, atol=1e-12)
 print("same coefficients after recovery")
 
 # %%

@@ -35,7 +35,7 @@ Y = 0.4 * X @ weights + rng.standard_normal((n_samples, n_targets)) * 2.0
 # fold, so 200 permutations of 400 targets take seconds. ``return_null``
 # keeps every permuted score, for the plots below; p-values do not need it.
 perm = PermutationScorer(
-    BatchedRidge(alphas=np.logspace(-1, 4, 11), cv="gcv"),
+    BatchedRidge(alphas=np.logspace(-1, 5, 13), cv="gcv"),
     n_permutations=200,
     cv=5,
     multioutput="raw_values",
@@ -109,7 +109,7 @@ from sklearn.model_selection import GroupKFold  # noqa: E402
 
 runs = np.repeat(np.arange(5), n_samples // 5)
 perm_runs = PermutationScorer(
-    BatchedRidge(alphas=np.logspace(-1, 4, 11), cv="gcv"),
+    BatchedRidge(alphas=np.logspace(-1, 5, 13), cv="gcv"),
     n_permutations=100,
     cv=GroupKFold(n_splits=5),
     multioutput="raw_values",

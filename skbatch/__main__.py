@@ -2,6 +2,7 @@
 
 import argparse
 import importlib.metadata
+import importlib.util
 import platform
 import sys
 
@@ -47,8 +48,22 @@ def _device_budget(backend):
         return f"not measurable ({exc})"
 
 
+def _auto_choice():
+    """What ``device="auto"`` picks, below and above the GPU threshold."""
+    small = resolve_backend("auto", flops=0).name
+    large = resolve_backend("auto", flops=AUTO_GPU_MIN_FLOPS).name
+    if large == small:
+        return f"{small}: no GPU found"
+    return f"{small} below {AUTO_GPU_MIN_FLOPS:.0e} flops, {large} above"
+
+
 def info(out=None):
-    """Print versions, usable backends, memory budgets and the auto choice."""
+    """Print versions, memory budgets, usable backends and the auto choice.
+
+    What is cheap to know comes first and is flushed at once; probing the
+    GPU libraries (importing torch and jax takes seconds) comes last, and a
+    library that is not installed is not probed.
+    """
     from . import __version__
 
     out = sys.stdout if out is None else out
@@ -59,7 +74,12 @@ def info(out=None):
     )
     for dist in _LIBRARIES:
         write(f"  {dist:<18}{_version(dist)}\n")
-    write("\nBackends\n")
+    write(
+        f"\nHost memory budget: {memory_budget(None):.1f} GB "
+        f"(batches capped at {memory_budget(None, for_batching=True):.1f} GB)\n"
+        "\nBackends\n"
+    )
+    out.flush()
     for backend in _BACKENDS:
         reason = backend.missing_reason()
         if reason is None:
@@ -67,40 +87,76 @@ def info(out=None):
         else:
             status = f"unavailable: {reason}"
         write(f"  {backend.name:<11}{backend.device:<8}{status}\n")
-    write(
-        f"\nHost memory budget: {memory_budget(None):.1f} GB "
-        f"(batches capped at {memory_budget(None, for_batching=True):.1f} GB)\n"
-    )
-    small = resolve_backend("auto", flops=0).name
-    large = resolve_backend("auto", flops=AUTO_GPU_MIN_FLOPS).name
-    write(
-        f'device="auto" picks: {small} below {AUTO_GPU_MIN_FLOPS:.0e} flops, '
-        f"{large} above\n"
-    )
+        out.flush()
+    write(f'\ndevice="auto" picks: {_auto_choice()}\n')
+    out.flush()
 
 
 def main(argv=None):
-    """Entry point of the ``skbatch`` console script."""
+    """Entry point of the ``skbatch`` console script.
+
+    Parameters
+    ----------
+    argv : list of str, default=None
+        Command-line arguments; None reads ``sys.argv``.
+
+    Returns
+    -------
+    status : int
+        0 on success; a command-line error exits with status 2.
+    """
+    from . import __version__
+
     parser = argparse.ArgumentParser(
         prog="skbatch", description="Batched ridge, bootstrap and permutation tests."
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {__version__}"
+    )
+    commands = parser.add_subparsers(dest="command")
     commands.add_parser(
         "info", help="versions, usable devices, memory budgets, what 'auto' picks"
     )
     demo = _add_demo_parser(commands)
     args = parser.parse_args(argv)
-    if args.command == "info":
+    if args.command is None:
+        parser.print_help()
+    elif args.command == "info":
         info()
     elif args.command == "demo":
         from . import _demo
 
-        try:
-            resolve_backend(args.device)
-        except (TypeError, ValueError, RuntimeError) as exc:
-            demo.error(f"--device {args.device}: {exc}")
+        problem = _device_problem(args.device)
+        if problem is not None:
+            demo.error(f"--device {args.device}: {problem}")
         _demo.main(args)
     return 0
+
+
+def _device_problem(spec):
+    """Why the demo cannot compute on ``spec`` here, or None.
+
+    Checked before any fit, so the message speaks of this command rather
+    than of moving a fitted model.
+    """
+    try:
+        resolve_backend(spec)
+    except (TypeError, ValueError) as exc:
+        return str(exc)
+    except RuntimeError:
+        key = spec.strip().lower()
+        library = "jax" if key.startswith("jax") else "torch"
+        if key != "gpu" and importlib.util.find_spec(library) is None:
+            missing = f"{library} is not installed (pip install 'skbatch[{library}]')"
+        elif "cuda" in key:
+            _, _, index = key.partition(":")
+            missing = f"no CUDA device {'cuda:' + index + ' ' if index else ''}here"
+        elif "mps" in key:
+            missing = "no MPS device here"
+        else:
+            missing = "no GPU here"
+        return f"{missing}; run `skbatch demo --device cpu`"
+    return None
 
 
 def _int_at_least(minimum):

@@ -23,6 +23,9 @@ DEFAULT_TOP_K = 20
 _NULL_COLOR = "tab:gray"
 _OBSERVED_COLOR = "tab:red"
 _ESTIMATE_COLOR = "tab:blue"
+# Share of the summary's height kept free of points above the highest one:
+# the legend sits there, so it never hides a target.
+_LEGEND_HEADROOM = 0.35
 
 
 def _check_matplotlib(caller):
@@ -56,6 +59,15 @@ def _check_fitted(estimator, attributes, kind):
 
 def _format_p(p):
     return f"{p:.2g}"
+
+
+def _count(n, noun):
+    """``"1 target"``, ``"2 targets"``: a count with its noun in the right number.
+
+    >>> _count(1, "target"), _count(0, "replicate")
+    ('1 target', '0 replicates')
+    """
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 class PermutationTestDisplay:
@@ -123,7 +135,7 @@ class PermutationTestDisplay:
     >>> len(display.bars_)
     20
     >>> display.ax_.get_title()
-    'p = 0.01 (99 permutations)'
+    'p = 0.01'
     """
 
     def __init__(
@@ -194,7 +206,9 @@ class PermutationTestDisplay:
             label=f"observed score {float(self.score):.3g}",
         )
         self.scatter_ = []
-        title = f"p = {_format_p(float(self.pvalue))} ({null.size} permutations)"
+        # The number of permutations is in the legend: a short title does not
+        # run into its neighbour's when panels stand side by side.
+        title = f"p = {_format_p(float(self.pvalue))}"
         if self.pvalue_fwer is not None and np.ndim(self.pvalue_fwer) == 0:
             title += f", FWER p = {_format_p(float(self.pvalue_fwer))}"
         if self.target is not None:
@@ -240,9 +254,13 @@ class PermutationTestDisplay:
         ax.set_xlabel(f"observed {self.score_name}")
         ax.set_ylabel(f"-log10({label})")
         ax.set_title(
-            f"{score.size} targets, {np.count_nonzero(significant)} significant"
+            f"{_count(score.size, 'target')}, "
+            f"{np.count_nonzero(significant)} significant"
         )
-        ax.legend(loc="upper left")
+        finite = height[np.isfinite(height)]
+        top = max(finite.max(initial=0.0), -np.log10(alpha))
+        ax.set_ylim(bottom=-0.05 * top, top=top / (1.0 - _LEGEND_HEADROOM))
+        ax.legend(loc="upper left", fontsize="small")
 
     @classmethod
     def from_estimator(

@@ -1,6 +1,8 @@
 import logging
+import re
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -21,6 +23,7 @@ def _check_pngs(folder):
         assert len(content) > 1000, name
 
 
+@pytest.mark.slow
 def test_main_demo_finds_the_true_effects_and_writes_figures(
     tmp_path, capsys, monkeypatch
 ):
@@ -68,6 +71,7 @@ def test_main_demo_finds_the_true_effects_and_writes_figures(
     assert err == ""
 
 
+@pytest.mark.slow
 def test_python_m_skbatch_demo(tmp_path):
     out = tmp_path / "demo out"
     command = [sys.executable, "-m", "skbatch", "demo", "--targets", "200"]
@@ -169,11 +173,33 @@ def test_demo_rejects_bad_options_before_work(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
-def test_demo_names_a_missing_device(capsys, no_gpu):
+@pytest.mark.parametrize(
+    "device, missing",
+    [
+        ("cuda", "no CUDA device here"),
+        ("cuda:3", "no CUDA device cuda:3 here"),
+        ("mps", "no MPS device here"),
+        ("gpu", "no GPU here"),
+    ],
+)
+def test_demo_names_a_missing_device_before_fitting(
+    device, missing, capsys, fake_cuda, monkeypatch
+):
+    import torch
+
+    # Two fake CUDA cards: "cuda" and "cuda:1" exist, "cuda:3" does not.
+    if device != "cuda:3":
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(
+        _demo, "run_demo", lambda **kwargs: pytest.fail("the demo started")
+    )
     with pytest.raises(SystemExit) as excinfo:
-        main(["demo", "--device", "cuda"])
+        main(["demo", "--device", device])
     assert excinfo.value.code == 2
-    assert "torch reports no CUDA device" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"--device {device}: {missing}; run `skbatch demo --device cpu`" in err
+    # Nothing was fitted, so there is no model to move.
+    assert "to_device" not in err
 
 
 def test_simulation_matches_its_ground_truth():
@@ -197,3 +223,115 @@ def test_simulation_is_seeded():
     np.testing.assert_array_equal(a.Y, b.Y)
     with pytest.raises(ValueError, match="n_samples must be an int >= 20"):
         _demo.simulate_encoding_data(5, 4, 10)
+
+
+def test_interval_counts_match_a_loop_over_the_weights():
+    rng = np.random.default_rng(0)
+    true = rng.standard_normal((30, 12)) * (rng.random((30, 12)) < 0.3)
+    lower = rng.normal(-0.2, 1, true.shape)
+    upper = lower + rng.uniform(0, 1, true.shape)
+    counts = _demo.count_intervals_excluding_zero(true, lower, upper)
+
+    expected = dict.fromkeys(counts, 0)
+    for t in range(true.shape[0]):
+        for f in range(true.shape[1]):
+            excludes = lower[t, f] > 0 or upper[t, f] < 0
+            if true[t, f] != 0:
+                expected["n_true_weights"] += 1
+                expected["n_weights_detected"] += excludes
+                continue
+            expected["n_zero_weights"] += 1
+            expected["n_zero_weights_excluded"] += excludes
+            neighbours = [g for g in (f - 1, f + 1) if 0 <= g < true.shape[1]]
+            if any(true[t, g] != 0 for g in neighbours):
+                expected["n_zero_beside"] += 1
+                expected["n_zero_beside_excluded"] += excludes
+    assert counts == expected
+
+
+def test_report_explains_zero_weights_whose_interval_excludes_zero():
+    result = _demo.DemoResult(
+        n_targets=2000,
+        n_true_effects=200,
+        n_significant=160,
+        n_recovered=160,
+        n_false_positives=0,
+        median_r2_signal=0.17,
+        median_r2_noise=-0.01,
+        n_weights_detected=866,
+        n_true_weights=1288,
+        n_zero_weights_excluded=348,
+        n_zero_weights=5152,
+        n_zero_beside_excluded=199,
+        n_zero_beside=2325,
+    )
+    report = _demo.format_report(result, (300, 40), 0)
+    assert "348 of 5152 zero weights" in report
+    # 199 / 2325 and (348 - 199) / (5152 - 2325), rounded to percents.
+    assert "199 of 2325 (9%) next to a non-zero weight" in report
+    assert "149 of 2827 (5%) elsewhere" in report
+    assert "ridge shrinks the non-zero weights" in report
+    assert "correlated neighbouring\n  features" in report
+    assert "about 5% of the time by chance" in report
+
+
+def test_report_uses_the_singular_for_one():
+    step = _demo.StepReport("PermutationScorer: 1 permutation", 1.0, "numpy", 1, 0, 0.1)
+    result = _demo.DemoResult(
+        n_targets=1,
+        n_true_effects=1,
+        n_significant=1,
+        n_recovered=1,
+        n_false_positives=0,
+        median_r2_signal=0.3,
+        median_r2_noise=float("nan"),
+        n_weights_detected=1,
+        n_true_weights=1,
+        n_zero_weights=0,
+        steps=[step],
+    )
+    report = _demo.format_report(result, (20, 1), 0)
+    assert "skbatch demo: 1 target (1 with signal), 20 samples x 1 feature," in report
+    assert "1 of 1 true non-zero weight, 0 of 0 zero weights" in report
+    assert not re.search(r"\b1 (targets|features|weights|permutations)\b", report)
+
+
+def test_step_names_use_the_singular_for_one(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    result = _demo.run_demo(
+        n_targets=30,
+        n_samples=40,
+        n_features=4,
+        n_permutations=1,
+        n_bootstrap=2,
+        out=tmp_path,
+        verbose=0,
+    )
+    names = [step.name for step in result.steps]
+    assert "PermutationScorer: 1 permutation" in names
+
+
+@pytest.mark.parametrize(
+    "n_features, title", [(30, "largest 20 of 30 weights"), (8, "all 8 weights")]
+)
+def test_bootstrap_panel_says_which_weights_it_shows(n_features, title):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    from skbatch import BootstrapEstimator
+    from skbatch.plotting import DEFAULT_TOP_K
+
+    assert DEFAULT_TOP_K == 20
+    data = _demo.simulate_encoding_data(60, n_features, 20, random_state=0)
+    significant = data.has_signal
+    boot = BootstrapEstimator(
+        _demo.BatchedRidge(_demo.ALPHAS), n_bootstrap=5, random_state=0
+    ).fit(data.X, data.Y[:, significant])
+    n = int(significant.sum())
+    scorer = SimpleNamespace(score_=np.ones(20), pvalue_fwer_=np.ones(20) / 2)
+    ax = Figure().add_subplot()
+    _demo._plot_intervals(ax, data, scorer, boot, significant)
+    target = np.flatnonzero(significant)[0]
+    assert n >= 1
+    assert ax.get_title() == f"BootstrapEstimator: target {target}, {title}"

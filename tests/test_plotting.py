@@ -65,8 +65,11 @@ def test_histogram_of_one_score(data, bins):
     heights = [patch.get_height() for patch in display.bars_]
     assert sum(heights) == 39
     assert _vertical_line_x(display.line_) == pytest.approx(scorer.score_)
-    assert display.ax_.get_title() == "p = 0.025 (39 permutations)"
+    # (1 + 0 exceedances) / (39 + 1), the definition of sklearn's
+    # permutation_test_score; the count is in the legend, not the title.
+    assert display.ax_.get_title() == "p = 0.025"
     labels = [text.get_text() for text in display.ax_.get_legend().get_texts()]
+    assert "permuted scores (39)" in labels
     assert f"observed score {scorer.score_:.3g}" in labels
     assert display.ax_.get_xlabel() == "R\u00b2"
     assert display.figure_ is display.ax_.figure
@@ -224,3 +227,45 @@ def test_missing_matplotlib_names_the_plot_extra(boot, monkeypatch):
         BootstrapDisplay.from_estimator(boot)
     with pytest.raises(ImportError, match=r"skbatch\[plot\]"):
         PermutationTestDisplay(0.5, 0.1, null_scores=np.zeros(3)).plot()
+
+
+def _window_boxes(figure, artists):
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    return [artist.get_window_extent(renderer) for artist in artists]
+
+
+@pytest.mark.parametrize("figsize", [(6.4, 4.8), (5.5, 4.2), (4.0, 3.0)])
+def test_summary_legend_hides_no_target(figsize):
+    # Many targets, the significant ones high and spread over the scores, as
+    # in a whole-brain map: none may sit under the legend.
+    rng = np.random.default_rng(0)
+    score = np.concatenate([rng.uniform(-0.2, 0.05, 900), rng.uniform(0, 0.5, 100)])
+    pvalue_fwer = np.concatenate([rng.uniform(0.1, 1, 900), np.full(100, 1 / 201)])
+    figure, ax = plt.subplots(figsize=figsize, layout="constrained")
+    display = PermutationTestDisplay(score, pvalue_fwer, pvalue_fwer=pvalue_fwer).plot(
+        ax=ax
+    )
+    (legend,) = _window_boxes(figure, [display.ax_.get_legend()])
+    for collection in display.scatter_:
+        points = ax.transData.transform(collection.get_offsets())
+        inside = (
+            (points[:, 0] >= legend.x0)
+            & (points[:, 0] <= legend.x1)
+            & (points[:, 1] >= legend.y0)
+            & (points[:, 1] <= legend.y1)
+        )
+        assert not inside.any(), points[inside]
+    plt.close(figure)
+
+
+def test_histograms_side_by_side_have_titles_that_do_not_overlap(raw_scorer):
+    # The layout of examples/plot_permutation_fwer.py: two targets' nulls in
+    # one row, each titled with its target and both p-values.
+    figure, axes = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
+    for ax, target in zip(axes, [0, 2]):
+        PermutationTestDisplay.from_estimator(raw_scorer, target=target, ax=ax)
+    left, right = _window_boxes(figure, [ax.title for ax in axes])
+    assert left.x1 < right.x0
+    assert all(ax.get_title().count("p = ") == 2 for ax in axes)
+    plt.close(figure)
