@@ -22,9 +22,6 @@ PAGES = sorted(
     for path in DOCS.rglob("*.rst")
     if not {"_build", "auto_examples", "_templates"} & set(path.parts)
 )
-# Pages whose Python snippets are still ``code-block:: python`` and wait for
-# their conversion to ``>>>`` examples.
-NOT_YET_DOCTESTS = {"user_guide/permutation.rst", "user_guide/bootstrap.rst"}
 OPTIONFLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
@@ -63,22 +60,7 @@ def test_page_examples_run(page, tmp_path, monkeypatch):
     assert result.failed == 0, "".join(report)
 
 
-@pytest.mark.parametrize(
-    "page",
-    [
-        pytest.param(
-            page,
-            marks=pytest.mark.xfail(
-                reason="snippets still to be converted to >>> examples",
-                strict=False,
-            ),
-        )
-        if _page_id(page) in NOT_YET_DOCTESTS
-        else page
-        for page in PAGES
-    ],
-    ids=_page_id,
-)
+@pytest.mark.parametrize("page", PAGES, ids=_page_id)
 def test_python_snippets_are_doctests(page):
     # A ``code-block:: python`` is never run, so it drifts from the library.
     text = page.read_text(encoding="utf-8")
