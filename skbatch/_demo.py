@@ -297,7 +297,7 @@ def _measure(name, steps, verbose):
     CUDA during the step, its peak allocation there is reported too.
     """
     if verbose:
-        print(f"{name} ...", file=sys.stderr, flush=True)
+        print(f"{name} ...", flush=True)
     step = StepReport(name, 0.0, "", 0, 0, 0.0)
     cuda = _cuda()
     if cuda is not None:

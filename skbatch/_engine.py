@@ -21,6 +21,7 @@ import logging
 import math
 import sys
 import threading
+import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -83,6 +84,8 @@ class Plan:
     budget_gb: float
     n_oom_recoveries: int = 0
     n_kernel_calls: int = 0
+    planned_peak_bytes: float = 0.0
+    seconds: float = 0.0
 
 
 def plan_batches(
@@ -197,18 +200,33 @@ def _batch_size(n_items, bytes_per_item, budget_gb, batching_gb):
     return size
 
 
+def _count(n, plural):
+    """``"1 target"``, ``"2 targets"``, ``"1 batch"``: from the plural noun."""
+    if n != 1:
+        return f"{n:,} {plural}"
+    return f"{n:,} {plural[:-2] if plural.endswith('ches') else plural[:-1]}"
+
+
+def _say(verbose, message):
+    """One plain line on stdout at ``verbose >= 1``, as scikit-learn prints.
+
+    Plain lines, flushed, read the same on a terminal, in a notebook and in a
+    batch job's log file, where a progress bar leaves nothing.
+    """
+    if verbose >= 1:
+        print(f"[skbatch] {message}", flush=True)
+
+
 def _progress(total, verbose, desc):
     """The progress bar of one loop; never stored on an estimator.
 
-    ``verbose=0``: none. ``verbose=1``: shown where someone watches, that is
+    ``verbose=0``: none. ``verbose>=1``: shown where someone watches, that is
     when stderr is a terminal or in a Jupyter notebook (``tqdm.auto`` then
-    draws a widget), hidden in logs and pipes. ``verbose>=2``: always shown,
-    also into a redirected stderr (a batch job's log file).
+    draws a widget), in addition to the plain lines of :func:`_say`; hidden
+    in logs and pipes, where it would leave only control characters.
     """
     if verbose <= 0:
         disable = True
-    elif verbose >= 2:
-        disable = False
     else:
         notebook = sys.modules.get("tqdm.notebook")
         # tqdm's disable=None hides the bar on a non-terminal stream, which a
@@ -275,6 +293,18 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size :
         n_workers=n_workers,
     )
     n_workers = min(n_workers, plan.n_batches)
+    plan.planned_peak_bytes = fixed_bytes + n_workers * plan.batch_size * (
+        device_bytes_per_item + host_bytes_per_item
+    )
+    side_by_side = f", {n_workers} side by side" if n_workers > 1 else ""
+    _say(
+        verbose,
+        f"{desc}: {_count(n_items, desc)} in {_count(plan.n_batches, 'batches')} "
+        f"of up to {plan.batch_size:,} on {backend.name}{side_by_side}; planned "
+        f"peak {plan.planned_peak_bytes / GB:.3g} GB of a "
+        f"{plan.budget_gb:.3g} GB budget",
+    )
+    started = time.perf_counter()
     # The plan is always logged: at DEBUG for whoever configures the
     # "skbatch" logger (the demo's table reads it), at INFO with verbose>=2.
     log_level = logging.INFO if verbose >= 2 else logging.DEBUG
@@ -346,6 +376,13 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size :
             finish(ids_done, task.result())
     plan.n_oom_recoveries = runner.n_recoveries
     plan.n_kernel_calls = calls[0]
+    plan.seconds = time.perf_counter() - started
+    _say(
+        verbose,
+        f"{desc}: done in {plan.seconds:.2f} s on {backend.name}: "
+        f"{_count(plan.n_kernel_calls, 'batches')}, "
+        f"{_count(plan.n_oom_recoveries, 'out-of-memory splits')}",
+    )
     logger.log(
         log_level,
         "%s: done in %d kernel calls, %d out-of-memory recoveries on %s",
@@ -494,6 +531,12 @@ def run_parallel(
     parallel = Parallel(n_jobs=n_jobs)
     n_workers = max(_n_workers(parallel), 1)
     chunk = max(1, math.ceil(window / (n_workers * TASKS_PER_WORKER)))
+    _say(
+        verbose,
+        f"{desc}: {_count(n_items, desc)} in windows of {window:,} on "
+        f"{_count(n_workers, 'joblib workers')}",
+    )
+    started = time.perf_counter()
     logger.log(
         logging.INFO if verbose >= 2 else logging.DEBUG,
         "%s: %d %s in windows of %d, %d per task, on %d joblib workers, "
@@ -526,6 +569,7 @@ def run_parallel(
             # Release this window before the next one is computed, so that at
             # most one window of results is in flight.
             del results
+    _say(verbose, f"{desc}: done in {time.perf_counter() - started:.2f} s")
     return window
 
 
@@ -550,14 +594,13 @@ def _memory_capped_n_jobs(n_jobs, data_bytes, max_memory_gb, verbose, desc):
     )
     if fitting == requested:
         return n_jobs
-    if verbose >= 1:
-        print(
-            f"skbatch: {desc}: {fitting} worker(s) instead of {requested}, so that "
-            f"their copies of the data ({data_bytes / GB:.3g} GB each) fit the "
-            f"host memory budget ({memory_budget(None, max_memory_gb):.3g} GB); "
-            "raise max_memory_gb to allow more.",
-            file=sys.stderr,
-        )
+    _say(
+        verbose,
+        f"{desc}: {_count(fitting, 'workers')} instead of {requested}, so that "
+        f"their copies of the data ({data_bytes / GB:.3g} GB each) fit the host "
+        f"memory budget ({memory_budget(None, max_memory_gb):.3g} GB); raise "
+        "max_memory_gb to allow more.",
+    )
     return fitting
 
 

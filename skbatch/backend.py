@@ -50,10 +50,12 @@ _ALLOWED_SPECS = (
     "'mps', 'torch-cpu', 'torch-cuda', 'torch-mps', 'jax-cpu', 'jax-gpu', "
     "'jax-gpu:N' or a Backend"
 )
+# The one action that fixes a missing device: a fitted model moves (its
+# arrays are host numpy), a model still to fit asks for another device.
 _MOVE_HINT = (
-    "Move the fitted estimator explicitly with est.to_device('cpu') (or another "
-    "available device), or run it on a host that has this device."
+    "Move the fitted model to a device this host has, explicitly: est.to_device('cpu')."
 )
+_CHOOSE_HINT = "Pass device='cpu' (or device='auto') to compute on this host."
 _mps_warned = False
 # jax grabs 75% of a GPU's memory when its GPU client starts unless told not
 # to. skbatch sizes batches from the memory actually free and may share the
@@ -218,13 +220,20 @@ class Backend:
             return f"jax sees {n_gpus} GPU device(s), no index {index}"
         return None
 
-    def check_available(self):
+    def check_available(self, *, fitted=True):
         """Raise RuntimeError if this backend cannot compute here.
+
+        Parameters
+        ----------
+        fitted : bool, default=True
+            Whether a fitted model computes here (the fix is to move it with
+            ``to_device``) or a device is being chosen for a fit (the fix is
+            another ``device``).
 
         Raises
         ------
         RuntimeError
-            Naming the device, what is missing, and how to move the model.
+            Naming the device, what is missing, and the action that fixes it.
 
         Examples
         --------
@@ -233,9 +242,10 @@ class Backend:
         """
         reason = self.missing_reason()
         if reason is not None:
+            hint = _MOVE_HINT if fitted else _CHOOSE_HINT
             raise RuntimeError(
                 f"Backend {self.name!r} on device {self.device!r} is not "
-                f"available in this process: {reason}. {_MOVE_HINT}"
+                f"available in this process: {reason}. {hint}"
             )
         if self.device == "mps":
             _warn_mps_once()
@@ -488,7 +498,7 @@ def resolve_backend(spec=None, *, flops=None):
                 )
                 + ". Use device='cpu' to run on the CPU."
             )
-        gpu.check_available()
+        gpu.check_available(fitted=False)
         return gpu
     if key in ("torch", "jax"):
         backend = Backend(key, "cpu")
@@ -500,7 +510,7 @@ def resolve_backend(spec=None, *, flops=None):
             raise ValueError(f"device must be one of {_ALLOWED_SPECS}, got {spec!r}")
         library, device = _NAMED[name]
         backend = Backend(library, f"{device}:{index}" if index else device)
-    backend.check_available()
+    backend.check_available(fitted=False)
     return backend
 
 

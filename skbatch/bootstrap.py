@@ -206,7 +206,10 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         Memory budget in GB, for the replicates kept on the host and for
         the device batches; None measures free memory.
     verbose : int, default=0
-        1: progress bar over replicates; 2: also log the batch plan.
+        1: print the plan of each loop before it runs and a summary after it
+        (plain lines on stdout), and a progress bar over the replicates on a
+        terminal or in a notebook; 2: also log the plans and out-of-memory
+        recoveries on the ``skbatch`` logger.
 
     Attributes
     ----------

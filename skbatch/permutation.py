@@ -571,7 +571,10 @@ default="shuffle"
         Memory budget in GB, for device batches, generic-path windows and
         the retained null; None measures free memory.
     verbose : int, default=0
-        1: progress bar over permutations; 2: also log the batch plan.
+        1: print the plan of each loop before it runs and a summary after it
+        (plain lines on stdout), and a progress bar over the permutations on a
+        terminal or in a notebook; 2: also log the plans and out-of-memory
+        recoveries on the ``skbatch`` logger.
 
     Attributes
     ----------

@@ -395,7 +395,10 @@ default=None
     max_memory_gb : float or None, default=None
         Memory budget in GB; None measures free memory.
     verbose : int, default=0
-        1: progress bar over target batches; 2: log the batch plan.
+        1: print the plan of each loop before it runs and a summary after it
+        (plain lines on stdout), and a progress bar over the target batches on a
+        terminal or in a notebook; 2: also log the plans and out-of-memory
+        recoveries on the ``skbatch`` logger.
 
     Attributes
     ----------

@@ -492,3 +492,21 @@ def test_asarray_converts_between_libraries():
     back = Backend("numpy").asarray(tensor)
     assert isinstance(back, np.ndarray)
     np.testing.assert_array_equal(back, [0.0, 1.0, 2.0])
+
+
+def test_missing_device_messages_fit_their_context(no_gpu, monkeypatch):
+    # Choosing a device for a fit: nothing to move yet, pick another device.
+    with pytest.raises(RuntimeError, match="no CUDA device") as choosing:
+        resolve_backend("cuda")
+    assert "device='cpu'" in str(choosing.value)
+    assert "to_device" not in str(choosing.value)
+    # A fitted model whose library is not installed here: say so, and move it.
+    monkeypatch.setattr(
+        skbatch.backend, "_library_installed", lambda library: library != "torch"
+    )
+    loaded = pickle.loads(pickle.dumps(Backend("torch", "cpu")))
+    with pytest.raises(RuntimeError, match="torch is not installed") as fitted:
+        loaded.check_available()
+    assert "est.to_device('cpu')" in str(fitted.value)
+    with pytest.raises(RuntimeError, match="torch is not installed.*device='cpu'"):
+        resolve_backend("torch")

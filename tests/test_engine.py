@@ -545,13 +545,14 @@ def test_run_parallel_caps_local_workers_to_fit_their_data(
         )
     assert parallel_calls == [expected if expected is not None else n_jobs]
     np.testing.assert_array_equal(np.concatenate(received), _reference(40) + 1)
-    message = capsys.readouterr().err
+    message = capsys.readouterr().out
     requested = joblib.effective_n_jobs(n_jobs) if not config else 4
     if expected is not None and expected < requested:
-        assert f"{expected} worker(s) instead of {requested}" in message
+        noun = "worker" if expected == 1 else "workers"
+        assert f"{expected} {noun} instead of {requested}" in message
         assert "max_memory_gb" in message
     else:
-        assert "worker(s) instead" not in message
+        assert "instead of" not in message
 
 
 def test_run_parallel_says_nothing_about_workers_when_quiet(parallel_calls, capsys):

@@ -129,11 +129,46 @@ def test_verbose_1_shows_the_bar_on_a_terminal(bars, data, monkeypatch):
     assert [(bar.shown, bar.total, bar.progress) for bar in bars] == [(True, 20, 20)]
 
 
-def test_verbose_1_hides_the_bar_in_a_pipe(bars, data, capsys):
+def test_verbose_1_prints_plain_lines_and_hides_the_bar_in_a_log(bars, data, capsys):
+    # A batch job's log: stdout and stderr are files, not terminals.
     X, Y = data
     PermutationScorer(Ridge(), n_permutations=20, verbose=1).fit(X, Y)
-    assert capsys.readouterr() == ("", "")
+    out, err = capsys.readouterr()
+    assert err == ""
     assert bars and not any(bar.shown for bar in bars)
+    plan, summary = out.splitlines()
+    assert plan.startswith("[skbatch] permutations: 20 permutations in ")
+    assert "on numpy" in plan and "planned peak" in plan
+    assert summary.startswith("[skbatch] permutations: done in ")
+    assert "0 out-of-memory splits" in summary
+
+
+@pytest.mark.parametrize(
+    "desc, total, estimator",
+    _estimators(),
+    ids=["perm-ridge", "perm-generic", "boot-linear", "boot-generic", "ridge"],
+)
+def test_every_estimator_says_its_plan_and_summary(
+    data, capsys, desc, total, estimator
+):
+    X, Y = data
+    estimator.fit(X, Y)
+    lines = [
+        line
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith(f"[skbatch] {desc}: ")
+    ]
+    assert len(lines) == 2, lines
+    noun = desc[:-1] if total == 1 else desc
+    assert lines[0].startswith(f"[skbatch] {desc}: {total} {noun} in ")
+    assert "done in" in lines[1]
+
+
+def test_one_item_is_singular(data, capsys):
+    X, Y = data
+    BatchedRidge(verbose=1).fit(X, Y[:, 0])
+    out = capsys.readouterr().out
+    assert "1 target in 1 batch of" in out and "1 targets" not in out
 
 
 def test_verbose_1_shows_the_bar_in_a_notebook(bars, data, monkeypatch):
@@ -148,13 +183,15 @@ def test_verbose_1_shows_the_bar_in_a_notebook(bars, data, monkeypatch):
     assert bars and all(bar.shown for bar in bars)
 
 
-def test_verbose_2_forces_the_bar_and_logs_the_plan(bars, data, capsys, caplog):
+def test_verbose_2_also_logs_the_plan(bars, data, capsys, caplog):
     X, Y = data
     with caplog.at_level(logging.INFO, logger="skbatch"):
         BootstrapEstimator(
             Ridge(), n_bootstrap=30, random_state=0, max_memory_gb=1, verbose=2
         ).fit(X, Y)
-    assert "replicates:" in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert "[skbatch] replicates: 30 replicates in" in out
+    assert err == ""
     messages = [record.getMessage() for record in caplog.records]
     assert any(
         "30 replicates in batches of" in m and "budget 1 GB on numpy" in m
