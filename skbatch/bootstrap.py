@@ -181,8 +181,9 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         AR(1) with coefficient ``phi``: 22 for ``phi = 0.9``), and leave at
         least 20 blocks, ``block_size <= n_samples / 20``; take the smaller
         of the two. With 400 rows of AR(1) data with ``phi = 0.9`` this
-        gives 20, and 95% intervals then cover about 89% of the time, where
-        the iid bootstrap covers about 50% (300 simulated series). Longer
+        gives 20, and 95% intervals then cover 88% of the time, where the
+        iid bootstrap covers 47% (1000 simulated series,
+        ``benchmarks/calibration.py``). Longer
         blocks keep more of the dependence but leave too few blocks to vary.
     tune_per_replicate : bool, default=False
         Hyperparameters chosen by cross-validation are tuned once, on all
