@@ -885,7 +885,8 @@ default="shuffle"
         if needed > budget * GB:
             raise ValueError(
                 f"PermutationScorer would retain {needed / GB:.3g} GB on the host "
-                f"(n_permutations={self.n_permutations} x {n_stats} score(s), "
+                f"(n_permutations={self.n_permutations} x {n_stats} "
+                f"{'score' if n_stats == 1 else 'scores'}, "
                 f"return_null={self.return_null}) but the host budget is "
                 f"{budget:.3g} GB. Set return_null=False (p-values, null mean and "
                 "std do not need it), lower n_permutations, or raise max_memory_gb."
