@@ -835,6 +835,13 @@ default="shuffle"
             and min(len(train) for train, _ in splits) >= 2
         ):
             spec = _ridge_spec(estimator)
+        if (
+            spec is not None
+            and spec.cv not in (None, "gcv")
+            and not _splits_ignore_y(check_cv(spec.cv))
+        ):
+            # The estimator's own inner folds depend on y: its refits decide.
+            spec = None
         if spec is not None:
             backend, counter = self._fit_ridge(
                 X_valid, y, groups, splits, spec, entropy, raw, permutation

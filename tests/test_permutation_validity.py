@@ -425,3 +425,15 @@ def test_unusable_folds_name_cv(cv):
     X, y = make_data()
     with pytest.raises(ValueError, match="cv="):
         PermutationScorer(Ridge(), n_permutations=3, cv=cv).fit(X, y)
+
+
+def test_inner_folds_depending_on_y_take_the_refits():
+    X, y = make_data(n=40)
+    estimator = BatchedRidge(alphas=[0.1, 10.0], cv=YDependentSplitter())
+    scorer = PermutationScorer(
+        estimator, n_permutations=5, cv=KFold(4), random_state=0, return_null=True
+    ).fit(X, y)
+    indices = permutation_indices(0, np.arange(5), 40)
+    splits = list(KFold(4).split(X))
+    expected = [cv_score(estimator, X, y[p], splits, r2_score) for p in indices]
+    assert_allclose(scorer.permutation_scores_, expected, rtol=1e-10)
