@@ -84,9 +84,10 @@ def test_python_m_skbatch_demo(tmp_path):
     assert "true effects recovered:" in result.stdout
     assert "200 targets (20 with signal), 100 samples x 10 features" in result.stdout
     _check_pngs(out)
-    # verbose=1 names each step on stderr, but hides the bars there when it
-    # is not a terminal.
-    assert "PermutationScorer: 20 permutations ..." in result.stderr
+    # verbose=1 names each step and prints each loop's plan and summary in
+    # plain lines on stdout, and draws no bar when stderr is not a terminal.
+    assert "PermutationScorer: 20 permutations ..." in result.stdout
+    assert "[skbatch] permutations: 20 permutations in " in result.stdout
     assert "%|" not in result.stderr
 
 

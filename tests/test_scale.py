@@ -232,7 +232,7 @@ def test_dask_worker_count_decides_where_tasks_run(dask_client, monkeypatch):
     assert len(log["scattered"]) == 1 and log["n_submits"] >= 1
     # A cluster of one thread: joblib runs the tasks in this process, where a
     # scattered future would arrive unresolved, so nothing may be scattered.
-    monkeypatch.setattr(DaskDistributedBackend, "effective_n_jobs", lambda *a: 1)
+    monkeypatch.setattr(DaskDistributedBackend, "effective_n_jobs", lambda *a, **k: 1)
     with (
         watch_client(dask_client, monkeypatch) as log,
         joblib.parallel_config(backend="dask"),
