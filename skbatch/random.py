@@ -1,10 +1,43 @@
 """Per-item random streams.
 
 Item ``i`` (a bootstrap replicate, a permutation) draws from its own stream,
-``SeedSequence(entropy, spawn_key=(i,))``, where ``entropy`` comes from the
-estimator's ``random_state`` alone. Indices are generated per batch on the
-host. Hence the same ``random_state`` gives the same result for any batch
-size, budget, OOM split, ``n_jobs``, joblib backend and device.
+which depends on the entropy from the estimator's ``random_state`` and on
+``i`` alone. Indices are generated per batch on the host. Hence the same
+``random_state`` gives the same result for any batch size, budget, OOM
+split, ``n_jobs``, joblib backend and device.
+
+Stream layout
+-------------
+The streams are windows of one counter-based generator,
+:class:`numpy.random.Philox` (Philox4x64-10), whose 128-bit key is the first
+two 64-bit words of ``SeedSequence(entropy).generate_state(4, uint64)``.
+Each counter value gives four 64-bit words. A call that needs ``L`` words
+per item gives item ``i`` the ``4 * ceil(L / 4)`` words that start at counter
+``i * ceil(L / 4)``, so a batch of consecutive items is one contiguous run of
+the generator, drawn in one call. ``L`` depends on the scheme and the sizes
+(below), never on the batch.
+
+- Uniform integers in ``[0, m)`` (``m <= 2**32``): draw ``j`` of an item is
+  the low (``j`` even) or high (``j`` odd) 32-bit half of its word
+  ``j // 2``, mapped by Lemire's multiply-shift with rejection, which has no
+  modulo bias. A rejected draw (probability below ``m / 2**32``) is redrawn
+  from the 32-bit halves, low then high, of a second Philox keyed by the
+  last two words of the state above, at counter ``i * 2**128 + j * 2**64``.
+- Uniform permutations: one 64-bit word per element, ``argsort`` with a
+  stable sort (ties, of probability about ``m**2 / 2**65``, go by position).
+
+Per scheme, for ``n`` samples:
+
+- :func:`bootstrap_counts`: ``n`` integers in ``[0, n)`` (rows); one per
+  group in ``[0, n_groups)`` (clusters); ``n_blocks`` block starts
+  (``block_size``).
+- :func:`permutation_indices`: ``n`` words, of which each group sorts its
+  own rows' (``"shuffle"``); one integer per group in ``[0, group size)``
+  (``"circular_shift"``); one word per block, the blocks of each group in
+  group order (``"block_shuffle"``).
+
+:func:`item_rng` gives an independent :class:`numpy.random.Generator` per
+item for other uses; the functions above do not use it.
 """
 
 import numbers
@@ -22,6 +55,12 @@ __all__ = [
 # Entropy drawn from a RandomState / Generator: 128 bits, as SeedSequence
 # itself draws from the OS.
 _ENTROPY_WORDS = 4
+# Philox4x64 gives four 64-bit words per counter value.
+_WORDS_PER_COUNTER = 4
+# Lemire's method maps 32-bit words, whose product with the bound fits in
+# 64 bits: bounds up to 2**32 (more samples than any host holds).
+_MAX_BOUND = 2**32
+_LOW_32 = np.uint64(2**32 - 1)
 
 
 def resolve_entropy(random_state):
@@ -76,6 +115,87 @@ def item_rng(entropy, item):
     return np.random.default_rng(
         np.random.SeedSequence(entropy, spawn_key=(int(item),))
     )
+
+
+def _keys(entropy):
+    """Philox keys of the main stream and of the redraws of rejected integers."""
+    state = np.random.SeedSequence(entropy).generate_state(4, np.uint64)
+    return state[:2], state[2:]
+
+
+def _item_words(key, items, n_words):
+    """Words ``0 .. n_words - 1`` of each item's window, of shape (len(items),
+    n_words), dtype uint64; the layout is in the module docstring."""
+    counters = -(-n_words // _WORDS_PER_COUNTER)
+    width = counters * _WORDS_PER_COUNTER
+    out = np.empty((items.shape[0], width), dtype=np.uint64)
+    # One generator per run of consecutive ids: the engine's batches are one.
+    bounds = [0, *(np.flatnonzero(np.diff(items) != 1) + 1), items.shape[0]]
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        if hi > lo:
+            generator = np.random.Philox(key=key, counter=int(items[lo]) * counters)
+            out[lo:hi] = generator.random_raw((hi - lo) * width).reshape(hi - lo, -1)
+    return out[:, :n_words]
+
+
+def _check_items(items):
+    items = np.asarray(items, dtype=np.int64).reshape(-1)
+    if items.size and items.min() < 0:
+        raise ValueError(f"items must be >= 0, got {items[items < 0][0]}")
+    return items
+
+
+def _integers(entropy, items, bounds):
+    """Uniform integers: column ``j`` in ``[0, bounds[j])``, one row per item.
+
+    Lemire's multiply-shift on 32-bit words, with rejection: exactly uniform.
+    Returns an int64 array of shape (len(items), len(bounds)).
+    """
+    bounds = np.asarray(bounds, dtype=np.uint64)
+    if bounds.size and int(bounds.max()) > _MAX_BOUND:
+        raise ValueError(
+            f"at most {_MAX_BOUND} samples or groups can be resampled, got "
+            f"{int(bounds.max())}"
+        )
+    main, redraw = _keys(entropy)
+    n_draws = bounds.shape[0]
+    words = _item_words(main, items, -(-n_draws // 2))
+    halves = np.empty((items.shape[0], 2 * words.shape[1]), dtype=np.uint64)
+    halves[:, 0::2] = words & _LOW_32
+    halves[:, 1::2] = words >> np.uint64(32)
+    product = halves[:, :n_draws] * bounds
+    # 2**32 mod m: the low halves below it would favour some values.
+    threshold = (np.uint64(_MAX_BOUND) - bounds) % bounds
+    out = (product >> np.uint64(32)).astype(np.int64)
+    for row, j in zip(*np.nonzero((product & _LOW_32) < threshold)):
+        out[row, j] = _redraw(redraw, int(items[row]), j, int(bounds[j]))
+    return out
+
+
+def _redraw(key, item, j, bound):
+    """Draw ``j`` of ``item`` again, after a rejection (see _integers)."""
+    generator = np.random.Philox(key=key, counter=(item << 128) + (int(j) << 64))
+    threshold = (_MAX_BOUND - bound) % bound
+    while True:
+        word = int(generator.random_raw())
+        for half in (word & (_MAX_BOUND - 1), word >> 32):
+            product = half * bound
+            if product % _MAX_BOUND >= threshold:
+                return product >> 32
+
+
+def _shuffled(keys, rows):
+    """``rows`` in the order of ``keys``, one row of keys per item: a uniform
+    permutation per item for independent uniform keys."""
+    return rows[np.argsort(keys, axis=1, kind="stable")]
+
+
+def _row_counts(draws, n_bins):
+    """How often each of ``0 .. n_bins - 1`` occurs in each row of ``draws``."""
+    n_rows = draws.shape[0]
+    offset = draws + n_bins * np.arange(n_rows)[:, None]
+    counts = np.bincount(offset.ravel(), minlength=n_rows * n_bins)
+    return counts.astype(np.int64, copy=False).reshape(n_rows, n_bins)
 
 
 def _group_codes(groups, n_samples):
@@ -171,8 +291,7 @@ def bootstrap_counts(entropy, items, n_samples, groups=None, *, block_size=None)
     >>> bootstrap_counts(0, [0, 1], 10, block_size=3).sum(axis=1)
     array([9, 9])
     """
-    items = np.asarray(items)
-    counts = np.zeros((items.shape[0], n_samples), dtype=np.int64)
+    items = _check_items(items)
     if block_size is not None:
         members = _group_rows(groups, n_samples)
         block_size = _check_block_size(block_size, members)
@@ -184,21 +303,16 @@ def bootstrap_counts(entropy, items, n_samples, groups=None, *, block_size=None)
             ]
         )
         n_blocks = _n_blocks(n_samples, block_size)
-        for row, item in enumerate(items):
-            starts = item_rng(entropy, item).integers(0, len(blocks), size=n_blocks)
-            counts[row] = np.bincount(blocks[starts].ravel(), minlength=n_samples)
-        return counts
+        starts = _integers(entropy, items, np.full(n_blocks, len(blocks)))
+        rows = blocks[starts].reshape(len(items), n_blocks * block_size)
+        return _row_counts(rows, n_samples)
     if groups is None:
-        for row, item in enumerate(items):
-            draws = item_rng(entropy, item).integers(0, n_samples, size=n_samples)
-            counts[row] = np.bincount(draws, minlength=n_samples)
-        return counts
+        draws = _integers(entropy, items, np.full(n_samples, n_samples))
+        return _row_counts(draws, n_samples)
     codes = _group_codes(groups, n_samples)
     n_groups = codes.max() + 1
-    for row, item in enumerate(items):
-        draws = item_rng(entropy, item).integers(0, n_groups, size=n_groups)
-        counts[row] = np.bincount(draws, minlength=n_groups)[codes]
-    return counts
+    draws = _integers(entropy, items, np.full(n_groups, n_groups))
+    return _row_counts(draws, n_groups)[:, codes]
 
 
 # What ``permutation_indices(permutation_type=...)`` accepts.
@@ -284,30 +398,40 @@ def permutation_indices(
     True
     """
     _check_permutation_type(permutation_type, block_size)
-    items = np.asarray(items)
-    out = np.empty((items.shape[0], n_samples), dtype=np.int64)
-    if permutation_type == "shuffle" and groups is None:
-        for row, item in enumerate(items):
-            out[row] = item_rng(entropy, item).permutation(n_samples)
-        return out
+    items = _check_items(items)
     members = _group_rows(groups, n_samples)
-    if permutation_type == "block_shuffle":
-        block_size = _check_block_size(block_size, members)
-        blocks = [
-            np.array_split(rows, range(block_size, len(rows), block_size))
-            for rows in members
-        ]
-    for row, item in enumerate(items):
-        rng = item_rng(entropy, item)
-        perm = np.arange(n_samples)
+    out = np.empty((items.shape[0], n_samples), dtype=np.int64)
+    if permutation_type == "shuffle":
+        keys = _item_words(_keys(entropy)[0], items, n_samples)
+        for rows in members:
+            out[:, rows] = _shuffled(keys[:, rows], rows)
+    elif permutation_type == "circular_shift":
+        offsets = _integers(entropy, items, [len(rows) for rows in members])
         for g, rows in enumerate(members):
-            if permutation_type == "shuffle":
-                perm[rows] = rng.permutation(rows)
-            elif permutation_type == "circular_shift":
-                offset = rng.integers(len(rows))
-                perm[rows] = np.roll(rows, -offset)
-            else:
-                order = rng.permutation(len(blocks[g]))
-                perm[rows] = np.concatenate([blocks[g][b] for b in order])
-        out[row] = perm
+            positions = np.arange(len(rows)) + offsets[:, g : g + 1]
+            out[:, rows] = rows[positions % len(rows)]
+    else:
+        block_size = _check_block_size(block_size, members)
+        n_blocks = [-(-len(rows) // block_size) for rows in members]
+        keys = _item_words(_keys(entropy)[0], items, sum(n_blocks))
+        first = 0
+        for rows, count in zip(members, n_blocks):
+            out[:, rows] = _block_shuffled(
+                keys[:, first : first + count], rows, block_size
+            )
+            first += count
     return out
+
+
+def _block_shuffled(keys, rows, block_size):
+    """``rows`` cut into blocks of ``block_size`` (the last may be shorter), the
+    blocks in the order of ``keys``, one row of keys per item."""
+    starts = np.arange(0, len(rows), block_size)
+    lengths = np.diff([*starts, len(rows)])
+    order = np.argsort(keys, axis=1, kind="stable")
+    taken = lengths[order]
+    # Output position j in a block moved from ``start`` to ``placed`` reads
+    # row ``j + start - placed``.
+    placed = np.cumsum(taken, axis=1) - taken
+    shift = np.repeat((starts[order] - placed).ravel(), taken.ravel())
+    return rows[shift.reshape(len(keys), len(rows)) + np.arange(len(rows))]

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from skbatch.random import (
+    _integers,
     bootstrap_counts,
     item_rng,
     permutation_indices,
@@ -222,27 +223,129 @@ def test_within_group_permutation_mixes_inside_groups():
     assert {tuple(row[3:]) for row in perms} == set(itertools.permutations(range(3, 6)))
 
 
-def test_shuffle_is_one_numpy_permutation_per_item_and_group():
-    # Reference: the draws the default scheme has always made.
+def _reference_words(entropy, item, n_words):
+    """Item ``item``'s words, one Philox per item, as the module docstring lays
+    them out."""
+    key = np.random.SeedSequence(entropy).generate_state(4, np.uint64)[:2]
+    counters = -(-n_words // 4)
+    generator = np.random.Philox(key=key, counter=item * counters)
+    return [int(w) for w in generator.random_raw(n_words)]
+
+
+def _reference_integers(entropy, item, bounds):
+    """Lemire's method draw by draw in Python integers, with the documented
+    redraw stream."""
+    words = _reference_words(entropy, item, -(-len(bounds) // 2))
+    halves = [half for w in words for half in (w % 2**32, w >> 32)]
+    redraw_key = np.random.SeedSequence(entropy).generate_state(4, np.uint64)[2:]
+    out = []
+    for j, bound in enumerate(bounds):
+        threshold = 2**32 % bound
+        product = halves[j] * bound
+        if product % 2**32 < threshold:
+            generator = np.random.Philox(
+                key=redraw_key, counter=item * 2**128 + j * 2**64
+            )
+            candidates = (
+                half
+                for w in iter(generator.random_raw, None)
+                for half in (int(w) % 2**32, int(w) >> 32)
+            )
+            product = next(
+                c * bound for c in candidates if c * bound % 2**32 >= threshold
+            )
+        out.append(product >> 32)
+    return out
+
+
+def test_draws_follow_the_documented_stream_layout():
     groups = np.array([2, 0, 2, 1, 0, 2, 1, 1, 0, 2])
     items = [0, 4, 9]
     perms = permutation_indices(SEED, items, N_SAMPLES, groups=groups)
     for row, item in zip(perms, items):
-        rng = np.random.default_rng(np.random.SeedSequence(SEED, spawn_key=(item,)))
+        keys = _reference_words(SEED, item, N_SAMPLES)
         expected = np.arange(N_SAMPLES)
         for label in [0, 1, 2]:
             rows = np.flatnonzero(groups == label)
-            expected[rows] = rng.permutation(rows)
+            expected[rows] = sorted(rows, key=lambda r: keys[r])
         np.testing.assert_array_equal(row, expected)
+    counts = bootstrap_counts(SEED, items, 7)
+    for row, item in zip(counts, items):
+        draws = _reference_integers(SEED, item, [7] * 7)
+        np.testing.assert_array_equal(row, np.bincount(draws, minlength=7))
+
+
+def test_rejected_integers_are_redrawn_uniformly():
+    # A bound of 3 * 2**30 rejects a quarter of the 32-bit words, which
+    # exercises the redraw stream that realistic sizes reach rarely.
+    bound = 3 * 2**30
+    draws = _integers(SEED, np.arange(300), [bound] * 7)
+    for item in [0, 1, 299]:
+        assert list(draws[item]) == _reference_integers(SEED, item, [bound] * 7)
+    assert draws.min() >= 0 and draws.max() < bound
+    observed = np.bincount(draws.ravel() // 2**30, minlength=3)
+    assert stats.chisquare(observed).pvalue > 1e-3
+
+
+def test_streams_are_frozen():
+    # Computed once: a changed value breaks every result users have stored.
     np.testing.assert_array_equal(
-        permutation_indices(SEED, items, N_SAMPLES, permutation_type="shuffle"),
-        [
-            np.random.default_rng(
-                np.random.SeedSequence(SEED, spawn_key=(i,))
-            ).permutation(N_SAMPLES)
-            for i in items
-        ],
+        bootstrap_counts(SEED, [0, 7], 10),
+        [[0, 0, 2, 0, 1, 2, 0, 3, 2, 0], [1, 3, 1, 2, 1, 0, 0, 1, 0, 1]],
     )
+    np.testing.assert_array_equal(
+        bootstrap_counts(SEED, [3], 6, groups=[0, 0, 1, 1, 2, 2]), [[1, 1, 0, 0, 2, 2]]
+    )
+    np.testing.assert_array_equal(
+        bootstrap_counts(SEED, [3], 10, block_size=3), [[1, 1, 1, 0, 0, 1, 1, 2, 1, 1]]
+    )
+    np.testing.assert_array_equal(
+        permutation_indices(SEED, [0, 7], 10),
+        [[8, 1, 6, 2, 0, 3, 5, 7, 4, 9], [2, 7, 4, 1, 0, 3, 9, 5, 6, 8]],
+    )
+    np.testing.assert_array_equal(
+        permutation_indices(
+            SEED, [5], 10, groups=[0, 1] * 5, permutation_type="circular_shift"
+        ),
+        [[8, 9, 0, 1, 2, 3, 4, 5, 6, 7]],
+    )
+    np.testing.assert_array_equal(
+        permutation_indices(
+            SEED, [2], 10, permutation_type="block_shuffle", block_size=3
+        ),
+        [[0, 1, 2, 9, 6, 7, 8, 3, 4, 5]],
+    )
+
+
+def test_shuffle_positions_and_pairs_are_uniform():
+    n_items = 12_000
+    perms = permutation_indices(SEED, range(n_items), 5)
+    # Each position takes each value 1/5 of the time.
+    for position in range(5):
+        observed = np.bincount(perms[:, position], minlength=5)
+        assert stats.chisquare(observed).pvalue > 1e-3
+    # Each ordered pair of values at positions (0, 1) 1/20 of the time.
+    pairs = perms[:, 0] * 5 + perms[:, 1]
+    observed = np.bincount(pairs, minlength=25)
+    assert np.all(observed[:: 5 + 1] == 0)
+    assert stats.chisquare(np.delete(observed, np.arange(0, 25, 6))).pvalue > 1e-3
+    # And the 24 orders of 4 items each 1/24 of the time.
+    perms = permutation_indices(SEED, range(n_items), 4)
+    codes = perms @ [64, 16, 4, 1]
+    _, observed = np.unique(codes, return_counts=True)
+    assert observed.size == 24
+    assert stats.chisquare(observed).pvalue > 1e-3
+
+
+def test_items_need_not_be_consecutive_or_sorted():
+    full = bootstrap_counts(SEED, range(40), N_SAMPLES)
+    items = [39, 2, 3, 4, 17, 0]
+    np.testing.assert_array_equal(bootstrap_counts(SEED, items, N_SAMPLES), full[items])
+
+
+def test_items_must_be_non_negative():
+    with pytest.raises(ValueError, match="items must be >= 0, got -1"):
+        bootstrap_counts(SEED, [0, -1], N_SAMPLES)
 
 
 # --- permutation_indices: circular shifts and block shuffles -----------------
