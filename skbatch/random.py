@@ -60,7 +60,6 @@ _WORDS_PER_COUNTER = 4
 # Lemire's method maps 32-bit words, whose product with the bound fits in
 # 64 bits: bounds up to 2**32 (more samples than any host holds).
 _MAX_BOUND = 2**32
-_LOW_32 = np.uint64(2**32 - 1)
 
 
 def resolve_entropy(random_state):
@@ -160,14 +159,14 @@ def _integers(entropy, items, bounds):
     main, redraw = _keys(entropy)
     n_draws = bounds.shape[0]
     words = _item_words(main, items, -(-n_draws // 2))
-    halves = np.empty((items.shape[0], 2 * words.shape[1]), dtype=np.uint64)
-    halves[:, 0::2] = words & _LOW_32
-    halves[:, 1::2] = words >> np.uint64(32)
-    product = halves[:, :n_draws] * bounds
-    # 2**32 mod m: the low halves below it would favour some values.
-    threshold = (np.uint64(_MAX_BOUND) - bounds) % bounds
+    # Little-endian 32-bit halves: the low half of each word first.
+    halves = words.astype("<u8", copy=False).view("<u4")[:, :n_draws]
+    product = halves * bounds
+    # 2**32 mod m: low halves below it would favour some values.
+    threshold = ((_MAX_BOUND - bounds) % bounds).astype(np.uint32)
     out = (product >> np.uint64(32)).astype(np.int64)
-    for row, j in zip(*np.nonzero((product & _LOW_32) < threshold)):
+    rejected = product.astype(np.uint32) < threshold
+    for row, j in zip(*np.nonzero(rejected)):
         out[row, j] = _redraw(redraw, int(items[row]), j, int(bounds[j]))
     return out
 
