@@ -838,8 +838,12 @@ def weighted_primal_coef(X, Y, w, alpha, fixed_alpha, *, fit_intercept, xp):
         # The update cancels digits of the uncentred Gram matrix, whose scale
         # is then the rounding floor of the centred one.
         scale = xp.max(xp.linalg.diagonal(gram), axis=1)
-        gram = gram - x_sum[:, :, None] * x_mean[:, None, :]
-        rhs = rhs[:, :p, :] - x_sum[:, :, None] * y_mean[:, None, :]
+        # In place where the library allows (jax rebinds): a fresh b x p x t
+        # array costs page faults on top of the pass. The ones row and
+        # column that x_sum and y_sum view are left untouched.
+        gram -= x_sum[:, :, None] * x_mean[:, None, :]
+        rhs = rhs[:, :p, :]
+        rhs -= x_sum[:, :, None] * y_mean[:, None, :]
     else:
         scale = xp.max(xp.linalg.diagonal(gram), axis=1)
     if fixed_alpha is not None:
