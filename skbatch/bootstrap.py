@@ -72,8 +72,10 @@ _TUNED_ATTRIBUTES = (
     "best_index_",
 )
 # Largest working set of one device batch. The batch GEMM runs at the BLAS
-# peak long before this; bigger batches only add page faults for their
-# temporaries (PERFORMANCE.md: a third of the time went to page faults).
+# rate long before this (n=1000, p=100, 1000 targets: 28 replicates; the
+# kernel alone reaches 66-70% of the one-thread GEMM rate from 4 to 28, and
+# smaller caps did not change the whole fit, benchmarks/RESULTS.md); bigger
+# batches only add page faults for their temporaries.
 MAX_BATCH_BYTES = 256e6
 # Temporaries of the linear kernel beyond the arrays counted per replicate
 # (copies made by broadcasting, transposes and LAPACK's Fortran-order inputs).
