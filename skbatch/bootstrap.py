@@ -77,6 +77,12 @@ _TUNED_ATTRIBUTES = (
 # smaller caps did not change the whole fit, benchmarks/RESULTS.md); bigger
 # batches only add page faults for their temporaries.
 MAX_BATCH_BYTES = 256e6
+# Least work (flops of all replicates) for which the linear path runs batches
+# side by side on the BLAS threads: below it, starting the threads (about
+# 1 ms each) and their contention with the reducer on the calling thread cost
+# more than the second core gives (2-100,000 replicates of 16-40 rows, up to
+# 1e8 flops: 7-20% slower side by side, benchmarks/bench_small.py).
+SIDE_BY_SIDE_MIN_FLOPS = 1e9
 # Temporaries of the linear kernel beyond the arrays counted per replicate
 # (copies made by broadcasting, transposes and LAPACK's Fortran-order inputs).
 WORKSPACE_OVERHEAD = 1.5
@@ -657,6 +663,9 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
             backend, data, summaries, fixed_bytes, device_bytes, host_bytes
         )
         max_batch_size = max(1, int(MAX_BATCH_BYTES // device_bytes))
+        flops = self.n_bootstrap * _flops_per_replicate(
+            n_samples, n_features, n_targets
+        )
         if max_items is not None:
             max_batch_size = min(max_batch_size, max_items)
 
@@ -696,7 +705,7 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
                 host_bytes_per_item=host_bytes,
                 max_memory_gb=batch_gb,
                 max_batch_size=max_batch_size,
-                threads=True,
+                threads=flops >= SIDE_BY_SIDE_MIN_FLOPS,
                 verbose=self.verbose,
                 desc="replicates",
             )

@@ -698,15 +698,30 @@ def test_gpu_cholesky_solve_on_cpu_arrays(library):
         assert _cholesky_solve(singular, backend.asarray(B), backend.xp) is None
 
 
-def test_fast_path_batches_side_by_side_equal_batches_in_turn():
+def test_fast_path_batches_side_by_side_equal_batches_in_turn(monkeypatch, capsys):
     X, Y = make_data(60, 6, 4, seed=22)
-    params = dict(n_bootstrap=50, return_samples=True, random_state=5)
+    params = dict(n_bootstrap=50, return_samples=True, random_state=5, verbose=1)
     with threadpool_limits(1, user_api="blas"):
         in_turn = BootstrapEstimator(Ridge(), max_memory_gb=5e-4, **params).fit(X, Y)
+    assert "side by side" not in capsys.readouterr().out
+    # This little work runs in turn on any host unless the threshold is lifted.
+    monkeypatch.setattr("skbatch.bootstrap.SIDE_BY_SIDE_MIN_FLOPS", 0)
     with threadpool_limits(2, user_api="blas"):
         side_by_side = BootstrapEstimator(Ridge(), max_memory_gb=5e-4, **params)
         side_by_side.fit(X, Y)
+    assert "2 side by side" in capsys.readouterr().out
     _assert_same_results(in_turn, side_by_side)
+
+
+def test_fast_path_runs_little_work_in_turn(capsys):
+    # Starting threads costs more than a second core gives for small fits.
+    X, Y = make_data(40, 3, 1, seed=3)
+    with threadpool_limits(2, user_api="blas"):
+        BootstrapEstimator(
+            LinearRegression(), n_bootstrap=100, max_memory_gb=5e-4, verbose=1
+        ).fit(X, Y)
+    out = capsys.readouterr().out
+    assert "replicates:" in out and "side by side" not in out
 
 
 # Moving-block bootstrap ---------------------------------------------------------------
