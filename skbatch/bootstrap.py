@@ -78,11 +78,12 @@ _TUNED_ATTRIBUTES = (
 # batches only add page faults for their temporaries.
 MAX_BATCH_BYTES = 256e6
 # Least work (flops of all replicates) for which the linear path runs batches
-# side by side on the BLAS threads: below it, starting the threads (about
-# 1 ms each) and their contention with the reducer on the calling thread cost
-# more than the second core gives (2-100,000 replicates of 16-40 rows, up to
-# 1e8 flops: 7-20% slower side by side, benchmarks/bench_small.py).
-SIDE_BY_SIDE_MIN_FLOPS = 1e9
+# side by side on the BLAS threads: below it, starting the threads costs more
+# than the second core gives (2 or 100 replicates of 40 rows, 1e6 flops at
+# most: 3.0 ms in turn against 3.6 ms side by side); from 5e7 (10,000
+# replicates of 40 rows, 100,000 of 16) both are as fast at best and side by
+# side faster in median.
+SIDE_BY_SIDE_MIN_FLOPS = 1e7
 # Temporaries of the linear kernel beyond the arrays counted per replicate
 # (copies made by broadcasting, transposes and LAPACK's Fortran-order inputs).
 WORKSPACE_OVERHEAD = 1.5

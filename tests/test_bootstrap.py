@@ -716,6 +716,8 @@ def test_fast_path_batches_side_by_side_equal_batches_in_turn(monkeypatch, capsy
 def test_fast_path_runs_little_work_in_turn(capsys):
     # Starting threads costs more than a second core gives for small fits.
     X, Y = make_data(40, 3, 1, seed=3)
+    work = 100 * skbatch.bootstrap._flops_per_replicate(40, 3, 1)
+    assert work < skbatch.bootstrap.SIDE_BY_SIDE_MIN_FLOPS
     with threadpool_limits(2, user_api="blas"):
         BootstrapEstimator(
             LinearRegression(), n_bootstrap=100, max_memory_gb=5e-4, verbose=1
