@@ -9,6 +9,7 @@ from scipy import stats
 
 from skbatch.random import (
     _integers,
+    _shuffled,
     bootstrap_counts,
     item_rng,
     permutation_indices,
@@ -267,7 +268,10 @@ def test_draws_follow_the_documented_stream_layout():
         expected = np.arange(N_SAMPLES)
         for label in [0, 1, 2]:
             rows = np.flatnonzero(groups == label)
-            expected[rows] = sorted(rows, key=lambda r: keys[r])
+            # High 64 - b bits, b the bit length of len(rows) - 1; ties by position.
+            bits = max(1, (len(rows) - 1).bit_length())
+            order = sorted(range(len(rows)), key=lambda i: (keys[rows[i]] >> bits, i))
+            expected[rows] = rows[order]
         np.testing.assert_array_equal(row, expected)
     counts = bootstrap_counts(SEED, items, 7)
     for row, item in zip(counts, items):
@@ -315,6 +319,13 @@ def test_streams_are_frozen():
         ),
         [[0, 1, 2, 9, 6, 7, 8, 3, 4, 5]],
     )
+
+
+def test_shuffle_ties_go_by_position():
+    # 4 elements: the low 2 bits are the position, so 7 << 40 and
+    # (7 << 40) + 1 tie, as do 3 << 40 and (3 << 40) + 2.
+    keys = np.array([[7 << 40, 3 << 40, (7 << 40) + 1, (3 << 40) + 2]], np.uint64)
+    np.testing.assert_array_equal(_shuffled(keys, np.arange(4) * 10), [[10, 30, 0, 20]])
 
 
 def test_shuffle_positions_and_pairs_are_uniform():
