@@ -185,9 +185,9 @@ def _redraw(key, item, j, bound):
                 return product >> 32
 
 
-def _shuffled(keys, rows):
-    """``rows`` in the order of ``keys``, one row of keys per item: a uniform
-    permutation per item for independent uniform keys.
+def _sorted_positions(keys):
+    """Positions ``0 .. m - 1`` in the order of ``keys``, one row of keys per
+    item: a uniform permutation per item for independent uniform keys.
 
     Each key's low bits are replaced by its position, so that one sort of
     the values (1.6x faster than a stable argsort) orders by the random high
@@ -195,9 +195,11 @@ def _shuffled(keys, rows):
     """
     n = keys.shape[1]
     low = np.uint64((1 << max(1, (n - 1).bit_length())) - 1)
-    tagged = (keys & ~low) | np.arange(n, dtype=np.uint64)
+    tagged = keys & ~low
+    tagged |= np.arange(n, dtype=np.uint64)
     tagged.sort(axis=1)
-    return rows[(tagged & low).astype(np.intp)]
+    tagged &= low
+    return tagged.view(np.int64)
 
 
 def _row_counts(draws, n_bins):
@@ -413,8 +415,10 @@ def permutation_indices(
     out = np.empty((items.shape[0], n_samples), dtype=np.int64)
     if permutation_type == "shuffle":
         keys = _item_words(_keys(entropy)[0], items, n_samples)
+        if groups is None:
+            return _sorted_positions(keys)
         for rows in members:
-            out[:, rows] = _shuffled(keys[:, rows], rows)
+            out[:, rows] = rows[_sorted_positions(keys[:, rows])]
     elif permutation_type == "circular_shift":
         offsets = _integers(entropy, items, [len(rows) for rows in members])
         for g, rows in enumerate(members):

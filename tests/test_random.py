@@ -9,7 +9,7 @@ from scipy import stats
 
 from skbatch.random import (
     _integers,
-    _shuffled,
+    _sorted_positions,
     bootstrap_counts,
     item_rng,
     permutation_indices,
@@ -325,7 +325,7 @@ def test_shuffle_ties_go_by_position():
     # 4 elements: the low 2 bits are the position, so 7 << 40 and
     # (7 << 40) + 1 tie, as do 3 << 40 and (3 << 40) + 2.
     keys = np.array([[7 << 40, 3 << 40, (7 << 40) + 1, (3 << 40) + 2]], np.uint64)
-    np.testing.assert_array_equal(_shuffled(keys, np.arange(4) * 10), [[10, 30, 0, 20]])
+    np.testing.assert_array_equal(_sorted_positions(keys), [[1, 3, 0, 2]])
 
 
 def test_shuffle_positions_and_pairs_are_uniform():
