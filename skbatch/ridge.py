@@ -953,13 +953,14 @@ class _RidgeProblem:
 
         Returns
         -------
-        alpha : array of shape (m,)
+        alpha : array of shape (m,), or (1,) with a single alpha
+            The single alpha broadcasts: one filter for every column of
+            :meth:`predict`, not one per column.
         """
         xp = self.xp
         alphas = self.backend.asarray(self.alphas, self.dtype)
-        n_columns = Y.shape[1]
         if self.alphas.size == 1:
-            return xp.broadcast_to(alphas, (n_columns,))
+            return alphas
         scores = self._scores(Y, Y_centered, Y_offset, UtY)
         if columns_per_choice > 1:
             scores = xp.mean(
