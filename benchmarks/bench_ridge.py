@@ -6,13 +6,15 @@ p=300, 8,000 targets, 15 alphas (np.logspace(-2, 5, 15)), where the
 passes around the GEMMs weigh more. Every configuration runs
 in its own subprocess; its peak RSS is measured over the fit alone ("peak GB",
 the whole process with its data; "above data", what the fit added to the
-resident set it started from); each is repeated and the
-median time is reported, with the ratio to the peer measured in the same
-run. The achieved GFLOP/s of the dominant loop (one n x rank x targets GEMM
-per alpha and fold) is printed as a share of the GEMM rate measured here for
-the library the configuration computes with (numpy's OpenBLAS, torch's MKL).
+resident set it started from); each is repeated, in rounds over all
+configurations, and the median time is reported, with the ratio to the
+peer measured in the same run. The achieved GFLOP/s of the dominant loop
+(one n x rank x targets GEMM per alpha and fold) is printed as a share of
+the GEMM rate measured here for the library the configuration computes with
+(numpy's OpenBLAS, torch's MKL).
 
     python benchmarks/bench_ridge.py            # both workloads, 3 repeats
+    PYTHONPATH=. python benchmarks/bench_ridge.py   # a checkout's skbatch
     python benchmarks/bench_ridge.py --workloads medium --only \
         "sklearn RidgeCV LOO f64" "skbatch LOO f64"
     python benchmarks/bench_ridge.py --quick    # tiny, to check it runs
@@ -172,23 +174,36 @@ def library_of(name):
     return "torch" if "torch" in name else "numpy"
 
 
-def measure(name, workload, quick, repeats):
-    """Median time and peak memory of ``repeats`` runs, each in its own process."""
-    runs = []
+def run_subprocess(name, workload, quick):
+    command = [sys.executable, __file__, "--one", name, "--workload", workload]
+    out = subprocess.run(
+        command + (["--quick"] if quick else []),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def measure(names, workload, quick, repeats):
+    """Median time and peak memory of each configuration, one process per run.
+
+    Runs go in rounds (every configuration once, then again) rather than one
+    configuration's repeats in a row, so that a slow spell of a shared host
+    hits ours and the peer alike.
+    """
+    runs = {name: [] for name in names}
     for _ in range(repeats):
-        command = [sys.executable, __file__, "--one", name, "--workload", workload]
-        out = subprocess.run(
-            command + (["--quick"] if quick else []),
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        for name in names:
+            runs[name].append(run_subprocess(name, workload, quick))
     return {
-        "time": statistics.median(r["time"] for r in runs),
-        "peak_gb": max(r["peak_gb"] for r in runs),
-        "work_gb": max(r["work_gb"] for r in runs),
-        "alphas": np.asarray(runs[0]["alphas"]),
+        name: {
+            "time": statistics.median(r["time"] for r in results),
+            "peak_gb": max(r["peak_gb"] for r in results),
+            "work_gb": max(r["work_gb"] for r in results),
+            "alphas": np.asarray(results[0]["alphas"]),
+        }
+        for name, results in runs.items()
     }
 
 
@@ -255,9 +270,7 @@ def main():
         )
     results = {}
     for workload in args.workloads:
-        results[workload] = {
-            name: measure(name, workload, args.quick, repeats) for name in names
-        }
+        results[workload] = measure(names, workload, args.quick, repeats)
         print_table(workload, results[workload], rates, args.quick)
     print(f"\n{'ratio':<60}" + "".join(f"{w:>9}" for w in args.workloads))
     for ours, peer, targets in RATIOS:
