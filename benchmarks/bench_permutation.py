@@ -13,9 +13,19 @@ permutations to the full count.
    permutations, multioutput="raw_values": time and peak RSS. The sklearn
    equivalent, permutation_test_score of RidgeCV(alpha_per_target=True) on
    the 2,000 targets, is timed for 10 permutations and scaled by 100.
+3. Small tests, where fixed costs show: Ridge(alpha=1), n=40, p=3, one
+   target, cv=5, with 1, 100 and 10,000 permutations against
+   permutation_test_score (its 10,000 estimated from 1000). Beside them,
+   what 10,000 permutations cannot go below: 10,000 draws of
+   ``rng.permutation(40)`` in a loop, and one batched solve of all 10,000
+   permuted columns through the ridge fast path (indices drawn before the
+   clock); and the fit with its indices drawn before the clock, which is
+   the fit without its draws (skbatch.random's share).
 
     python benchmarks/bench_permutation.py            # full, 3 repeats each
     python benchmarks/bench_permutation.py --repeats-large 1   # large once
+    python benchmarks/bench_permutation.py --only "tiny skbatch 10000" \
+        "tiny draws 10000" "tiny solve 10000" "tiny precomputed 10000"
     python benchmarks/bench_permutation.py --quick    # tiny, to check it runs
 """
 
@@ -40,6 +50,29 @@ CONFIGS = {
     "skbatch BatchedRidge torch-cpu": ("large", "skbatch", "torch"),
     "sklearn RidgeCV (10 perms)": ("large", "sklearn", 1),
 }
+# The small tests: (kind, permutations); kinds as in run_tiny.
+TINY = {
+    "tiny skbatch 1": ("skbatch", 1),
+    "tiny sklearn 1": ("sklearn", 1),
+    "tiny skbatch 100": ("skbatch", 100),
+    "tiny sklearn 100": ("sklearn", 100),
+    "tiny skbatch 10000": ("skbatch", 10_000),
+    "tiny sklearn 10000 (1000 perms)": ("sklearn", 1000),
+    "tiny draws 10000": ("draws", 10_000),
+    "tiny solve 10000": ("solve", 10_000),
+    "tiny precomputed 10000": ("precomputed", 10_000),
+}
+CONFIGS.update({name: ("tiny", kind, b) for name, (kind, b) in TINY.items()})
+# (ours, peer) pairs of the small tests; a peer on fewer permutations is
+# scaled to ours.
+TINY_RATIOS = [
+    ("tiny skbatch 1", "tiny sklearn 1"),
+    ("tiny skbatch 100", "tiny sklearn 100"),
+    ("tiny skbatch 10000", "tiny sklearn 10000 (1000 perms)"),
+]
+# A small test should take at most this many times its floor: the draws
+# plus one batched solve.
+TINY_TARGET = 2.0
 # (ours, peer, target ratio); a peer timed on fewer permutations is scaled.
 RATIOS = [
     ("skbatch numpy", "sklearn n_jobs=1", 100.0),
@@ -57,8 +90,16 @@ ESTIMATE_PERMUTATIONS = 10
 def sizes(quick):
     """(n, p, targets, permutations) of each workload."""
     if quick:
-        return {"small": (100, 10, 1, 50), "large": (100, 20, 50, 20)}
-    return {"small": (500, 50, 1, 1000), "large": (500, 100, 2000, 1000)}
+        return {
+            "small": (100, 10, 1, 50),
+            "large": (100, 20, 50, 20),
+            "tiny": (40, 3, 1, 200),
+        }
+    return {
+        "small": (500, 50, 1, 1000),
+        "large": (500, 100, 2000, 1000),
+        "tiny": (40, 3, 1, 10_000),
+    }
 
 
 def make_data(n, p, t, seed=0):
@@ -69,9 +110,85 @@ def make_data(n, p, t, seed=0):
     return X, Y[:, 0] if t == 1 else Y
 
 
+def run_tiny(name, quick):
+    """One small test, or one of its floors; returns (seconds, mean p-value).
+
+    Kinds: "skbatch" and "sklearn" fit; "draws" loops over
+    ``rng.permutation``; "solve" scores all permuted columns in one call of
+    the ridge fast path; "precomputed" fits with the indices drawn before
+    the clock (the same indices: ``permutation_indices`` replaced by a
+    lookup).
+    """
+    from sklearn.linear_model import Ridge
+    from sklearn.model_selection import KFold, permutation_test_score
+
+    import skbatch.permutation
+    from skbatch import PermutationScorer, resolve_backend
+    from skbatch.random import permutation_indices, resolve_entropy
+
+    _, kind, n_permutations = CONFIGS[name]
+    n, p, _, most = sizes(quick)["tiny"]
+    n_permutations = min(n_permutations, most)
+    X, y = make_data(n, p, 1)
+    scorer = PermutationScorer(Ridge(alpha=1.0), cv=5, random_state=0)
+    indices = permutation_indices(resolve_entropy(0), np.arange(n_permutations), n)
+    if kind == "sklearn":
+
+        def run(b=n_permutations):
+            return permutation_test_score(
+                Ridge(alpha=1.0), X, y, cv=5, n_permutations=b, random_state=0
+            )[2]
+    elif kind == "skbatch" or kind == "precomputed":
+        if kind == "precomputed":
+            # Every call, the fit's own check included, looks its rows up.
+            skbatch.permutation.permutation_indices = lambda _, ids, *a, **k: indices[
+                np.asarray(ids)
+            ]
+
+        def run(b=n_permutations):
+            return scorer.set_params(n_permutations=b).fit(X, y).pvalue_
+    elif kind == "draws":
+
+        def run(b=n_permutations):
+            rng = np.random.default_rng(0)
+            return [rng.permutation(n) for _ in range(b)]
+    else:
+        backend = resolve_backend("cpu")
+        spec = skbatch.permutation._ridge_spec(Ridge(alpha=1.0))
+        Y = y.reshape(n, 1)
+        folds = skbatch.permutation._RidgeFolds(
+            X, Y, Y, list(KFold(5).split(X)), spec, backend, np.float64, None
+        )
+
+        def run(b=n_permutations):
+            return folds.scores(indices[:b])
+
+    # Warm-up: imports, first calls.
+    run(2)
+    start = time.perf_counter()
+    pvalue = run()
+    elapsed = time.perf_counter() - start
+    pvalue = pvalue if kind in ("skbatch", "sklearn", "precomputed") else np.nan
+    return elapsed, n_permutations, float(np.mean(pvalue))
+
+
 def run_one(name, quick):
     """Run one configuration in this process; print time, RSS and p-values."""
     workload, kind, option = CONFIGS[name]
+    if workload == "tiny":
+        elapsed, n_permutations, pvalue = run_tiny(name, quick)
+        print(
+            json.dumps(
+                {
+                    "time": elapsed,
+                    "permutations": n_permutations,
+                    "peak_gb": 0.0,
+                    "work_gb": 0.0,
+                    "pvalue": pvalue,
+                }
+            )
+        )
+        return
     n, p, t, n_permutations = sizes(quick)[workload]
     X, y = make_data(n, p, t)
     from sklearn.linear_model import Ridge, RidgeCV
@@ -179,6 +296,35 @@ def print_row(name, res, quick):
     )
 
 
+def print_tiny(results):
+    """The small tests: times in ms, ratios to sklearn, and to their floor."""
+    if not results:
+        return
+    print(f"\n{'small test (n=40, p=3)':<34}{'perms':>6}{'time ms':>9}{'mean p':>8}")
+    for name, res in results.items():
+        print(
+            f"{name:<34}{res['permutations']:>6}{1e3 * res['time']:>9.2f}"
+            f"{res['pvalue']:>8.3f}"
+        )
+    for ours, peer in TINY_RATIOS:
+        if ours in results and peer in results:
+            scale = results[ours]["permutations"] / results[peer]["permutations"]
+            ratio = results[peer]["time"] * scale / results[ours]["time"]
+            print(f"{ours} vs {peer}: {ratio:.1f}x faster")
+    floor = [results.get(f"tiny {kind} 10000") for kind in ("draws", "solve")]
+    if None in floor:
+        return
+    floor = sum(res["time"] for res in floor)
+    for name in ("tiny skbatch 10000", "tiny precomputed 10000"):
+        if name in results:
+            ratio = results[name]["time"] / floor
+            verdict = "ok" if ratio <= TINY_TARGET else "ABOVE TARGET"
+            print(
+                f"{name} vs draws + one batched solve ({1e3 * floor:.1f} ms): "
+                f"{ratio:.2f}x (target <= {TINY_TARGET:.0f}x) {verdict}"
+            )
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes, 1 repeat")
@@ -187,6 +333,9 @@ def main():
     )
     parser.add_argument(
         "--repeats-large", type=int, default=3, help="runs of each large one"
+    )
+    parser.add_argument(
+        "--repeats-tiny", type=int, default=5, help="runs of each small test"
     )
     parser.add_argument("--only", nargs="*", help="subset of configuration names")
     parser.add_argument("--one", help=argparse.SUPPRESS)
@@ -197,6 +346,7 @@ def main():
     repeats = {
         "small": 1 if args.quick else args.repeats,
         "large": 1 if args.quick else args.repeats_large,
+        "tiny": 1 if args.quick else args.repeats_tiny,
     }
     names = args.only or list(CONFIGS)
     for workload, (n, p, t, b) in sizes(args.quick).items():
@@ -210,7 +360,9 @@ def main():
         f"{'peak GB':>9}{'above data':>11}{'mean p':>8}"
     )
     for name in names:
-        print_row(name, results[name], args.quick)
+        if CONFIGS[name][0] != "tiny":
+            print_row(name, results[name], args.quick)
+    print_tiny({n: r for n, r in results.items() if CONFIGS[n][0] == "tiny"})
     print()
     for ours, peer, target in RATIOS:
         if ours not in results or peer not in results:

@@ -1,16 +1,22 @@
 """BatchedRidge against sklearn RidgeCV and himalaya RidgeCV, side by side.
 
-Workload (defaults): n=2000 samples, p=500 features, 20,000 targets, 20
-alphas (np.logspace(-2, 6, 20)), per-target alpha. Every configuration runs
+Two workloads, per-target alpha: "large", n=2000 samples, p=500 features,
+20,000 targets, 20 alphas (np.logspace(-2, 6, 20)); "medium", n=1000,
+p=300, 8,000 targets, 15 alphas (np.logspace(-2, 5, 15)), where the
+passes around the GEMMs weigh more. Every configuration runs
 in its own subprocess; its peak RSS is measured over the fit alone ("peak GB",
 the whole process with its data; "above data", what the fit added to the
-resident set it started from); each is repeated and the
-median time is reported, with the ratio to the peer measured in the same
-run. The achieved GFLOP/s of the dominant loop (one n x rank x targets GEMM
-per alpha and fold) is printed as a share of the GEMM rate measured here for
-the library the configuration computes with (numpy's OpenBLAS, torch's MKL).
+resident set it started from); each is repeated, in rounds over all
+configurations, and the median time is reported, with the ratio to the
+peer measured in the same run. The achieved GFLOP/s of the dominant loop
+(one n x rank x targets GEMM per alpha and fold) is printed as a share of
+the GEMM rate measured here for the library the configuration computes with
+(numpy's OpenBLAS, torch's MKL).
 
-    python benchmarks/bench_ridge.py            # full workload, 3 repeats
+    python benchmarks/bench_ridge.py            # both workloads, 3 repeats
+    PYTHONPATH=. python benchmarks/bench_ridge.py   # a checkout's skbatch
+    python benchmarks/bench_ridge.py --workloads medium --only \
+        "sklearn RidgeCV LOO f64" "skbatch LOO f64"
     python benchmarks/bench_ridge.py --quick    # tiny, to check it runs
 """
 
@@ -45,13 +51,20 @@ CONFIGS = {
         {"cv": None, "dtype": "float64", "max_memory_gb": 0.2},
     ),
 }
-# (config, peer) pairs whose ratio is printed, with the target ratio.
+# name: (n, p, targets, alphas), and the tiny sizes of --quick.
+WORKLOADS = {
+    "medium": (1000, 300, 8000, np.logspace(-2, 5, 15)),
+    "large": (2000, 500, 20000, np.logspace(-2, 6, 20)),
+}
+QUICK = (200, 50, 500)
+# (config, peer) pairs whose ratio is printed, with the target ratio of
+# each workload that has one.
 RATIOS = [
-    ("skbatch LOO f64", "sklearn RidgeCV LOO f64", 2.0),
-    ("skbatch LOO f32", "sklearn RidgeCV LOO f64", 4.0),
-    ("skbatch GCV f64", "sklearn RidgeCV LOO f64", 15.0),
-    ("skbatch cv=5 f64", "himalaya RidgeCV cv=5 numpy f64", 3.5),
-    ("skbatch cv=5 f32 torch", "himalaya RidgeCV cv=5 torch f32", 3.0),
+    ("skbatch LOO f64", "sklearn RidgeCV LOO f64", {"medium": 2.5, "large": 2.4}),
+    ("skbatch LOO f32", "sklearn RidgeCV LOO f64", {"large": 4.0}),
+    ("skbatch GCV f64", "sklearn RidgeCV LOO f64", {"large": 15.0}),
+    ("skbatch cv=5 f64", "himalaya RidgeCV cv=5 numpy f64", {"large": 3.5}),
+    ("skbatch cv=5 f32 torch", "himalaya RidgeCV cv=5 torch f32", {"large": 3.0}),
 ]
 
 
@@ -62,11 +75,17 @@ def make_data(n, p, t, seed=0):
     return X, X @ W + rng.standard_normal((n, t))
 
 
-def run_one(name, n, p, t):
+def sizes(workload, quick):
+    """(n, p, targets, alphas) of ``workload``."""
+    n, p, t, alphas = WORKLOADS[workload]
+    return (*QUICK, alphas) if quick else (n, p, t, alphas)
+
+
+def run_one(name, workload, quick):
     """Run one configuration in this process; print time, RSS and alphas."""
     kind, params = CONFIGS[name]
+    n, p, t, alphas = sizes(workload, quick)
     X, Y = make_data(n, p, t)
-    alphas = np.logspace(-2, 6, 20)
     if kind == "sklearn":
         from sklearn.linear_model import RidgeCV
 
@@ -155,70 +174,55 @@ def library_of(name):
     return "torch" if "torch" in name else "numpy"
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, 1 repeat")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--only", nargs="*", help="subset of configuration names")
-    parser.add_argument("--one", help=argparse.SUPPRESS)
-    parser.add_argument("--size", nargs=3, type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.one:
-        run_one(args.one, *args.size)
-        return
-    n, p, t = (200, 50, 500) if args.quick else (2000, 500, 20000)
-    repeats = 1 if args.quick else args.repeats
-    names = args.only or list(CONFIGS)
-    print(f"n={n}, p={p}, targets={t}, 20 alphas; median of {repeats} run(s)")
-    rates = {
-        (library, dtype): gemm_rate(dtype, library)
-        for library in ("numpy", "torch")
-        for dtype in (np.float64, np.float32)
-    }
-    for library in ("numpy", "torch"):
-        print(
-            f"{library} GEMM 2000^3: f64 {rates[library, np.float64]:.0f} GFLOP/s, "
-            f"f32 {rates[library, np.float32]:.0f} GFLOP/s"
-        )
-    results = {}
-    for name in names:
-        runs = []
-        for _ in range(repeats):
-            out = subprocess.run(
-                [
-                    sys.executable,
-                    __file__,
-                    "--one",
-                    name,
-                    "--size",
-                    str(n),
-                    str(p),
-                    str(t),
-                ],
-                check=True,
-                capture_output=True,
-                text=True,
-            )
-            runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
-        results[name] = {
-            "time": statistics.median(r["time"] for r in runs),
-            "peak_gb": max(r["peak_gb"] for r in runs),
-            "work_gb": max(r["work_gb"] for r in runs),
-            "alphas": np.asarray(runs[0]["alphas"]),
+def run_subprocess(name, workload, quick):
+    command = [sys.executable, __file__, "--one", name, "--workload", workload]
+    out = subprocess.run(
+        command + (["--quick"] if quick else []),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def measure(names, workload, quick, repeats):
+    """Median time and peak memory of each configuration, one process per run.
+
+    Runs go in rounds (every configuration once, then again) rather than one
+    configuration's repeats in a row, so that a slow spell of a shared host
+    hits ours and the peer alike.
+    """
+    runs = {name: [] for name in names}
+    for _ in range(repeats):
+        for name in names:
+            runs[name].append(run_subprocess(name, workload, quick))
+    return {
+        name: {
+            "time": statistics.median(r["time"] for r in results),
+            "peak_gb": max(r["peak_gb"] for r in results),
+            "work_gb": max(r["work_gb"] for r in results),
+            "alphas": np.asarray(results[0]["alphas"]),
         }
+        for name, results in runs.items()
+    }
+
+
+def print_table(workload, results, rates, quick):
+    n, p, t, alphas = sizes(workload, quick)
     reference = results.get("sklearn RidgeCV LOO f64")
     print(
-        "\nGFLOP/s: 20 alphas x 2*n*rank*targets flops of the dominant loop / time\n"
+        f"\n{workload}: n={n}, p={p}, targets={t}, {alphas.size} alphas\n"
+        f"GFLOP/s: {alphas.size} alphas x 2*n*rank*targets flops of the dominant "
+        "loop / time\n"
         f"{'configuration':<36}{'time s':>8}{'peak GB':>9}{'above data':>11}"
         f"{'GFLOP/s':>9}{'% GEMM':>8}{'alpha = sklearn':>16}"
     )
-    for name in names:
-        res = results[name]
+    for name, res in results.items():
         kind, params = CONFIGS[name]
         # The dominant loop: one n x rank x targets GEMM per alpha (for
         # K-fold, the test rows of all folds add up to n). Peers doing more
         # work show the rate they would need to match.
-        flops = 20 * 2 * n * min(n, p) * t
+        flops = alphas.size * 2 * n * min(n, p) * t
         gflops = flops / res["time"] / 1e9
         dtype = np.float32 if "f32" in name else np.float64
         rate = rates[library_of(name), dtype]
@@ -235,12 +239,52 @@ def main():
             f"{100 * gflops / rate if dominant else float('nan'):>7.0f}%"
             f"{same:>16}"
         )
-    print()
-    for ours, peer, target in RATIOS:
-        if ours in results and peer in results:
-            ratio = results[peer]["time"] / results[ours]["time"]
-            verdict = "ok" if ratio >= target else "BELOW TARGET"
-            print(f"{ours} vs {peer}: {ratio:.1f}x faster (target {target}x) {verdict}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, 1 repeat")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--only", nargs="*", help="subset of configuration names")
+    parser.add_argument(
+        "--workloads", nargs="*", choices=list(WORKLOADS), default=list(WORKLOADS)
+    )
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--workload", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        run_one(args.one, args.workload, args.quick)
+        return
+    repeats = 1 if args.quick else args.repeats
+    names = args.only or list(CONFIGS)
+    print(f"median of {repeats} run(s), each in its own process")
+    rates = {
+        (library, dtype): gemm_rate(dtype, library)
+        for library in ("numpy", "torch")
+        for dtype in (np.float64, np.float32)
+    }
+    for library in ("numpy", "torch"):
+        print(
+            f"{library} GEMM 2000^3: f64 {rates[library, np.float64]:.0f} GFLOP/s, "
+            f"f32 {rates[library, np.float32]:.0f} GFLOP/s"
+        )
+    results = {}
+    for workload in args.workloads:
+        results[workload] = measure(names, workload, args.quick, repeats)
+        print_table(workload, results[workload], rates, args.quick)
+    print(f"\n{'ratio':<60}" + "".join(f"{w:>9}" for w in args.workloads))
+    for ours, peer, targets in RATIOS:
+        if ours not in names or peer not in names:
+            continue
+        cells = []
+        for w in args.workloads:
+            ratio = results[w][peer]["time"] / results[w][ours]["time"]
+            cell = f"{ratio:.1f}x"
+            if w in targets:
+                verdict = "ok" if ratio >= targets[w] else "BELOW"
+                cell += f" (target {targets[w]}x {verdict})"
+            cells.append(f"{cell:>9}")
+        print(f"{ours + ' vs ' + peer:<60}" + "  ".join(cells))
 
 
 if __name__ == "__main__":

@@ -82,15 +82,18 @@ def _check_alphas(alphas):
     return values
 
 
-def _warn_at_grid_edges(alphas, best, scores, limit):
+def _warn_at_grid_edges(alphas, best, scores, no_model):
     """Warn when many targets chose an edge of ``alphas`` while improving there.
 
     ``scores`` (n_targets, n_alphas) and ``best`` (n_targets,) index the
-    alphas. ``limit`` (n_targets,) is each target's score without a model
-    (the limit of an infinite alpha), or None when there is none. A score
-    that approaches that limit from below, close to it, is a target with
-    nothing to predict: pure noise always prefers the largest alpha,
-    whatever the grid, and does not say that the grid stops too early.
+    alphas. ``no_model(columns)`` gives the score without a model (the limit
+    of an infinite alpha) of the targets ``columns``, or None when there is
+    none. A score that approaches that limit from below, close to it, is a
+    target with nothing to predict: pure noise always prefers the largest
+    alpha, whatever the grid, and does not say that the grid stops too
+    early. The limit takes a pass over the targets, so it is asked only when
+    the share of targets at the largest alpha would otherwise warn, and only
+    for them.
     """
     if alphas.size < 2:
         return
@@ -103,11 +106,17 @@ def _warn_at_grid_edges(alphas, best, scores, limit):
     ):
         with np.errstate(invalid="ignore"):
             tolerance = EDGE_IMPROVEMENT * span
-            improving = scores[:, edge] - scores[:, neighbour] > tolerance
-            if which == "largest" and limit is not None:
-                gap = limit - scores[:, edge]
-                improving &= ~((gap >= 0) & (gap <= tolerance))
-        share = np.mean((best == edge) & improving)
+            counted = (best == edge) & (
+                scores[:, edge] - scores[:, neighbour] > tolerance
+            )
+        if which == "largest" and np.mean(counted) > EDGE_SHARE:
+            (columns,) = np.nonzero(counted)
+            limit = no_model(columns)
+            if limit is not None:
+                with np.errstate(invalid="ignore"):
+                    gap = limit - scores[columns, edge]
+                    counted[columns] = ~((gap >= 0) & (gap <= tolerance[columns]))
+        share = np.mean(counted)
         if share > EDGE_SHARE:
             direction = "smaller" if which == "smallest" else "larger"
             warnings.warn(
@@ -635,21 +644,26 @@ default=None
                 verbose=self.verbose,
             )
         coef, intercept, best, best_score, scores = results
-        limit = _no_model_score(
-            Y,
-            sample_weight,
-            scoring=self.scoring,
-            cv=self.cv,
-            fit_intercept=self.fit_intercept,
-        )
+
+        def no_model(columns):
+            return _no_model_score(
+                Y[:, columns],
+                sample_weight,
+                scoring=self.scoring,
+                cv=self.cv,
+                fit_intercept=self.fit_intercept,
+            )
+
         if self.alpha_per_target:
-            _warn_at_grid_edges(alphas, best, scores, limit)
+            _warn_at_grid_edges(alphas, best, scores, no_model)
         else:
+
+            def mean_no_model(_):
+                limit = no_model(slice(None))
+                return None if limit is None else np.mean(limit)[None]
+
             _warn_at_grid_edges(
-                alphas,
-                best[:1],
-                np.nanmean(scores, axis=0)[None],
-                None if limit is None else np.mean(limit)[None],
+                alphas, best[:1], np.nanmean(scores, axis=0)[None], mean_no_model
             )
         one_target = y.ndim == 1
         if not self.alpha_per_target or one_target:
@@ -939,13 +953,14 @@ class _RidgeProblem:
 
         Returns
         -------
-        alpha : array of shape (m,)
+        alpha : array of shape (m,), or (1,) with a single alpha
+            The single alpha broadcasts: one filter for every column of
+            :meth:`predict`, not one per column.
         """
         xp = self.xp
         alphas = self.backend.asarray(self.alphas, self.dtype)
-        n_columns = Y.shape[1]
         if self.alphas.size == 1:
-            return xp.broadcast_to(alphas, (n_columns,))
+            return alphas
         scores = self._scores(Y, Y_centered, Y_offset, UtY)
         if columns_per_choice > 1:
             scores = xp.mean(

@@ -761,3 +761,29 @@ def test_default_alphas_reach_the_regularisation_encoding_data_needs():
     default = BatchedRidge(cv=5).fit(X, Y_train).score(X_test, Y_test)
     narrow = BatchedRidge(alphas=(0.1, 1.0, 10.0), cv=5).fit(X, Y_train)
     assert default > 0 > narrow.score(X_test, Y_test)
+
+
+def test_no_model_limit_is_read_only_for_targets_at_the_largest_alpha(monkeypatch):
+    # The limit of an infinite alpha takes a pass over the targets: a fit
+    # whose targets all sit inside the grid never reads it, and one whose
+    # noise targets sit at the top reads it for those targets only.
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((200, 20))
+    coef = 0.3 * rng.standard_normal((20, 40))
+    coef[:, 30:] = 0.0
+    Y = X @ coef + rng.standard_normal((200, 40))
+    columns_read = []
+    original = ridge._no_model_score
+
+    def spy(Y, *args, **kwargs):
+        columns_read.append(Y.shape[1])
+        return original(Y, *args, **kwargs)
+
+    monkeypatch.setattr(ridge, "_no_model_score", spy)
+    inside = BatchedRidge(alphas=np.logspace(-1, 8, 10)).fit(X, Y[:, :30])
+    assert np.all(inside.alpha_ < 1e8) and columns_read == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = BatchedRidge(alphas=np.logspace(-1, 3, 5)).fit(X, Y)
+    at_top = np.flatnonzero(model.alpha_ == 1e3)
+    assert 0 < sum(columns_read) <= at_top.size < Y.shape[1]
