@@ -656,8 +656,9 @@ def _run_window(parallel, function, data, chunks):
         if not in_process:
             data.scatter_lost()
         args, kwargs = data.local if in_process else data.sent
+        task = function if in_process else functools.partial(_resolved, function)
         try:
-            return parallel(delayed(function)(*args, ids, **kwargs) for ids in chunks)
+            return parallel(delayed(task)(*args, ids, **kwargs) for ids in chunks)
         except Exception as exc:
             if not data.any_lost():
                 raise
@@ -669,6 +670,28 @@ def _run_window(parallel, function, data, chunks):
                     "their memory limit); give them more memory, or run without "
                     "joblib.parallel_config(backend='dask')."
                 ) from exc
+
+
+def _resolved(function, *args, **kwargs):
+    """``function`` called with any dask future among its arguments resolved.
+
+    On a worker, joblib's dask backend hands a task the data of its futures.
+    A cluster that loses workers while a window is dispatched can leave joblib
+    with one worker, when it runs the tasks in this process, futures and all:
+    they are fetched here then, from a worker that still holds a copy.
+    """
+    distributed = sys.modules.get("distributed")
+    if distributed is None:
+        return function(*args, **kwargs)
+
+    def value(argument):
+        if isinstance(argument, distributed.Future):
+            return argument.result(timeout=DASK_TIMEOUT_S)
+        return argument
+
+    args = [value(argument) for argument in args]
+    kwargs = {name: value(argument) for name, argument in kwargs.items()}
+    return function(*args, **kwargs)
 
 
 class _TaskData:

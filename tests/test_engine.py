@@ -835,3 +835,20 @@ def test_concurrent_fits_restore_the_thread_counts():
             serial_search.best_estimator_.coef_,
             rtol=1e-10,
         )
+
+
+def test_tasks_run_in_this_process_resolve_dask_futures():
+    # A cluster that shrank to one worker while a window was dispatched: joblib
+    # then runs the tasks here, with the futures of the scattered data.
+    distributed = pytest.importorskip("distributed")
+    with distributed.Client(
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as client:
+        data, offset = client.scatter([np.arange(5.0), 10.0])
+        rows = engine._resolved(
+            lambda data, ids, offset: data[ids] + offset,
+            data,
+            np.array([1, 3]),
+            offset=offset,
+        )
+    np.testing.assert_array_equal(rows, [11.0, 13.0])

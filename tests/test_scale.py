@@ -282,12 +282,15 @@ def kill_data_holder_after_scatter(client, monkeypatch, *, replicate):
         (holder, *_), *_ = client.who_has(futures).values()
         (pid,) = client.run(os.getpid, workers=[holder]).values()
         os.kill(pid, 9)
-        if not replicate:
-            deadline = time.monotonic() + 60
-            while all(f.status == "finished" for f in futures):
-                assert time.monotonic() < deadline, "the loss was never noticed"
-                time.sleep(0.05)
-            client.wait_for_workers(2, timeout=60)
+        deadline = time.monotonic() + 60
+        # The scheduler notices the death (and the loss of the only copy)...
+        while holder in client.scheduler_info()["workers"] or (
+            not replicate and all(f.status == "finished" for f in futures)
+        ):
+            assert time.monotonic() < deadline, "the loss was never noticed"
+            time.sleep(0.05)
+        # ... and the nanny restarts the worker, so that the fit runs on two.
+        client.wait_for_workers(2, timeout=60)
         return futures
 
     monkeypatch.setattr(client, "scatter", scatter_then_kill)
