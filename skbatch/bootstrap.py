@@ -415,8 +415,6 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
             groups,
             fit_params,
             accept_sparse="csr" if inner_tags.input_tags.sparse else False,
-            dtype=None,
-            ensure_all_finite="allow-nan" if inner_tags.input_tags.allow_nan else True,
         )
         n_samples = _num_samples(X_checked)
         # Draws no replicate: checks block_size against the groups.

@@ -68,7 +68,7 @@ from ._base import (
 from ._engine import run_batched, run_parallel
 from .backend import resolve_backend, to_numpy
 from .memory import GB, memory_budget
-from .random import permutation_indices, resolve_entropy
+from .random import _check_permutation_type, permutation_indices, resolve_entropy
 from .ridge import _SCORINGS as _BATCHED_RIDGE_SCORINGS
 from .ridge import (
     MAX_TARGETS_PER_BATCH,
@@ -93,7 +93,6 @@ MAX_COLUMNS_PER_BATCH = MAX_TARGETS_PER_BATCH
 # thread costs at most a few ms here; drawing the permutations dominates.
 SMALL_FIT_FLOPS = 1e9
 _MULTIOUTPUTS = ("uniform_average", "raw_values")
-_PERMUTATION_TYPES = ("shuffle", "circular_shift", "block_shuffle")
 # Scorings the ridge fast path computes on the device, per target. None is
 # R^2: the ``score`` of every estimator the fast path accepts.
 _DEVICE_SCORINGS = (
@@ -741,28 +740,8 @@ default="shuffle"
                 f"target: None, a callable returning one score per target, or "
                 f"one of {tuple(_PER_TARGET_METRICS)}, got scoring={scoring!r}"
             )
-        if self.permutation_type not in _PERMUTATION_TYPES:
-            raise ValueError(
-                f"permutation_type must be one of {_PERMUTATION_TYPES}, got "
-                f"{self.permutation_type!r}"
-            )
-        block_size = self.block_size
-        if self.permutation_type == "block_shuffle":
-            if (
-                isinstance(block_size, bool)
-                or not isinstance(block_size, numbers.Integral)
-                or block_size < 1
-            ):
-                raise ValueError(
-                    f"permutation_type='block_shuffle' needs block_size, an int "
-                    f">= 1 (rows per block), got block_size={block_size!r}"
-                )
-        elif block_size is not None:
-            raise ValueError(
-                f"block_size is only used with permutation_type='block_shuffle'; "
-                f"got block_size={block_size!r} with permutation_type="
-                f"{self.permutation_type!r}"
-            )
+        # Type and block_size here; block_size against the groups in fit.
+        _check_permutation_type(self.permutation_type, self.block_size)
         if not isinstance(self.return_null, bool | np.bool_):
             raise ValueError(f"return_null must be a bool, got {self.return_null!r}")
         check_max_memory_gb(self.max_memory_gb)
