@@ -807,3 +807,33 @@ def _block_result(results, chunk, lo, hi):
         for k in range(first, last + 1)
     ]
     return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+
+def run_problem(problem, reduce, *, max_memory_gb=None, batch_size="auto", verbose=0):
+    """Run a problem object over all its items: :func:`run_batched` on what it states.
+
+    A problem (see :mod:`skbatch._ridge.problems`) is a kernel of item ids
+    that states its memory (``fixed_bytes``, ``device_bytes_per_item``,
+    ``host_bytes_per_item``), its largest useful batch (``max_batch_size``),
+    whether its batches may run side by side (``threads``), ``n_items``,
+    ``backend`` and ``desc``; the caller never does memory arithmetic.
+
+    Returns
+    -------
+    Plan
+    """
+    return run_batched(
+        problem,
+        reduce,
+        n_items=problem.n_items,
+        backend=problem.backend,
+        device_bytes_per_item=problem.device_bytes_per_item,
+        host_bytes_per_item=problem.host_bytes_per_item,
+        fixed_bytes=problem.fixed_bytes,
+        max_memory_gb=max_memory_gb,
+        batch_size=batch_size,
+        max_batch_size=problem.max_batch_size,
+        threads=problem.threads,
+        verbose=verbose,
+        desc=problem.desc,
+    )

@@ -29,10 +29,9 @@ from typing import NamedTuple
 
 import joblib
 import numpy as np
-from array_api_compat import device as array_device
 from scipy import sparse
 from sklearn.base import BaseEstimator, RegressorMixin, clone
-from sklearn.linear_model import LinearRegression, Ridge, RidgeCV
+from sklearn.linear_model import Ridge, RidgeCV
 from sklearn.utils import _safe_indexing, get_tags
 from sklearn.utils.validation import (
     _check_method_params,
@@ -40,14 +39,19 @@ from sklearn.utils.validation import (
     _num_samples,
 )
 
-from . import _linalg
 from ._base import (
     WrapperMixin,
     atomic_fit,
     check_max_memory_gb,
     check_verbose,
 )
-from ._engine import cpu_workers, run_batched, run_parallel
+from ._engine import cpu_workers, run_parallel, run_problem
+from ._ridge.problems import (
+    BootstrapRidgeProblem,
+    bootstrap_flops_per_replicate,
+    check_replicate_weights,
+)
+from ._ridge.spec import resolve_dtype, ridge_spec
 from .backend import resolve_backend, to_numpy
 from .memory import GB, memory_budget
 from .random import bootstrap_counts, resolve_entropy
@@ -71,22 +75,6 @@ _TUNED_ATTRIBUTES = (
     "best_params_",
     "best_index_",
 )
-# Largest working set of one device batch. The batch GEMM runs at the BLAS
-# rate long before this (n=1000, p=100, 1000 targets: 28 replicates; the
-# kernel alone reaches 66-70% of the one-thread GEMM rate from 4 to 28, and
-# smaller caps did not change the whole fit, benchmarks/RESULTS.md); bigger
-# batches only add page faults for their temporaries.
-MAX_BATCH_BYTES = 256e6
-# Least work (flops of all replicates) for which the linear path runs batches
-# side by side on the BLAS threads: below it, starting the threads costs more
-# than the second core gives (2 or 100 replicates of 40 rows, 1e6 flops at
-# most: 3.0 ms in turn against 3.6 ms side by side); from 5e7 (10,000
-# replicates of 40 rows, 100,000 of 16) both are as fast at best and side by
-# side faster in median.
-SIDE_BY_SIDE_MIN_FLOPS = 1e7
-# Temporaries of the linear kernel beyond the arrays counted per replicate
-# (copies made by broadcasting, transposes and LAPACK's Fortran-order inputs).
-WORKSPACE_OVERHEAD = 1.5
 # Copies of X and y that fitting a model makes besides its input, for the
 # fit on all data and, on the generic path, for each refit, whose true
 # working set only the wrapped estimator knows. Measured with tracemalloc:
@@ -434,7 +422,7 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         flops = None
         if shapes is not None:
             n_targets = 1 if y_checked.ndim == 1 else y_checked.shape[1]
-            flops = self.n_bootstrap * _flops_per_replicate(
+            flops = self.n_bootstrap * bootstrap_flops_per_replicate(
                 n_samples, X_checked.shape[1], n_targets
             )
         backend = resolve_backend(self.device, flops=flops)
@@ -445,7 +433,9 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
                 backend,
                 data,
                 self._accumulator_bytes(shapes),
-                *_linear_bytes(n_samples, X_checked.shape[1], n_targets, 8, True),
+                *BootstrapRidgeProblem.nbytes(
+                    n_samples, X_checked.shape[1], n_targets, 8, copies_y=True
+                ),
             )
 
         self.estimator_ = clone(estimator).fit(X_fit, y_fit, **fit_params)
@@ -472,7 +462,7 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
             for name, shape in shapes.items()
         }
         linear = _linear_model(
-            replicate_estimator, source, names, X_checked, fit_params
+            replicate_estimator, names, X_checked, y_checked, fit_params
         )
         if linear is not None:
             self._run_linear(
@@ -635,38 +625,26 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
     def _run_linear(
         self, linear, X, y, groups, entropy, fit_params, accumulators, backend, data
     ):
-        alpha, fit_intercept, dtype = linear
-        if backend.device == "mps":
-            dtype = np.dtype(np.float32)
-        X = np.asarray(X, dtype=np.float64 if X.dtype != np.float32 else None)
-        Y = np.asarray(y, dtype=dtype).reshape(X.shape[0], -1)
+        spec, dtype = linear
+        dtype = resolve_dtype(dtype, backend, X.dtype)
         sample_weight = fit_params.get("sample_weight")
         if sample_weight is not None:
             sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
-        n_samples, n_features = X.shape
-        n_targets = Y.shape[1]
-        alpha = np.array(
-            np.broadcast_to(np.asarray(alpha, dtype=np.float64).ravel(), (n_targets,))
-        )
-        fixed_bytes, device_bytes, host_bytes = _linear_bytes(
-            n_samples,
-            n_features,
-            n_targets,
-            np.dtype(dtype).itemsize,
-            copies_y=backend.library != "numpy" or Y.dtype != y.dtype,
-        )
+        n_targets = 1 if y.ndim == 1 else y.shape[1]
         summaries = self._accumulator_bytes(
             {name: acc.shape for name, acc in accumulators.items()}
         )
         batch_gb, max_items = self._preflight(
-            backend, data, summaries, fixed_bytes, device_bytes, host_bytes
+            backend,
+            data,
+            summaries,
+            *BootstrapRidgeProblem.nbytes(
+                *X.shape,
+                n_targets,
+                dtype.itemsize,
+                copies_y=backend.library != "numpy" or y.dtype != dtype,
+            ),
         )
-        max_batch_size = max(1, int(MAX_BATCH_BYTES // device_bytes))
-        flops = self.n_bootstrap * _flops_per_replicate(
-            n_samples, n_features, n_targets
-        )
-        if max_items is not None:
-            max_batch_size = min(max_batch_size, max_items)
 
         def reduce(ids, result):
             coef, intercept = result
@@ -674,7 +652,7 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
                 shape = (len(ids), *accumulator.shape)
                 if name == "coef_":
                     block = coef.reshape(shape)
-                elif fit_intercept:
+                elif spec.fit_intercept:
                     block = intercept.reshape(shape)
                 else:
                     # Shaped like the estimator's own (0.0 for sklearn).
@@ -682,32 +660,22 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
                 accumulator.update(block, ids=ids)
 
         with backend.context():
-            problem = _WeightedRidge(
+            problem = BootstrapRidgeProblem(
                 X,
-                Y,
-                alpha,
-                fit_intercept=fit_intercept,
+                y,
+                spec.alphas,
+                fit_intercept=spec.fit_intercept,
                 sample_weight=sample_weight,
                 groups=groups,
                 block_size=self.block_size,
                 entropy=entropy,
                 backend=backend,
                 dtype=dtype,
+                n_bootstrap=self.n_bootstrap,
+                max_batch_size=max_items,
             )
             # What is held is already taken off the budget of the batches.
-            run_batched(
-                problem,
-                reduce,
-                n_items=self.n_bootstrap,
-                backend=backend,
-                device_bytes_per_item=device_bytes,
-                host_bytes_per_item=host_bytes,
-                max_memory_gb=batch_gb,
-                max_batch_size=max_batch_size,
-                threads=flops >= SIDE_BY_SIDE_MIN_FLOPS,
-                verbose=self.verbose,
-                desc="replicates",
-            )
+            run_problem(problem, reduce, max_memory_gb=batch_gb, verbose=self.verbose)
 
     def _run_generic(
         self,
@@ -881,7 +849,7 @@ def _refit_replicates(
     counts = bootstrap_counts(entropy, ids, n_samples, groups, block_size=block_size)
     sample_weight = fit_params.get("sample_weight")
     if sample_weight is not None:
-        _check_replicate_weights(ids, counts * np.asarray(sample_weight))
+        check_replicate_weights(ids, counts * np.asarray(sample_weight))
     rows = np.arange(n_samples)
     out = np.empty((len(ids), sum(int(np.prod(s)) for s in shapes.values())))
     for k, (item, count) in enumerate(zip(ids, counts)):
@@ -916,15 +884,12 @@ def _refit_replicates(
 def _linear_shapes(estimator, attributes, tune_per_replicate, X, y):
     """Shapes of coef_ / intercept_ before fitting, for the batched path.
 
-    None when the replicates will not take the batched path (other
-    estimators or attributes, re-tuning per replicate, X not dense numbers):
+    None when the replicates will not take the batched path (not a ridge
+    problem, other attributes, re-tuning per replicate, X not dense numbers):
     the shapes are then known only after the fit.
     """
-    kind = type(estimator)
-    if kind not in (BatchedRidge, Ridge, LinearRegression, RidgeCV):
-        return None
-    tunes = kind is RidgeCV or (kind is BatchedRidge and np.size(estimator.alphas) > 1)
-    if tune_per_replicate and tunes:
+    spec = ridge_spec(estimator)
+    if spec is None or (tune_per_replicate and spec.tunes):
         return None
     if sparse.issparse(X) or X.dtype.kind not in "biuf" or callable(attributes):
         return None
@@ -942,153 +907,23 @@ def _linear_shapes(estimator, attributes, tune_per_replicate, X, y):
     return {name: all_shapes[name] for name in names}
 
 
-def _linear_model(estimator, source, names, X, fit_params):
-    """(alpha, fit_intercept, dtype) when the batched path applies, else None."""
+def _linear_model(estimator, names, X, y, fit_params):
+    """``(spec, dtype)`` of the replicates' ridge problem at fixed alphas when
+    the batched path solves it, else None."""
     if names is None or not set(names) <= set(_LINEAR_ATTRIBUTES):
         return None
     if not set(fit_params) <= {"sample_weight"}:
         return None
     if sparse.issparse(X) or X.dtype.kind not in "biuf":
         return None
-    kind = type(estimator)
-    if kind is Ridge and not estimator.positive:
-        alpha = estimator.alpha
-    elif kind is LinearRegression and not estimator.positive:
-        alpha = 0.0
-    elif kind is BatchedRidge and np.size(estimator.alphas) == 1:
-        alpha = float(np.asarray(estimator.alphas, dtype=np.float64).reshape(-1)[0])
-    else:
+    spec = ridge_spec(estimator)
+    if spec is None or spec.tunes:
         return None
-    dtype = getattr(source, "dtype_", None)
-    if dtype is None:
-        dtype = np.float32 if X.dtype == np.float32 else np.float64
-    return alpha, estimator.fit_intercept, np.dtype(dtype)
-
-
-def _flops_per_replicate(n_samples, n_features, n_targets):
-    """Floating-point work of one replicate, for ``device="auto"``."""
-    rank = min(n_samples, n_features)
-    return (
-        2.0 * n_samples * (n_features * n_targets + rank * max(n_samples, n_features))
-    )
-
-
-def _linear_bytes(n_samples, n_features, n_targets, itemsize, copies_y):
-    """Bytes of the batched path: (data, per replicate on the device, per
-    replicate on the host)."""
-    # X centred (with a ones column in the primal) on the device, and the
-    # centred float64 copy it is made from.
-    fixed = (itemsize + 8) * n_samples * (n_features + 1)
-    if copies_y:
-        fixed += itemsize * n_samples * n_targets
-    if n_features > n_samples:
-        fixed += itemsize * n_samples**2
-    return (
-        fixed,
-        _device_bytes_per_replicate(n_samples, n_features, n_targets, itemsize),
-        _host_bytes_per_replicate(n_samples, n_features, n_targets),
-    )
-
-
-def _device_bytes_per_replicate(n_samples, n_features, n_targets, itemsize):
-    """Working set of one replicate in the linear kernel."""
-    n, p, t = n_samples, n_features, n_targets
-    if p > n:
-        elements = 5 * n * n + 5 * n * p + 3 * n * t + 3 * p * t + 4 * n + 2 * t
-    else:
-        elements = 2 * p * n + 4 * p * p + 5 * p * t + 4 * n + 2 * t
-    return WORKSPACE_OVERHEAD * itemsize * elements
-
-
-def _host_bytes_per_replicate(n_samples, n_features, n_targets):
-    """Counts and weights of one replicate, and its result on the host."""
-    result = n_targets * (n_features + 1)
-    # The result arrives in the compute dtype and is copied to float64 by the
-    # accumulator: at most two float64 copies.
-    return 8.0 * (2 * n_samples + 2 * result)
-
-
-class _WeightedRidge:
-    """Data on the device, solving batches of bootstrap replicates as weights.
-
-    Calling it with replicate ids returns their coefficients, of shape
-    (batch, n_targets, n_features), and intercepts, (batch, n_targets).
-    """
-
-    def __init__(
-        self,
-        X,
-        Y,
-        alpha,
-        *,
-        fit_intercept,
-        sample_weight,
-        groups,
-        block_size,
-        entropy,
-        backend,
-        dtype,
-    ):
-        xp = backend.xp
-        self.backend, self.dtype, self.xp = backend, dtype, xp
-        self.fit_intercept = fit_intercept
-        self.sample_weight = sample_weight
-        self.groups, self.block_size, self.entropy = groups, block_size, entropy
-        self.n_samples, n_features = X.shape
-        self.dual = n_features > self.n_samples
-        if fit_intercept:
-            # Centring X on its overall mean once keeps each replicate's mean
-            # small, so the algebraic centring in the kernels loses no digits.
-            offset = X.mean(axis=0, dtype=np.float64)
-            self.x_offset = backend.asarray(offset, dtype)
-            X = X - offset
-            if not self.dual:
-                # A column of ones makes the weighted sums of X and Y fall out
-                # of the two batch GEMMs as one more row.
-                X = np.hstack([X, np.ones((self.n_samples, 1))])
-        if not self.dual:
-            # Column-major, so that X' is contiguous: the kernel weights X'
-            # row by row, 3x faster than through a strided view for few
-            # samples, 25% for n=1000.
-            X = np.asfortranarray(X)
-        self.X = backend.asarray(X, dtype)
-        del X
-        self.Y = backend.asarray(Y, dtype)
-        self.K0 = self.X @ self.X.T if self.dual else None
-        same = bool(np.all(alpha == alpha[0]))
-        self.fixed_alpha = float(alpha[0]) if same and alpha[0] > 0 else None
-        self.alpha = backend.asarray(alpha, dtype)
-
-    def weights(self, ids):
-        counts = bootstrap_counts(
-            self.entropy, ids, self.n_samples, self.groups, block_size=self.block_size
-        )
-        weights = counts.astype(np.float64)
-        if self.sample_weight is not None:
-            weights *= self.sample_weight
-            _check_replicate_weights(ids, weights)
-        return self.backend.asarray(weights, self.dtype)
-
-    def __call__(self, ids):
-        xp = self.xp
-        w = self.weights(ids)
-        args = (w, self.alpha, self.fixed_alpha)
-        if self.dual:
-            coef, x_mean, y_mean = _linalg.weighted_dual_coef(
-                self.X, self.K0, self.Y, *args, fit_intercept=self.fit_intercept, xp=xp
-            )
-        else:
-            coef, x_mean, y_mean = _linalg.weighted_primal_coef(
-                self.X, self.Y, *args, fit_intercept=self.fit_intercept, xp=xp
-            )
-        if self.fit_intercept:
-            offset = x_mean + self.x_offset
-            with _linalg.one_thread(coef):
-                intercept = y_mean - (coef @ offset[:, :, None])[:, :, 0]
-        else:
-            shape = coef.shape[:2]
-            intercept = xp.zeros(shape, dtype=coef.dtype, device=array_device(coef))
-        return coef, intercept
+    n_targets = 1 if y.ndim == 1 else y.shape[1]
+    if spec.alphas.size not in (1, n_targets):
+        # The estimator's fit refuses a wrong number of alphas.
+        return None
+    return spec, spec.dtype
 
 
 def _batch_gb(left_gb, capped_gb, smallest):
@@ -1105,18 +940,6 @@ def _gb_up(nbytes):
         return 0.0
     step = 10.0 ** (math.floor(math.log10(value)) - 2)
     return math.ceil(value / step) * step
-
-
-def _check_replicate_weights(ids, weights):
-    """Refuse replicates whose rows all have sample_weight 0: no fit exists."""
-    empty = np.flatnonzero(weights.sum(axis=1) <= 0)
-    if empty.size:
-        raise ValueError(
-            f"Bootstrap replicate {int(ids[empty[0]])} drew only samples whose "
-            f"sample_weight is 0, so its weighted fit is undefined. Give more "
-            f"samples a positive sample_weight, or leave out the samples of "
-            f"weight 0 before fitting."
-        )
 
 
 class _DataBytes(NamedTuple):

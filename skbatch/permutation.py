@@ -19,15 +19,12 @@ permutation, see :mod:`skbatch.random`):
 
 import contextlib
 import functools
-import math
 import numbers
 import warnings
-from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, RegressorMixin, clone, is_classifier
-from sklearn.linear_model import LinearRegression, Ridge, RidgeCV
 from sklearn.metrics import (
     check_scoring,
     explained_variance_score,
@@ -58,34 +55,25 @@ from sklearn.utils import _safe_indexing, get_tags
 from sklearn.utils.metaestimators import _safe_split
 from sklearn.utils.validation import _check_method_params, _num_samples
 
-from . import _linalg
 from ._base import (
     WrapperMixin,
     atomic_fit,
     check_max_memory_gb,
     check_verbose,
 )
-from ._engine import run_batched, run_parallel
+from ._engine import run_parallel, run_problem
+from ._linalg import library_one_thread
+from ._ridge.cv import cv_scheme
+from ._ridge.problems import DEVICE_SCORINGS, PermutedRidgeProblem
+from ._ridge.spec import resolve_dtype, ridge_spec
 from .backend import resolve_backend, to_numpy
 from .memory import GB, memory_budget
 from .random import _check_permutation_type, permutation_indices, resolve_entropy
-from .ridge import _SCORINGS as _BATCHED_RIDGE_SCORINGS
-from .ridge import (
-    MAX_TARGETS_PER_BATCH,
-    WORKSPACE_OVERHEAD,
-    BatchedRidge,
-    _check_alphas,
-    _resolve_dtype,
-    _RidgeProblem,
-)
+from .ridge import BatchedRidge
 from .streaming import PermutationCounter
 
 __all__ = ["PermutationScorer"]
 
-# Permuted target columns per device batch: a batch of permutations is one
-# GEMM per fold over (permutations x targets) columns, already at the BLAS
-# peak at this width (the target batch of BatchedRidge, same reasoning).
-MAX_COLUMNS_PER_BATCH = MAX_TARGETS_PER_BATCH
 # Below this much work (FLOPs of the whole fast path) every product is small
 # and BLAS / torch threads synchronise more than they compute: 2-20x slower
 # than one thread on busy cores (PERFORMANCE.md, and torch's SVD of a
@@ -93,16 +81,6 @@ MAX_COLUMNS_PER_BATCH = MAX_TARGETS_PER_BATCH
 # thread costs at most a few ms here; drawing the permutations dominates.
 SMALL_FIT_FLOPS = 1e9
 _MULTIOUTPUTS = ("uniform_average", "raw_values")
-# Scorings the ridge fast path computes on the device, per target. None is
-# R^2: the ``score`` of every estimator the fast path accepts.
-_DEVICE_SCORINGS = (
-    None,
-    "r2",
-    "correlation",
-    "neg_mean_squared_error",
-    "neg_root_mean_squared_error",
-    "neg_mean_absolute_error",
-)
 # Scores bounded by 1 whose round-off is relative to 1, not to the score:
 # R^2 = 1 - SSE / SST near 0 still carries errors of order eps.
 _UNIT_SCALE_SCORINGS = (None, "r2", "correlation", "explained_variance")
@@ -141,10 +119,6 @@ _PER_TARGET_METRICS = {
     "neg_median_absolute_error": (median_absolute_error, -1.0),
     "neg_mean_absolute_percentage_error": (mean_absolute_percentage_error, -1.0),
 }
-# sklearn Ridge solvers that give the exact ridge solution (the fast path's);
-# the iterative ones stop at a tolerance and take the generic path.
-_EXACT_RIDGE_SOLVERS = ("auto", "svd", "cholesky")
-_RIDGECV_SCORINGS = (None, "r2", "neg_mean_squared_error")
 # Splitters whose folds depend on X's length (and groups) but not on y: their
 # folds are the same for every permutation of y, so they are drawn once.
 # Exact types: a subclass may split on y. Any other splitter (stratified, or
@@ -169,77 +143,6 @@ _Y_FREE_SPLITTERS = (
 _IGNORES_GROUPS = getattr(sklearn_split, "_UnsupportedGroupCVMixin", ())
 
 
-@dataclass(frozen=True)
-class _RidgeSpec:
-    """How a ridge-family estimator fits, in the terms of ``_RidgeProblem``."""
-
-    alphas: np.ndarray
-    cv: object
-    scoring: object
-    alpha_per_target: bool
-    fit_intercept: bool
-
-
-def _ridge_spec(estimator):
-    """The ridge problem ``estimator.fit`` solves, or None for the generic path.
-
-    Exact types only: a subclass may override ``fit``. Anything the fast
-    path would compute differently (positive coefficients, per-target alpha
-    arrays, iterative solvers, invalid parameters, which the estimator
-    itself must report) returns None.
-    """
-    kind = type(estimator)
-    params = estimator.get_params(deep=False)
-    if kind is LinearRegression:
-        if params["positive"]:
-            return None
-        # The pseudo-inverse: ridge with alpha = 0 on the numerical rank of X.
-        return _RidgeSpec(np.zeros(1), None, None, True, params["fit_intercept"])
-    if kind is Ridge:
-        alpha = params["alpha"]
-        if (
-            params["positive"]
-            or params["solver"] not in _EXACT_RIDGE_SOLVERS
-            or np.ndim(alpha) != 0
-            or not isinstance(alpha, numbers.Real)
-            or not (0 <= alpha < np.inf)
-        ):
-            return None
-        return _RidgeSpec(
-            np.array([float(alpha)]), None, None, True, params["fit_intercept"]
-        )
-    if kind is RidgeCV:
-        alphas = _valid_alphas(params["alphas"])
-        if (
-            alphas is None
-            or params["scoring"] not in _RIDGECV_SCORINGS
-            or (params["cv"] is not None and params["alpha_per_target"])
-            or isinstance(params["cv"], str)
-        ):
-            return None
-        return _RidgeSpec(
-            alphas,
-            params["cv"],
-            params["scoring"],
-            params["alpha_per_target"],
-            params["fit_intercept"],
-        )
-    if kind is BatchedRidge:
-        alphas = _valid_alphas(params["alphas"])
-        cv, scoring = params["cv"], params["scoring"]
-        if (
-            alphas is None
-            or scoring not in _BATCHED_RIDGE_SCORINGS
-            or (isinstance(cv, str) and cv != "gcv")
-            or (cv == "gcv" and scoring is not None)
-        ):
-            return None
-        return _RidgeSpec(
-            alphas, cv, scoring, params["alpha_per_target"], params["fit_intercept"]
-        )
-    return None
-
-
 def _splits_ignore_y(cv):
     """Whether the folds of splitter ``cv`` (after ``check_cv``) ignore y."""
     return type(cv) in _Y_FREE_SPLITTERS
@@ -259,126 +162,6 @@ def _split_rows(cv, X, y, groups):
                 f"{len(train)} rows, test {len(test)} rows)"
             )
     return splits
-
-
-def _valid_alphas(alphas):
-    try:
-        return _check_alphas(alphas)
-    except (TypeError, ValueError):
-        return None
-
-
-def _device_scores(y_true, y_pred, scoring, xp):
-    """Score of every column, computed where the arrays are."""
-    dtype = _linalg._criterion_dtype(y_true, xp)
-    y_true = xp.astype(y_true, dtype, copy=False)
-    y_pred = xp.astype(y_pred, dtype, copy=False)
-    if scoring == "neg_root_mean_squared_error":
-        return -xp.sqrt(xp.mean((y_true - y_pred) ** 2, axis=0))
-    if scoring == "neg_mean_absolute_error":
-        return -xp.mean(xp.abs(y_true - y_pred), axis=0)
-    return _linalg.score_per_target(y_true, y_pred, scoring or "r2", xp=xp)
-
-
-class _RidgeFolds:
-    """Outer folds decomposed once, scoring batches of permuted targets.
-
-    A permutation k of the rows of ``Y`` (n x t) becomes t target columns
-    ``k * t + j``; a batch of permutations is one ``_RidgeProblem`` call per
-    fold over all their columns: projection, alpha choice by the inner CV of
-    the estimator, prediction of the test rows and their score.
-    """
-
-    def __init__(self, X, Y, Y_device, splits, spec, backend, dtype, scoring):
-        self.backend, self.dtype, self.xp = backend, dtype, backend.xp
-        self.scoring = scoring
-        self.n_targets = Y.shape[1]
-        many = not spec.alpha_per_target and self.n_targets > 1
-        self.columns_per_choice = self.n_targets if many else 1
-        self.Y = Y_device
-        self.folds = []
-        for train, test in splits:
-            X_train = X[train]
-            inner = None
-            if spec.cv not in (None, "gcv"):
-                inner = list(check_cv(spec.cv).split(X_train, Y[train]))
-            problem = _RidgeProblem(
-                X_train,
-                None,
-                spec.alphas,
-                inner,
-                backend,
-                dtype,
-                fit_intercept=spec.fit_intercept,
-                scoring=spec.scoring,
-                cv=spec.cv,
-            )
-            X_test_V = problem.rows_in_basis(backend.asarray(X[test], dtype))
-            self.folds.append(
-                (backend.asarray(train), backend.asarray(test), problem, X_test_V)
-            )
-
-    @property
-    def nbytes(self):
-        """Device bytes held whatever the batch: targets and decompositions."""
-        arrays = [self.Y]
-        for _, _, problem, X_test_V in self.folds:
-            arrays += [problem.U, problem.Vt, X_test_V]
-            for fold in problem.folds:
-                arrays += [fold.U, fold.X_test_V]
-        itemsize = np.dtype(self.dtype).itemsize
-        return itemsize * sum(math.prod(a.shape) for a in arrays)
-
-    def bytes_per_permutation(self, n_samples, n_alphas):
-        """Device working set of one permutation in a batch."""
-        rank = max(problem.s.shape[0] for _, _, problem, _ in self.folds)
-        itemsize = np.dtype(self.dtype).itemsize
-        # Gathered train and test targets, their centred copy, LOO residual
-        # and errors, predictions: a few (n x t) blocks, plus the indices.
-        per_column = 6 * n_samples + rank + 2 * n_alphas
-        return WORKSPACE_OVERHEAD * itemsize * self.n_targets * per_column + (
-            16 * n_samples
-        )
-
-    def scores(self, indices):
-        """Per-target score, averaged over folds, of each row permutation.
-
-        Parameters
-        ----------
-        indices : ndarray of shape (b, n_samples)
-            Row permutations (host); ``Y[indices[k]]`` is permuted target k.
-
-        Returns
-        -------
-        scores : device array of shape (b, n_targets)
-        """
-        xp = self.xp
-        indices = self.backend.asarray(indices)
-        permuted = self._permute(indices)
-        total = 0.0
-        for train, test, problem, X_test_V in self.folds:
-            Y_train = xp.take(permuted, train, axis=0)
-            Y_centered, Y_offset, UtY = problem.project(Y_train)
-            alpha = problem.choose_alpha(
-                Y_train,
-                Y_centered,
-                Y_offset,
-                UtY,
-                columns_per_choice=self.columns_per_choice,
-            )
-            predictions = problem.predict(X_test_V, UtY, Y_offset, alpha)
-            Y_test = xp.take(permuted, test, axis=0)
-            total = total + _device_scores(Y_test, predictions, self.scoring, xp)
-        return xp.reshape(total / len(self.folds), (indices.shape[0], self.n_targets))
-
-    def _permute(self, indices):
-        """``Y[indices[k]]`` for every k, as columns ``k * t + j``: (n, b * t).
-
-        Gathered once per batch; each fold then copies whole rows of it.
-        """
-        xp = self.xp
-        rows = xp.reshape(xp.permute_dims(indices, (1, 0)), (-1,))
-        return xp.reshape(xp.take(self.Y, rows, axis=0), (indices.shape[1], -1))
 
 
 def _cv_score(estimator, X, y, splits, scorer, metric, fit_params):
@@ -807,19 +590,22 @@ default="shuffle"
         if (
             not fit_params
             and not sp.issparse(X_valid)
-            and self.scoring in _DEVICE_SCORINGS
+            and self.scoring in DEVICE_SCORINGS
             and _splits_ignore_y(cv)
             # A one-row training fold: the estimator decides (BatchedRidge
             # refuses it, Ridge fits it).
             and min(len(train) for train, _ in splits) >= 2
         ):
-            spec = _ridge_spec(estimator)
-        if (
-            spec is not None
-            and spec.cv not in (None, "gcv")
-            and not _splits_ignore_y(check_cv(spec.cv))
-        ):
+            spec = ridge_spec(estimator)
+        if spec is not None and (
+            spec.fixed_per_target
             # The estimator's own inner folds depend on y: its refits decide.
+            or (
+                spec.cv is not None
+                and not isinstance(spec.cv, str)
+                and not _splits_ignore_y(check_cv(spec.cv))
+            )
+        ):
             spec = None
         if spec is not None:
             backend, counter = self._fit_ridge(
@@ -897,51 +683,39 @@ default="shuffle"
         X = np.asarray(X, dtype=np.float64)
         Y = np.asarray(y, dtype=np.float64).reshape(X.shape[0], -1)
         n_samples, n_features = X.shape
-        n_targets = Y.shape[1]
-        columns = self.n_permutations * n_targets
+        columns = self.n_permutations * Y.shape[1]
         rank = min(n_samples, n_features)
         flops = 2.0 * len(splits) * n_samples * rank * columns * (spec.alphas.size + 2)
         backend = resolve_backend(self.device, flops=flops)
-        dtype = np.dtype(np.float32 if backend.device == "mps" else np.float64)
-        estimator = self._get_estimator()
-        if isinstance(estimator, BatchedRidge):
-            dtype = _resolve_dtype(estimator.dtype, backend, input_dtype)
-        scoring = self.scoring
+        dtype = resolve_dtype(spec.dtype, backend, input_dtype)
+
+        def inner_scheme(X_train, Y_train):
+            return cv_scheme(spec.cv, spec.scoring).split(X_train, Y_train)
+
         with contextlib.ExitStack() as stack:
             stack.enter_context(backend.context())
-            Y_device = backend.asarray(Y, dtype)
             if flops < SMALL_FIT_FLOPS:
-                stack.enter_context(_linalg.one_thread(Y_device))
-            folds = _RidgeFolds(X, Y, Y_device, splits, spec, backend, dtype, scoring)
-            observed = np.asarray(
-                to_numpy(folds.scores(np.arange(n_samples)[None, :]))[0],
-                dtype=np.float64,
+                stack.enter_context(library_one_thread(backend.library))
+            problem = PermutedRidgeProblem(
+                X,
+                Y,
+                splits,
+                spec,
+                inner_scheme,
+                backend,
+                dtype,
+                self.scoring,
+                n_permutations=self.n_permutations,
+                permutation=dict(entropy=entropy, groups=groups, **permutation),
             )
+            observed = np.asarray(to_numpy(problem.observed()), dtype=np.float64)
             counter = self._counter(observed if raw else observed.mean(), dtype)
-
-            def kernel(ids):
-                return folds.scores(
-                    permutation_indices(entropy, ids, n_samples, groups, **permutation)
-                )
 
             def reduce(ids, scores):
                 counter.update(scores if raw else scores.mean(axis=1), ids)
 
-            run_batched(
-                kernel,
-                reduce,
-                n_items=self.n_permutations,
-                backend=backend,
-                device_bytes_per_item=folds.bytes_per_permutation(
-                    n_samples, spec.alphas.size
-                ),
-                host_bytes_per_item=8 * (n_samples + n_targets),
-                fixed_bytes=folds.nbytes,
-                max_memory_gb=self.max_memory_gb,
-                max_batch_size=max(1, MAX_COLUMNS_PER_BATCH // n_targets),
-                threads=True,
-                verbose=self.verbose,
-                desc="permutations",
+            run_problem(
+                problem, reduce, max_memory_gb=self.max_memory_gb, verbose=self.verbose
             )
         return backend, counter
 

@@ -6,7 +6,6 @@ import warnings
 import numpy as np
 from sklearn.base import BaseEstimator, MultiOutputMixin, RegressorMixin
 from sklearn.metrics import r2_score
-from sklearn.model_selection import check_cv
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import (
     _check_sample_weight,
@@ -25,26 +24,19 @@ from ._base import (
     check_verbose,
     host_input,
 )
-from ._engine import map_threads, run_batched
-from ._linalg import MIN_SCORED_ROWS
+from ._engine import run_problem
+from ._ridge.cv import MIN_SAMPLES, cv_scheme
+from ._ridge.problems import (
+    PredictionProblem,
+    RidgeSolver,
+    check_solver_memory,
+    fit_targets,
+)
+from ._ridge.spec import SCORINGS, batched_ridge_spec, check_alphas, resolve_dtype
 from .backend import resolve_backend
-from .memory import GB, memory_budget
 
 __all__ = ["BatchedRidge"]
 
-# A GEMM over this many targets already runs at the BLAS peak; larger target
-# batches only add page faults and cache misses (PERFORMANCE.md: chunked
-# targets were faster and used half the memory). torch's CPU GEMM peaks at
-# smaller batches: its K-fold fit took 6.2 s at 512 targets, 6.8 s at 2048.
-MAX_TARGETS_PER_BATCH = 2048
-MAX_TARGETS_PER_BATCH_TORCH_CPU = 512
-# Temporaries a kernel holds besides the arrays counted per target (copies
-# made by casts, centring, broadcasting).
-WORKSPACE_OVERHEAD = 2.0
-# Fewest rows (or rows of non-zero weight) a fit accepts: one row has no
-# deviation from its mean, so nothing to fit and nothing to cross-validate.
-MIN_SAMPLES = 2
-_SCORINGS = (None, "r2", "neg_mean_squared_error", "correlation")
 # Half decades from 0.1 to 1e5: small alphas for clean targets, up to the
 # 1e4-1e5 that noisy targets with thousands of standardised rows need.
 DEFAULT_ALPHAS = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1e3, 3e3, 1e4, 3e4, 1e5)
@@ -55,31 +47,6 @@ EDGE_SHARE = 0.05
 # share of their score's range over the grid (a flat tail is not a reason to
 # extend the grid: pure-noise targets flatten out at the largest alpha).
 EDGE_IMPROVEMENT = 0.01
-_DTYPES = {"float32": np.float32, "float64": np.float64}
-
-
-def _check_alphas(alphas):
-    try:
-        values = None if isinstance(alphas, str) else np.asarray(alphas)
-    except (TypeError, ValueError):
-        values = None
-    # np.asarray would read "1" and True as numbers: a string or a bool is a
-    # mistake, which sklearn refuses with a TypeError too.
-    if values is None or values.dtype.kind not in "iuf":
-        raise TypeError(
-            f"alphas must be a positive float or a 1-D array-like of positive "
-            f"floats, got {type(alphas).__name__}: {alphas!r}"
-        )
-    values = values.astype(np.float64)
-    values = np.atleast_1d(values)
-    if values.ndim != 1 or values.size == 0:
-        raise ValueError(
-            f"alphas must be a positive float or a non-empty 1-D array-like of "
-            f"positive floats, got {alphas!r}"
-        )
-    if not np.all(np.isfinite(values)) or np.any(values <= 0):
-        raise ValueError(f"alphas must be positive and finite, got {alphas!r}")
-    return values
 
 
 def _warn_at_grid_edges(alphas, best, scores, no_model):
@@ -129,59 +96,6 @@ def _warn_at_grid_edges(alphas, best, scores, no_model):
             )
 
 
-def _no_model_score(Y, sample_weight, *, scoring, cv, fit_intercept):
-    """Each target's CV score without a model: the limit of an infinite alpha.
-
-    The target's (weighted) mean, or 0 without an intercept, predicts every
-    row: R^2 about 0, and a squared error of the spread around it, inflated
-    by ``(n / (n - 1))^2`` for leave-one-out and GCV (the mean of the other
-    rows). A correlation has no such limit: None.
-    """
-    if scoring == "correlation":
-        return None
-    kfold = _is_kfold(cv)
-    if scoring == "r2" or (scoring is None and kfold):
-        return np.zeros(Y.shape[1])
-    center = np.average(Y, axis=0, weights=sample_weight) if fit_intercept else 0.0
-    spread = np.average((Y - center) ** 2, axis=0, weights=sample_weight)
-    n = Y.shape[0]
-    if not kfold and fit_intercept:
-        spread *= (n / (n - 1)) ** 2
-    return -spread
-
-
-def _resolve_dtype(dtype, backend, input_dtype=None):
-    """The compute dtype: ``dtype`` checked, or "auto" resolved.
-
-    "auto" keeps float32 input in float32, as scikit-learn's Ridge does, and
-    computes float32 on a GPU; everything else in float64.
-    """
-    requested = dtype
-    if isinstance(dtype, str) and dtype == "auto":
-        single = backend.is_gpu or input_dtype == np.float32
-        dtype = np.float32 if single else np.float64
-    try:
-        # np.dtype(None) is float64: None must not pass for a choice.
-        dtype = None if dtype is None else np.dtype(_DTYPES.get(dtype, dtype))
-    except TypeError:
-        dtype = None
-    if dtype is None or dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise ValueError(
-            f"dtype must be 'auto', 'float32' or 'float64', got {requested!r}"
-        )
-    if dtype == np.float64 and backend.device == "mps":
-        raise ValueError(
-            "dtype float64 is not available on MPS; pass dtype='float32' or run "
-            "on another device"
-        )
-    return dtype
-
-
-def _is_kfold(cv):
-    """Whether ``cv`` (validated) asks for K-fold rather than LOO or GCV."""
-    return cv is not None and not isinstance(cv, str)
-
-
 def _check_weights(sample_weight, n_samples):
     """Sample weights as float64, refused before any work if unusable."""
     if isinstance(sample_weight, numbers.Number):
@@ -208,77 +122,6 @@ def _check_weights(sample_weight, n_samples):
             f"got {n_weighted} among {n_samples} samples"
         )
     return sample_weight
-
-
-def _check_splits(splits, cv, sample_weight, scoring):
-    """Refuse folds no ridge can be fit or scored on; warn of undefined scores."""
-    if not splits:
-        raise ValueError(
-            f"cv must yield at least one train/test split, got none from cv={cv!r} "
-            "(an empty list or an exhausted generator?)"
-        )
-    for i, (train, test) in enumerate(splits):
-        if len(test) == 0:
-            raise ValueError(
-                f"cv yielded an empty test fold (fold {i}, with {len(train)} "
-                "training rows): every fold must hold out at least one row"
-            )
-        if len(train) < MIN_SAMPLES:
-            raise ValueError(
-                f"cv fold {i} has {len(train)} training row(s): a ridge fit needs "
-                f"at least {MIN_SAMPLES} samples; use fewer folds"
-            )
-        if sample_weight is not None and not np.any(sample_weight[train]):
-            raise ValueError(
-                f"sample_weight is 0 on all {len(train)} training rows of cv fold "
-                f"{i}: that fold has nothing to fit; give some of its training "
-                "rows a positive weight or use another cv"
-            )
-    sizes = np.array([len(test) for _, test in splits])
-    if scoring != "neg_mean_squared_error" and np.any(sizes < MIN_SCORED_ROWS):
-        name = "correlation" if scoring == "correlation" else "R^2"
-        warnings.warn(
-            f"cv has test folds of fewer than {MIN_SCORED_ROWS} rows (test fold "
-            f"sizes {np.array2string(sizes, threshold=20)}): their {name} is "
-            "undefined (NaN), so every alpha scores NaN, the first alpha is "
-            "kept and best_score_ is NaN. Use fewer folds, cv=None (exact "
-            "leave-one-out) or scoring='neg_mean_squared_error'.",
-            UserWarning,
-            # Past fit and its atomic_fit wrapper, to the caller's line.
-            stacklevel=4,
-        )
-
-
-def _fixed_bytes(n_samples, n_features, splits, dtype):
-    """Device bytes X and its decompositions hold whatever the target batch.
-
-    X and its centred copy (2np), the thin SVD (nr + rp), and per fold the
-    training basis and the test rows in it, with the rank r at its bound
-    min(n, p): counted from the shapes, before anything is decomposed.
-    """
-    rank = min(n_samples, n_features)
-    count = 2 * n_samples * n_features + (n_samples + n_features) * rank
-    for train, test in splits or ():
-        count += (len(train) + len(test)) * min(len(train), n_features)
-    return np.dtype(dtype).itemsize * count
-
-
-def _check_fixed_memory(n_samples, n_features, splits, dtype, backend, max_memory_gb):
-    """Refuse, before any SVD runs, data whose decompositions exceed the budget.
-
-    Against the full budget: the 8 GB cap of ``memory_budget(for_batching=
-    True)`` bounds one target batch, not the data (DESIGN.md, Memory).
-    """
-    needed = _fixed_bytes(n_samples, n_features, splits, dtype)
-    budget_gb = memory_budget(backend, max_memory_gb)
-    if needed > budget_gb * GB:
-        raise ValueError(
-            f"BatchedRidge needs {needed / GB:.3g} GB on {backend.name} for X "
-            f"({n_samples} x {n_features}) and its decompositions before any "
-            f"target, but the memory budget is {budget_gb:.3g} GB; raise "
-            "max_memory_gb (or free memory), or reduce n_samples, n_features "
-            "or the number of folds"
-        )
 
 
 def _column_magnitudes(A):
@@ -340,17 +183,6 @@ def _check_magnitudes(X, Y, dtype, *, chooses_alpha):
             f"(the largest of them {float(tiny.max()):.3g}): the squared errors "
             f"that choose alpha would underflow {finfo.dtype}; {fix}."
         )
-
-
-def _normalised_weights(sample_weight):
-    """Weights rescaled to sum to the number of rows of non-zero weight.
-
-    GCV divides by that number (see :func:`skbatch._linalg.gcv_scores`):
-    with weights normalised to it, only their ratios matter, and a row of
-    weight 0 is the same as no row.
-    """
-    n_effective = np.count_nonzero(sample_weight)
-    return sample_weight * (n_effective / np.sum(sample_weight)), n_effective
 
 
 class BatchedRidge(DeviceMixin, MultiOutputMixin, RegressorMixin, BaseEstimator):
@@ -529,10 +361,12 @@ default=None
 
     _parameter_constraints = {
         "alphas": ["array-like", Interval(numbers.Real, 0, None, closed="neither")],
-        "cv": ["cv_object", StrOptions({"gcv"})],
+        # A string names a scheme of skbatch._ridge.cv.CV_SCHEMES ("gcv"),
+        # checked in _check_params.
+        "cv": ["cv_object", str],
         "alpha_per_target": ["boolean"],
         "fit_intercept": ["boolean"],
-        "scoring": [StrOptions(set(_SCORINGS) - {None}), None],
+        "scoring": [StrOptions(set(SCORINGS) - {None}), None],
         "dtype": [StrOptions({"auto", "float32", "float64"}), type, np.dtype],
         "n_targets_batch": [
             StrOptions({"auto"}),
@@ -549,14 +383,20 @@ default=None
         # Types and ranges as sklearn estimators check them (InvalidParameterError
         # is both a ValueError and a TypeError); then what constraints cannot say.
         self._validate_params()
-        alphas = _check_alphas(self.alphas)
-        if isinstance(self.cv, str) and self.scoring is not None:
-            raise ValueError(
-                f"cv='gcv' supports only scoring=None, got scoring={self.scoring!r}"
-            )
+        alphas = check_alphas(self.alphas)
+        scheme = cv_scheme(self.cv, self.scoring)
         check_max_memory_gb(self.max_memory_gb)
         check_verbose(self.verbose)
-        return alphas
+        return alphas, scheme
+
+    def __skbatch_ridge_spec__(self):
+        """The ridge problem ``fit`` solves, for the batched paths of the other
+        estimators (:func:`skbatch._ridge.spec.ridge_spec`); None when the
+        parameters are invalid (``fit`` then says why) or for a subclass,
+        whose ``fit`` may differ."""
+        if type(self) is not BatchedRidge:
+            return None
+        return batched_ridge_spec(self.get_params(deep=False))
 
     @atomic_fit
     def fit(self, X, y, sample_weight=None):
@@ -577,7 +417,7 @@ default=None
         self : object
             Fitted estimator.
         """
-        alphas = self._check_params()
+        alphas, scheme = self._check_params()
         X, _ = host_input(X)
         y, _ = host_input(y)
         X, y = validate_data(
@@ -598,12 +438,9 @@ default=None
             sample_weight = _check_weights(host_input(sample_weight)[0], n_samples)
         Y = y.reshape(n_samples, -1) if y.ndim == 1 else y
         n_targets = Y.shape[1]
-        splits = None
-        if _is_kfold(self.cv):
-            splits = list(check_cv(self.cv).split(X, y))
-            _check_splits(splits, self.cv, sample_weight, self.scoring)
+        scheme.split(X, y, sample_weight, self.scoring)
         rank = min(n_samples, n_features)
-        n_fits = 1 if splits is None else len(splits) + 1
+        n_fits = 1 + len(getattr(scheme, "splits", None) or ())
         flops = (
             2.0
             * n_fits
@@ -613,30 +450,30 @@ default=None
             )
         )
         self.backend_ = resolve_backend(self.device, flops=flops)
-        self.dtype_ = _resolve_dtype(self.dtype, self.backend_, X.dtype)
+        self.dtype_ = resolve_dtype(self.dtype, self.backend_, X.dtype)
         _check_magnitudes(X, Y, self.dtype_, chooses_alpha=alphas.size > 1)
-        _check_fixed_memory(
+        check_solver_memory(
             n_samples,
             n_features,
-            splits,
+            scheme,
             self.dtype_,
             self.backend_,
             self.max_memory_gb,
         )
 
         with self.backend_.context():
-            problem = _RidgeProblem(
+            solver = RidgeSolver(
                 X,
                 sample_weight,
                 alphas,
-                splits,
+                scheme,
                 self.backend_,
                 self.dtype_,
                 fit_intercept=self.fit_intercept,
                 scoring=self.scoring,
-                cv=self.cv,
             )
-            results = problem.solve(
+            results = fit_targets(
+                solver,
                 Y,
                 alpha_per_target=self.alpha_per_target,
                 batch_size=self.n_targets_batch,
@@ -646,12 +483,8 @@ default=None
         coef, intercept, best, best_score, scores = results
 
         def no_model(columns):
-            return _no_model_score(
-                Y[:, columns],
-                sample_weight,
-                scoring=self.scoring,
-                cv=self.cv,
-                fit_intercept=self.fit_intercept,
+            return scheme.no_model_score(
+                Y[:, columns], sample_weight, self.scoring, self.fit_intercept
             )
 
         if self.alpha_per_target:
@@ -693,32 +526,16 @@ default=None
         intercept = np.atleast_1d(np.asarray(self.intercept_, dtype=np.float64))
         out_dtype = np.result_type(X.dtype, self.dtype_)
         out = np.empty((X.shape[0], coef.shape[0]), dtype=out_dtype)
-        backend, dtype = self.backend_, self.dtype_
-        itemsize = np.dtype(dtype).itemsize
-        with backend.context():
-            X_device = backend.asarray(X, dtype)
 
-            def kernel(ids):
-                coef_batch = backend.asarray(coef[ids], dtype)
-                return (
-                    coef_batch @ X_device.T
-                    + backend.asarray(intercept[ids], dtype)[:, None]
-                )
+        def reduce(ids, block):
+            out[:, ids] = block.T
 
-            def reduce(ids, block):
-                out[:, ids] = block.T
-
-            run_batched(
-                kernel,
+        with self.backend_.context():
+            run_problem(
+                PredictionProblem(X, coef, intercept, self.backend_, self.dtype_),
                 reduce,
-                n_items=coef.shape[0],
-                backend=backend,
-                device_bytes_per_item=itemsize * (X.shape[0] + X.shape[1]),
-                host_bytes_per_item=out.itemsize * X.shape[0],
-                fixed_bytes=X.nbytes,
                 max_memory_gb=self.max_memory_gb,
                 batch_size=self.n_targets_batch,
-                threads=True,
             )
         if np.ndim(self.coef_) == 1:
             out = out[:, 0]
@@ -827,330 +644,3 @@ default=None
         return _linalg.score_per_target(
             Y, predictions, scoring, sample_weight=sample_weight
         )
-
-
-class _RidgeProblem:
-    """A design matrix decomposed once, ready to take targets in batches."""
-
-    def __init__(
-        self,
-        X,
-        sample_weight,
-        alphas,
-        splits,
-        backend,
-        dtype,
-        *,
-        fit_intercept,
-        scoring,
-        cv,
-    ):
-        xp = backend.xp
-        self.backend, self.dtype, self.xp = backend, dtype, xp
-        self.alphas = alphas
-        self.fit_intercept, self.cv = fit_intercept, cv
-        self.scoring = scoring
-        self.n_samples, self.n_features = X.shape
-        # Rows that count in the GCV criterion: those of non-zero weight.
-        self.n_effective = self.n_samples
-        if sample_weight is not None and isinstance(cv, str):
-            sample_weight, self.n_effective = _normalised_weights(sample_weight)
-        X = backend.asarray(X, dtype)
-        weight = (
-            None if sample_weight is None else backend.asarray(sample_weight, dtype)
-        )
-        self.sample_weight = weight
-
-        def decompose(split):
-            if split is not None:
-                return _Fold(X, weight, *split, backend, fit_intercept=fit_intercept)
-            X_centered, X_offset = _linalg.center(
-                X, weight, fit_intercept=fit_intercept, xp=xp
-            )
-            return X_offset, *_linalg.svd_decompose(X_centered, xp=xp)
-
-        # All rows and every fold: independent decompositions, side by side.
-        full, *self.folds = map_threads(decompose, [None, *(splits or ())], backend)
-        self.X_offset, self.U, self.s, self.Vt = full
-
-    def _scores(self, Y, Y_centered, Y_offset, UtY):
-        """Scores (n_alphas, n_targets) of one batch of targets."""
-        xp = self.xp
-        if self.cv is None:
-            return _linalg.loo_scores(
-                self.U,
-                self.s,
-                UtY,
-                Y_centered,
-                self.alphas,
-                fit_intercept=self.fit_intercept,
-                sample_weight=self.sample_weight,
-                scoring=self.scoring,
-                xp=xp,
-            )
-        if isinstance(self.cv, str):
-            sq_norm = _linalg.residual_sq_norm(
-                self.U, UtY, Y_centered, fit_intercept=self.fit_intercept, xp=xp
-            )
-            return _linalg.gcv_scores(
-                self.s,
-                UtY,
-                sq_norm,
-                self.n_effective,
-                self.alphas,
-                fit_intercept=self.fit_intercept,
-                xp=xp,
-            )
-        total = 0.0
-        for fold in self.folds:
-            # The fold's training rows of the targets centred on all rows:
-            # U's columns are orthogonal to the (weighted) mean direction, so
-            # projecting them equals projecting the rows centred on their own
-            # means, and the training mean is one shift of the test targets.
-            UtY_fold, train_mean = fold.project(
-                Y_centered, with_mean=self.fit_intercept
-            )
-            # Offset first, then the small training mean: in float32 their sum
-            # would round the mean away on targets far from zero.
-            y_true = fold.test_rows(Y) - Y_offset
-            y_true -= train_mean
-            total = total + _linalg.holdout_scores(
-                fold.s,
-                fold.X_test_V,
-                UtY_fold,
-                y_true,
-                self.alphas,
-                scoring=self.scoring or "r2",
-                sample_weight=fold.test_weight,
-                xp=xp,
-            )
-        return total / len(self.folds)
-
-    def project(self, Y):
-        """Centre device targets ``Y`` (n_samples, m) and project them on U.
-
-        Returns
-        -------
-        Y_centered, Y_offset, UtY : arrays
-            Centred (and weight-scaled) targets, their offsets, and their
-            coordinates in the basis.
-        """
-        Y_centered, Y_offset = _linalg.center(
-            Y, self.sample_weight, fit_intercept=self.fit_intercept, xp=self.xp
-        )
-        return Y_centered, Y_offset, _linalg.project(self.U, Y_centered, xp=self.xp)
-
-    def choose_alpha(self, Y, Y_centered, Y_offset, UtY, *, columns_per_choice=1):
-        """Alpha chosen by the CV criterion for every column of ``Y``.
-
-        Parameters
-        ----------
-        Y, Y_centered, Y_offset, UtY : arrays
-            Targets as given to :meth:`project` and what it returned.
-        columns_per_choice : int, default=1
-            Consecutive columns that share one alpha, chosen on their mean
-            score (``alpha_per_target=False`` for a block of targets).
-
-        Returns
-        -------
-        alpha : array of shape (m,), or (1,) with a single alpha
-            The single alpha broadcasts: one filter for every column of
-            :meth:`predict`, not one per column.
-        """
-        xp = self.xp
-        alphas = self.backend.asarray(self.alphas, self.dtype)
-        if self.alphas.size == 1:
-            return alphas
-        scores = self._scores(Y, Y_centered, Y_offset, UtY)
-        if columns_per_choice > 1:
-            scores = xp.mean(
-                xp.reshape(scores, (self.alphas.size, -1, columns_per_choice)),
-                axis=2,
-            )
-        best, _ = _linalg.select_alpha(scores, xp=xp)
-        if columns_per_choice > 1:
-            best = xp.reshape(
-                xp.broadcast_to(best[:, None], (best.shape[0], columns_per_choice)),
-                (-1,),
-            )
-        return xp.take(alphas, best, axis=0)
-
-    def rows_in_basis(self, X_new):
-        """New rows (device, n_new x n_features), centred, times V."""
-        return (X_new - self.X_offset) @ self.Vt.T
-
-    def predict(self, X_new_V, UtY, Y_offset, alpha):
-        """Predictions for rows given by :meth:`rows_in_basis`.
-
-        The coefficients in the basis of V, ``diag(s / (s^2 + alpha)) U'Y``,
-        are mapped by ``X_new V`` instead of ``V``: :func:`_linalg.ridge_coef`
-        with ``X_new_V.T`` in place of ``Vt``, one product, no coefficients
-        over the features.
-        """
-        return _linalg.ridge_coef(X_new_V.T, self.s, UtY, alpha, xp=self.xp) + Y_offset
-
-    def _refit(self, UtY, Y_offset, alpha):
-        coef = _linalg.ridge_coef(self.Vt, self.s, UtY, alpha, xp=self.xp)
-        return coef.T, Y_offset - self.X_offset @ coef
-
-    def _to_device(self, Y_host, ids):
-        # The engine hands out consecutive ids: a slice is a view, where a
-        # gather would copy every target once more before centring copies it.
-        if ids[-1] - ids[0] + 1 == len(ids):
-            return self.backend.asarray(Y_host[:, ids[0] : ids[-1] + 1], self.dtype)
-        return self.backend.asarray(Y_host[:, ids], self.dtype)
-
-    def _select_and_fit(self, Y):
-        """Kernel: scores of every alpha, the best per target, its coefficients."""
-        xp = self.xp
-        Y_centered, Y_offset, UtY = self.project(Y)
-        scores = self._scores(Y, Y_centered, Y_offset, UtY)
-        best, best_score = _linalg.select_alpha(scores, xp=xp)
-        alpha = xp.take(self.backend.asarray(self.alphas, self.dtype), best)
-        return (*self._refit(UtY, Y_offset, alpha), best, best_score, scores.T)
-
-    def _fit_fixed(self, Y, alpha):
-        """Kernel: coefficients at one alpha for all targets of the batch."""
-        _, Y_offset, UtY = self.project(Y)
-        return self._refit(UtY, Y_offset, alpha)
-
-    def solve(self, Y, *, alpha_per_target, batch_size, max_memory_gb, verbose):
-        """Choose alphas and fit all targets of ``Y`` (host, n_samples x t)."""
-        n_targets = Y.shape[1]
-        n_alphas = self.alphas.size
-        n, p, r = self.n_samples, self.n_features, self.s.shape[0]
-        itemsize = np.dtype(self.dtype).itemsize
-        coef = np.empty((n_targets, p))
-        intercept = np.empty(n_targets)
-        best = np.empty(n_targets, dtype=np.int64)
-        best_score = np.empty(n_targets)
-        scores = np.empty((n_targets, n_alphas))
-
-        def reduce_all(ids, result):
-            coef[ids], intercept[ids], best[ids], best_score[ids], scores[ids] = result
-
-        def reduce_coef(ids, result):
-            coef[ids], intercept[ids] = result
-
-        fixed = itemsize * (2 * n * p + n * r + r * p)
-        for fold in self.folds:
-            fixed += itemsize * (fold.U.shape[0] + fold.X_test_V.shape[0]) * r
-        engine_args = dict(
-            n_items=n_targets,
-            backend=self.backend,
-            device_bytes_per_item=WORKSPACE_OVERHEAD
-            * itemsize
-            * (4 * n + r + p + 2 * n_alphas),
-            host_bytes_per_item=8 * (p + 3 + n_alphas),
-            fixed_bytes=fixed,
-            max_memory_gb=max_memory_gb,
-            verbose=verbose,
-            desc="targets",
-            batch_size=batch_size,
-            max_batch_size=(
-                MAX_TARGETS_PER_BATCH_TORCH_CPU
-                if self.backend.library == "torch" and not self.backend.is_gpu
-                else MAX_TARGETS_PER_BATCH
-            ),
-            threads=True,
-        )
-        run_batched(
-            lambda ids: self._select_and_fit(self._to_device(Y, ids)),
-            reduce_all,
-            **engine_args,
-        )
-        if not alpha_per_target and n_targets > 1:
-            shared = int(np.argmax(np.nan_to_num(scores.mean(axis=0), nan=-np.inf)))
-            alpha = float(self.alphas[shared])
-            run_batched(
-                lambda ids: self._fit_fixed(self._to_device(Y, ids), alpha),
-                reduce_coef,
-                **engine_args,
-            )
-            best[:] = shared
-            best_score[:] = scores[:, shared]
-        return coef, intercept, best, best_score, scores
-
-
-# Row indices that form at most this many runs of consecutive rows (KFold
-# without shuffling: two) are read as slices, views rather than copies.
-MAX_ROW_RUNS = 4
-
-
-def _row_runs(indices):
-    """``[(position, row, length), ...]`` of consecutive runs, or None if many."""
-    indices = np.asarray(indices)
-    breaks = np.flatnonzero(np.diff(indices) != 1) + 1
-    if indices.size == 0 or breaks.size >= MAX_ROW_RUNS:
-        return None
-    bounds = np.concatenate(([0], breaks, [indices.size]))
-    return [
-        (int(start), int(indices[start]), int(stop - start))
-        for start, stop in zip(bounds[:-1], bounds[1:])
-    ]
-
-
-class _Fold:
-    """One train/test split: its training rows decomposed, its rows located."""
-
-    def __init__(self, X, weight, train, test, backend, *, fit_intercept):
-        xp = backend.xp
-        self.xp = xp
-        self.train_runs, self.test_runs = _row_runs(train), _row_runs(test)
-        self.train, self.test = backend.asarray(train), backend.asarray(test)
-        self.n_train = len(train)
-        self.root_weight = self.test_weight = None
-        train_weight = None
-        if weight is not None:
-            # Test rows are scored with their weights, as RidgeCV(cv=K) does.
-            self.test_weight = xp.take(weight, self.test, axis=0)
-            train_weight = xp.take(weight, self.train, axis=0)
-            self.root_weight = xp.sqrt(train_weight)
-            self.total_weight = xp.sum(train_weight)
-        self.U, self.s, self.X_test_V = _linalg.fold_basis(
-            xp.take(X, self.train, axis=0),
-            xp.take(X, self.test, axis=0),
-            fit_intercept=fit_intercept,
-            sample_weight=train_weight,
-            xp=xp,
-        )
-
-    def _blocks(self, A, runs, indices):
-        """``(positions, rows of A)`` pairs covering the fold's rows of ``A``."""
-        if runs is None:
-            return [(slice(None), self.xp.take(A, indices, axis=0))]
-        return [
-            (slice(position, position + length), A[row : row + length])
-            for position, row, length in runs
-        ]
-
-    def project(self, Y_centered, *, with_mean):
-        """``U' Y_centered[train]``, one product per run of rows.
-
-        With ``with_mean``, also the (weighted) mean of those rows, unscaled,
-        read in the same pass: ``Y_centered`` rows carry sqrt(w), so
-        ``sqrt(w)' Y_centered[train] / sum(w[train])`` is the training mean
-        of ``Y - Y_offset``. Without it the mean is 0.0.
-        """
-        xp = self.xp
-        UtY = total = 0.0
-        for positions, rows in self._blocks(Y_centered, self.train_runs, self.train):
-            UtY = UtY + self.U[positions].T @ rows
-            if not with_mean:
-                continue
-            if self.root_weight is None:
-                total = total + xp.sum(rows, axis=0)
-            else:
-                total = total + self.root_weight[positions] @ rows
-        if not with_mean:
-            return UtY, 0.0
-        if self.root_weight is None:
-            return UtY, total / self.n_train
-        return UtY, total / self.total_weight
-
-    def test_rows(self, Y):
-        """``Y[test]``: a view when the test rows are one run."""
-        blocks = self._blocks(Y, self.test_runs, self.test)
-        if len(blocks) == 1:
-            return blocks[0][1]
-        return self.xp.concat([rows for _, rows in blocks], axis=0)

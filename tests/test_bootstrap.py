@@ -23,9 +23,11 @@ from sklearn.preprocessing import FunctionTransformer, StandardScaler
 from sklearn.tree import DecisionTreeRegressor
 from threadpoolctl import threadpool_limits
 
+import skbatch._engine
 import skbatch.bootstrap
 from skbatch import BatchedRidge, BootstrapEstimator, BootstrapResult
 from skbatch._engine import run_batched
+from skbatch._ridge import problems
 from skbatch.random import bootstrap_counts, resolve_entropy
 from skbatch.streaming import BootstrapAccumulator
 from skbatch.testing import simulate_oom
@@ -339,7 +341,7 @@ def test_fast_path_invariant_to_batch_size_and_oom(shape, monkeypatch):
         plans.append(run_batched(*args, **kwargs))
         return plans[-1]
 
-    monkeypatch.setattr(skbatch.bootstrap, "run_batched", spy)
+    monkeypatch.setattr(skbatch._engine, "run_batched", spy)
     X, Y = make_data(*shape, 3, seed=13)
     params = dict(n_bootstrap=37, return_samples=True, random_state=21)
     # One BLAS thread: one worker, so the reference is a single batch.
@@ -711,7 +713,7 @@ def test_fast_path_batches_side_by_side_equal_batches_in_turn(monkeypatch, capsy
         in_turn = BootstrapEstimator(Ridge(), max_memory_gb=5e-4, **params).fit(X, Y)
     assert "side by side" not in capsys.readouterr().out
     # This little work runs in turn on any host unless the threshold is lifted.
-    monkeypatch.setattr("skbatch.bootstrap.SIDE_BY_SIDE_MIN_FLOPS", 0)
+    monkeypatch.setattr("skbatch._ridge.problems.SIDE_BY_SIDE_MIN_FLOPS", 0)
     with threadpool_limits(2, user_api="blas"):
         side_by_side = BootstrapEstimator(Ridge(), max_memory_gb=5e-4, **params)
         side_by_side.fit(X, Y)
@@ -722,8 +724,8 @@ def test_fast_path_batches_side_by_side_equal_batches_in_turn(monkeypatch, capsy
 def test_fast_path_runs_little_work_in_turn(capsys):
     # Starting threads costs more than a second core gives for small fits.
     X, Y = make_data(40, 3, 1, seed=3)
-    work = 100 * skbatch.bootstrap._flops_per_replicate(40, 3, 1)
-    assert work < skbatch.bootstrap.SIDE_BY_SIDE_MIN_FLOPS
+    work = 100 * problems.bootstrap_flops_per_replicate(40, 3, 1)
+    assert work < problems.SIDE_BY_SIDE_MIN_FLOPS
     with threadpool_limits(2, user_api="blas"):
         BootstrapEstimator(
             LinearRegression(), n_bootstrap=100, max_memory_gb=5e-4, verbose=1

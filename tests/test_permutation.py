@@ -22,6 +22,7 @@ from sklearn.utils import get_tags
 
 import skbatch.permutation as permutation_module
 from skbatch import BatchedRidge, PermutationScorer
+from skbatch._ridge.problems import PermutedRidgeProblem
 from skbatch.random import permutation_indices
 from skbatch.testing import simulate_oom
 
@@ -330,13 +331,13 @@ def assert_same_result(a, b):
 
 def count_batches(monkeypatch):
     calls = []
-    scores = permutation_module._RidgeFolds.scores
+    scores = PermutedRidgeProblem.scores
 
     def counted(self, indices):
         calls.append(len(indices))
         return scores(self, indices)
 
-    monkeypatch.setattr(permutation_module._RidgeFolds, "scores", counted)
+    monkeypatch.setattr(PermutedRidgeProblem, "scores", counted)
     return calls
 
 

@@ -16,7 +16,9 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
-from skbatch import Backend, BatchedRidge, memory, ridge
+from skbatch import Backend, BatchedRidge, memory
+from skbatch._ridge import problems
+from skbatch._ridge.cv import LeaveOneOut, cv_scheme
 from skbatch.memory import GB
 from skbatch.testing import simulate_oom
 
@@ -676,9 +678,9 @@ def test_memory_preflight_refuses_before_any_svd(monkeypatch):
     def no_svd(*args, **kwargs):
         raise AssertionError("the SVD ran before the memory check")
 
-    monkeypatch.setattr(ridge._linalg, "svd_decompose", no_svd)
+    monkeypatch.setattr(problems._linalg, "svd_decompose", no_svd)
     # 8 * (2 * 200 * 50 + 250 * 50) bytes = 0.26 MB of fixed memory.
-    monkeypatch.setattr(ridge, "memory_budget", lambda backend, gb: 1e-4)
+    monkeypatch.setattr(problems, "memory_budget", lambda backend, gb: 1e-4)
     with pytest.raises(
         ValueError, match=r"needs 0.00026 GB.*budget is 0.0001 GB.*max_memory_gb"
     ):
@@ -690,17 +692,18 @@ def test_memory_preflight_charges_the_full_budget_not_the_batch_cap(monkeypatch)
     numpy_backend = Backend("numpy", "cpu")
     n, p = 100_000, 10_000
     needed = 8 * (2 * n * p + (n + p) * p)
-    assert needed == ridge._fixed_bytes(n, p, None, np.float64)
+    loo = cv_scheme(None)
+    assert needed == problems.RidgeSolver.nbytes(n, p, loo, 8)
     assert needed > 8 * GB
-    ridge._check_fixed_memory(n, p, None, np.float64, numpy_backend, 30.0)
+    problems.check_solver_memory(n, p, loo, np.float64, numpy_backend, 30.0)
     with pytest.raises(ValueError, match="max_memory_gb"):
-        ridge._check_fixed_memory(n, p, None, np.float64, numpy_backend, 20.0)
+        problems.check_solver_memory(n, p, loo, np.float64, numpy_backend, 20.0)
     # A measured budget: 64 GB of free RAM, half of it usable, uncapped.
     monkeypatch.setattr(memory, "_host_budget_gb", lambda: 32.0)
-    ridge._check_fixed_memory(n, p, None, np.float64, numpy_backend, None)
-    folds = list(KFold(5).split(np.empty((n, 1))))
+    problems.check_solver_memory(n, p, loo, np.float64, numpy_backend, None)
+    folds = cv_scheme(KFold(5)).split(np.empty((n, 1)), np.empty(n))
     with pytest.raises(ValueError, match="number of folds"):
-        ridge._check_fixed_memory(n, p, folds, np.float64, numpy_backend, None)
+        problems.check_solver_memory(n, p, folds, np.float64, numpy_backend, None)
 
 
 def test_auto_dtype_keeps_float32_input_in_float32():
@@ -773,13 +776,13 @@ def test_no_model_limit_is_read_only_for_targets_at_the_largest_alpha(monkeypatc
     coef[:, 30:] = 0.0
     Y = X @ coef + rng.standard_normal((200, 40))
     columns_read = []
-    original = ridge._no_model_score
+    original = LeaveOneOut.no_model_score
 
-    def spy(Y, *args, **kwargs):
+    def spy(self, Y, *args, **kwargs):
         columns_read.append(Y.shape[1])
-        return original(Y, *args, **kwargs)
+        return original(self, Y, *args, **kwargs)
 
-    monkeypatch.setattr(ridge, "_no_model_score", spy)
+    monkeypatch.setattr(LeaveOneOut, "no_model_score", spy)
     inside = BatchedRidge(alphas=np.logspace(-1, 8, 10)).fit(X, Y[:, :30])
     assert np.all(inside.alpha_ < 1e8) and columns_read == []
     with warnings.catch_warnings():

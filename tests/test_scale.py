@@ -873,11 +873,11 @@ def test_jax_resource_exhausted_is_recovered_by_splitting(error):
 @pytest.mark.slow
 def test_batched_ridge_on_jax_recovers_from_resource_exhausted(monkeypatch):
     pytest.importorskip("jax")
-    from skbatch import ridge
+    from skbatch._ridge.problems import RidgeSolver
 
     X, Y = make_data(n_targets=12, seed=6)
     reference = BatchedRidge(alphas=ALPHAS, device="jax").fit(X, Y)
-    real = ridge._RidgeProblem._select_and_fit
+    real = RidgeSolver.select_and_fit
     sizes = []
 
     def select_and_fit(self, Y_batch):
@@ -886,7 +886,7 @@ def test_batched_ridge_on_jax_recovers_from_resource_exhausted(monkeypatch):
             raise _jax_resource_exhausted(XlaRuntimeError, Y_batch.shape[1], 3)
         return real(self, Y_batch)
 
-    monkeypatch.setattr(ridge._RidgeProblem, "_select_and_fit", select_and_fit)
+    monkeypatch.setattr(RidgeSolver, "select_and_fit", select_and_fit)
     recovered = BatchedRidge(alphas=ALPHAS, device="jax").fit(X, Y)
     # 12 and the halves of 6 ran out of memory; batches of 3 did all the work.
     assert sizes[0] == 12

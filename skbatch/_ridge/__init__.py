@@ -1,0 +1,39 @@
+"""The ridge solver layer, below the estimators and above the engine.
+
+- :mod:`~skbatch._ridge.spec`: which estimators solve an exact ridge
+  problem (:func:`ridge_spec`, the one fast-path rule) and the checks every
+  ridge path shares (alphas, compute dtype);
+- :mod:`~skbatch._ridge.cv`: the cross-validation schemes that score alphas
+  (leave-one-out, GCV, K-fold) and their registry keyed by ``cv``;
+- :mod:`~skbatch._ridge.problems`: the problems the engine runs in batches
+  of item ids (targets, permutations, bootstrap replicates), each stating
+  its memory.
+
+The estimators (``ridge.py``, ``permutation.py``, ``bootstrap.py``) import
+from here and never from each other's private names. The kernels are pure
+functions of ``xp`` arrays in :mod:`skbatch._linalg`.
+"""
+
+from .cv import CV_SCHEMES, cv_scheme
+from .problems import (
+    BootstrapRidgeProblem,
+    PermutedRidgeProblem,
+    RidgeSolver,
+    TargetProblem,
+    fit_targets,
+)
+from .spec import RidgeSpec, check_alphas, resolve_dtype, ridge_spec
+
+__all__ = [
+    "CV_SCHEMES",
+    "BootstrapRidgeProblem",
+    "PermutedRidgeProblem",
+    "RidgeSolver",
+    "RidgeSpec",
+    "TargetProblem",
+    "check_alphas",
+    "cv_scheme",
+    "fit_targets",
+    "resolve_dtype",
+    "ridge_spec",
+]

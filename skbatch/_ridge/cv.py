@@ -1,0 +1,370 @@
+"""Cross-validation schemes of the ridge solver, and their registry.
+
+A scheme scores every alpha of a batch of targets from the decomposition of
+the design matrix, without refitting per alpha:
+
+- :class:`LeaveOneOut` (``cv=None``): exact leave-one-out from the thin SVD
+  of all rows;
+- :class:`GeneralizedCV` (``cv="gcv"``): generalized cross-validation from
+  the same SVD;
+- :class:`KFold` (an int, a splitter or an iterable of splits): one SVD per
+  fold's training rows, the test rows predicted in that basis.
+
+Every scheme implements the same small interface: ``split`` (draw and check
+its folds), ``nbytes`` (device bytes of its decompositions, from the shapes
+alone, before anything is decomposed), ``decompose`` and ``scores``.
+:func:`cv_scheme` maps a ``cv`` value to a scheme: ``None`` and strings
+through :data:`CV_SCHEMES`, anything else is K-fold. A new scheme is one
+class here and one line in :data:`CV_SCHEMES`; ``BatchedRidge`` and the
+ridge fast path of ``PermutationScorer`` then accept its key as ``cv``.
+"""
+
+import warnings
+
+import numpy as np
+from sklearn.model_selection import check_cv
+from sklearn.utils._param_validation import InvalidParameterError
+
+from .. import _linalg
+from .._engine import map_threads
+from .._linalg import MIN_SCORED_ROWS
+
+__all__ = ["CV_SCHEMES", "GeneralizedCV", "KFold", "LeaveOneOut", "cv_scheme"]
+
+# Fewest rows (or rows of non-zero weight) a fit accepts: one row has no
+# deviation from its mean, so nothing to fit and nothing to cross-validate.
+MIN_SAMPLES = 2
+# Row indices that form at most this many runs of consecutive rows (KFold
+# without shuffling: two) are read as slices, views rather than copies.
+MAX_ROW_RUNS = 4
+
+
+class CVScheme:
+    """How alphas are scored. Subclasses implement :meth:`scores`."""
+
+    #: Scorings the scheme computes; None is its default criterion.
+    scorings = (None, "r2", "neg_mean_squared_error", "correlation")
+
+    def __init__(self, cv=None):
+        self.cv = cv
+
+    def check_scoring(self, scoring):
+        """Refuse a scoring the scheme does not compute."""
+        if scoring not in self.scorings:
+            raise ValueError(
+                f"cv={self.cv!r} supports only scoring in {self.scorings}, got "
+                f"scoring={scoring!r}"
+            )
+
+    def split(self, X, y, sample_weight=None, scoring=None):
+        """Draw and check the folds of ``X`` and ``y`` (host arrays); self."""
+        return self
+
+    def weights(self, sample_weight):
+        """``(sample_weight, n_effective)`` as the scheme's criterion reads them."""
+        return sample_weight, None
+
+    def nbytes(self, n_features, itemsize):
+        """Device bytes of the scheme's decompositions beyond the full SVD."""
+        return 0
+
+    def decompose(self, X, weight, backend, *, fit_intercept, full):
+        """``(full(), state)``: the SVD of all rows, and what :meth:`scores` reads.
+
+        ``full`` decomposes all rows; a scheme with decompositions of its own
+        runs them side by side with it.
+        """
+        return full(), None
+
+    def scores(self, solver, state, Y, Y_centered, Y_offset, UtY):
+        """Scores (n_alphas, n_targets) of one batch of device targets."""
+        raise NotImplementedError
+
+    def no_model_score(self, Y, sample_weight, scoring, fit_intercept):
+        """Each target's score without a model: the limit of an infinite alpha.
+
+        The target's (weighted) mean, or 0 without an intercept, predicts
+        every row: R^2 about 0, and a squared error of the spread around it,
+        inflated by ``(n / (n - 1))^2`` for leave-one-out and GCV (the mean
+        of the other rows). A correlation has no such limit: None.
+        """
+        if scoring == "correlation":
+            return None
+        if scoring == "r2":
+            return np.zeros(Y.shape[1])
+        center = np.average(Y, axis=0, weights=sample_weight) if fit_intercept else 0.0
+        spread = np.average((Y - center) ** 2, axis=0, weights=sample_weight)
+        if fit_intercept:
+            n = Y.shape[0]
+            spread *= (n / (n - 1)) ** 2
+        return -spread
+
+
+class LeaveOneOut(CVScheme):
+    """Exact leave-one-out from the thin SVD of all rows (``cv=None``)."""
+
+    def scores(self, solver, state, Y, Y_centered, Y_offset, UtY):
+        return _linalg.loo_scores(
+            solver.U,
+            solver.s,
+            UtY,
+            Y_centered,
+            solver.alphas,
+            fit_intercept=solver.fit_intercept,
+            sample_weight=solver.sample_weight,
+            scoring=solver.scoring,
+            xp=solver.xp,
+        )
+
+
+class GeneralizedCV(CVScheme):
+    """Generalized cross-validation from the thin SVD (``cv="gcv"``).
+
+    With weights, the criterion is ``(sum_i w_i r_i^2 / n_eff) /
+    (1 - tr(H) / n_eff)^2`` with the weights normalised to sum to ``n_eff``,
+    the number of rows of non-zero weight (:meth:`weights`).
+    """
+
+    scorings = (None,)
+
+    def weights(self, sample_weight):
+        if sample_weight is None:
+            return None, None
+        # Only the ratios of the weights then matter, and a row of weight 0
+        # is the same as no row.
+        n_effective = np.count_nonzero(sample_weight)
+        return sample_weight * (n_effective / np.sum(sample_weight)), n_effective
+
+    def scores(self, solver, state, Y, Y_centered, Y_offset, UtY):
+        xp = solver.xp
+        sq_norm = _linalg.residual_sq_norm(
+            solver.U, UtY, Y_centered, fit_intercept=solver.fit_intercept, xp=xp
+        )
+        return _linalg.gcv_scores(
+            solver.s,
+            UtY,
+            sq_norm,
+            solver.n_effective,
+            solver.alphas,
+            fit_intercept=solver.fit_intercept,
+            xp=xp,
+        )
+
+
+class KFold(CVScheme):
+    """Held-out folds: one SVD per fold's training rows (int, splitter, splits).
+
+    The score of each alpha is the unweighted mean of its fold scores, as in
+    ``GridSearchCV``; None scores R^2.
+    """
+
+    splits = None
+
+    def splitter(self):
+        """The scikit-learn splitter whose folds this scheme scores."""
+        return check_cv(self.cv)
+
+    def split(self, X, y, sample_weight=None, scoring=None):
+        self.splits = list(self.splitter().split(X, y))
+        _check_splits(self.splits, self.cv, sample_weight, scoring)
+        return self
+
+    def nbytes(self, n_features, itemsize):
+        # Per fold, the training basis and the test rows in it, the rank at
+        # its bound.
+        return itemsize * sum(
+            (len(train) + len(test)) * min(len(train), n_features)
+            for train, test in self.splits
+        )
+
+    def decompose(self, X, weight, backend, *, fit_intercept, full):
+        def fold(split):
+            return _Fold(X, weight, *split, backend, fit_intercept=fit_intercept)
+
+        # All rows and every fold: independent decompositions, side by side.
+        parts = [full, *(lambda split=split: fold(split) for split in self.splits)]
+        full_result, *folds = map_threads(lambda part: part(), parts, backend)
+        return full_result, folds
+
+    def scores(self, solver, state, Y, Y_centered, Y_offset, UtY):
+        total = 0.0
+        for fold in state:
+            # The fold's training rows of the targets centred on all rows:
+            # U's columns are orthogonal to the (weighted) mean direction, so
+            # projecting them equals projecting the rows centred on their own
+            # means, and the training mean is one shift of the test targets.
+            UtY_fold, train_mean = fold.project(
+                Y_centered, with_mean=solver.fit_intercept
+            )
+            # Offset first, then the small training mean: in float32 their sum
+            # would round the mean away on targets far from zero.
+            y_true = fold.test_rows(Y) - Y_offset
+            y_true -= train_mean
+            total = total + _linalg.holdout_scores(
+                fold.s,
+                fold.X_test_V,
+                UtY_fold,
+                y_true,
+                solver.alphas,
+                scoring=solver.scoring or "r2",
+                sample_weight=fold.test_weight,
+                xp=solver.xp,
+            )
+        return total / len(state)
+
+    def no_model_score(self, Y, sample_weight, scoring, fit_intercept):
+        # Without a scoring, K-fold scores R^2; the held-out mean is no
+        # leave-one-out mean.
+        scoring = scoring or "r2"
+        if scoring == "neg_mean_squared_error":
+            center = (
+                np.average(Y, axis=0, weights=sample_weight) if fit_intercept else 0.0
+            )
+            return -np.average((Y - center) ** 2, axis=0, weights=sample_weight)
+        return super().no_model_score(Y, sample_weight, scoring, fit_intercept)
+
+
+# ``cv`` values that name a scheme; any other value is K-fold.
+CV_SCHEMES = {None: LeaveOneOut, "gcv": GeneralizedCV}
+
+
+def cv_scheme(cv, scoring=None):
+    """A new scheme for ``cv``, with ``scoring`` checked against it.
+
+    Raises
+    ------
+    ValueError
+        For a string that names no scheme, or a scoring the scheme does not
+        compute.
+    """
+    if cv is None or isinstance(cv, str):
+        if cv not in CV_SCHEMES:
+            names = [name for name in CV_SCHEMES if name is not None]
+            raise InvalidParameterError(
+                f"cv must be None (leave-one-out), an int, a CV splitter, an "
+                f"iterable of splits or one of {names}, got {cv!r}"
+            )
+        scheme = CV_SCHEMES[cv](cv)
+    else:
+        scheme = KFold(cv)
+    scheme.check_scoring(scoring)
+    return scheme
+
+
+def _check_splits(splits, cv, sample_weight, scoring):
+    """Refuse folds no ridge can be fit or scored on; warn of undefined scores."""
+    if not splits:
+        raise ValueError(
+            f"cv must yield at least one train/test split, got none from cv={cv!r} "
+            "(an empty list or an exhausted generator?)"
+        )
+    for i, (train, test) in enumerate(splits):
+        if len(test) == 0:
+            raise ValueError(
+                f"cv yielded an empty test fold (fold {i}, with {len(train)} "
+                "training rows): every fold must hold out at least one row"
+            )
+        if len(train) < MIN_SAMPLES:
+            raise ValueError(
+                f"cv fold {i} has {len(train)} training row(s): a ridge fit needs "
+                f"at least {MIN_SAMPLES} samples; use fewer folds"
+            )
+        if sample_weight is not None and not np.any(sample_weight[train]):
+            raise ValueError(
+                f"sample_weight is 0 on all {len(train)} training rows of cv fold "
+                f"{i}: that fold has nothing to fit; give some of its training "
+                "rows a positive weight or use another cv"
+            )
+    sizes = np.array([len(test) for _, test in splits])
+    if scoring != "neg_mean_squared_error" and np.any(sizes < MIN_SCORED_ROWS):
+        name = "correlation" if scoring == "correlation" else "R^2"
+        warnings.warn(
+            f"cv has test folds of fewer than {MIN_SCORED_ROWS} rows (test fold "
+            f"sizes {np.array2string(sizes, threshold=20)}): their {name} is "
+            "undefined (NaN), so every alpha scores NaN, the first alpha is "
+            "kept and best_score_ is NaN. Use fewer folds, cv=None (exact "
+            "leave-one-out) or scoring='neg_mean_squared_error'.",
+            UserWarning,
+            # Past this function, KFold.split, fit and its atomic_fit wrapper,
+            # to the caller's line.
+            stacklevel=5,
+        )
+
+
+def _row_runs(indices):
+    """``[(position, row, length), ...]`` of consecutive runs, or None if many."""
+    indices = np.asarray(indices)
+    breaks = np.flatnonzero(np.diff(indices) != 1) + 1
+    if indices.size == 0 or breaks.size >= MAX_ROW_RUNS:
+        return None
+    bounds = np.concatenate(([0], breaks, [indices.size]))
+    return [
+        (int(start), int(indices[start]), int(stop - start))
+        for start, stop in zip(bounds[:-1], bounds[1:])
+    ]
+
+
+class _Fold:
+    """One train/test split: its training rows decomposed, its rows located."""
+
+    def __init__(self, X, weight, train, test, backend, *, fit_intercept):
+        xp = backend.xp
+        self.xp = xp
+        self.train_runs, self.test_runs = _row_runs(train), _row_runs(test)
+        self.train, self.test = backend.asarray(train), backend.asarray(test)
+        self.n_train = len(train)
+        self.root_weight = self.test_weight = None
+        train_weight = None
+        if weight is not None:
+            # Test rows are scored with their weights, as RidgeCV(cv=K) does.
+            self.test_weight = xp.take(weight, self.test, axis=0)
+            train_weight = xp.take(weight, self.train, axis=0)
+            self.root_weight = xp.sqrt(train_weight)
+            self.total_weight = xp.sum(train_weight)
+        self.U, self.s, self.X_test_V = _linalg.fold_basis(
+            xp.take(X, self.train, axis=0),
+            xp.take(X, self.test, axis=0),
+            fit_intercept=fit_intercept,
+            sample_weight=train_weight,
+            xp=xp,
+        )
+
+    def _blocks(self, A, runs, indices):
+        """``(positions, rows of A)`` pairs covering the fold's rows of ``A``."""
+        if runs is None:
+            return [(slice(None), self.xp.take(A, indices, axis=0))]
+        return [
+            (slice(position, position + length), A[row : row + length])
+            for position, row, length in runs
+        ]
+
+    def project(self, Y_centered, *, with_mean):
+        """``U' Y_centered[train]``, one product per run of rows.
+
+        With ``with_mean``, also the (weighted) mean of those rows, unscaled,
+        read in the same pass: ``Y_centered`` rows carry sqrt(w), so
+        ``sqrt(w)' Y_centered[train] / sum(w[train])`` is the training mean
+        of ``Y - Y_offset``. Without it the mean is 0.0.
+        """
+        xp = self.xp
+        UtY = total = 0.0
+        for positions, rows in self._blocks(Y_centered, self.train_runs, self.train):
+            UtY = UtY + self.U[positions].T @ rows
+            if not with_mean:
+                continue
+            if self.root_weight is None:
+                total = total + xp.sum(rows, axis=0)
+            else:
+                total = total + self.root_weight[positions] @ rows
+        if not with_mean:
+            return UtY, 0.0
+        if self.root_weight is None:
+            return UtY, total / self.n_train
+        return UtY, total / self.total_weight
+
+    def test_rows(self, Y):
+        """``Y[test]``: a view when the test rows are one run."""
+        blocks = self._blocks(Y, self.test_runs, self.test)
+        if len(blocks) == 1:
+            return blocks[0][1]
+        return self.xp.concat([rows for _, rows in blocks], axis=0)

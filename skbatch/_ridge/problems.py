@@ -1,0 +1,714 @@
+"""Ridge problems: data decomposed once, computing on batches of item ids.
+
+A problem object is what the engine (:func:`skbatch._engine.run_problem`)
+runs. It states its memory, so that no estimator does memory arithmetic:
+
+- ``n_items``, ``backend``, ``desc``: what is batched, where, and its name;
+- ``fixed_bytes``: device bytes held whatever the batch (data and
+  decompositions);
+- ``device_bytes_per_item`` and ``host_bytes_per_item``: the working set of
+  one item on the device, and its result on the host until reduced;
+- ``max_batch_size``: the batch past which the kernel is no faster;
+- ``threads``: whether batches may run side by side on the BLAS threads;
+
+and computes on item ids: ``problem(ids)`` returns device arrays whose axis 0
+runs over ``ids``, drawing what item i needs (permutation, bootstrap counts)
+from item i's seed stream alone.
+
+- :class:`TargetProblem`: the targets of ``BatchedRidge``, through a
+  :class:`RidgeSolver` (one SVD, or one per fold, and a CV scheme);
+- :class:`PermutedRidgeProblem`: the permutations of ``PermutationScorer``'s
+  ridge fast path, as extra targets through one solver per outer fold;
+- :class:`BootstrapRidgeProblem`: the replicates of ``BootstrapEstimator``'s
+  linear path, as row weights of one batched weighted solve.
+
+The memory multipliers below are checked by ``benchmarks/bench_memory.py``
+(measured peaks over planned bytes, ``benchmarks/RESULTS.md``) and by the
+peak-memory tests of ``tests/test_ridge.py``, ``tests/test_permutation.py``
+and ``tests/test_bootstrap.py``.
+"""
+
+import math
+
+import numpy as np
+from array_api_compat import device as array_device
+
+from .. import _linalg
+from ..memory import GB, memory_budget
+from ..random import bootstrap_counts, permutation_indices
+
+__all__ = [
+    "BootstrapRidgeProblem",
+    "PermutedRidgeProblem",
+    "RidgeSolver",
+    "TargetProblem",
+    "fit_targets",
+]
+
+# A GEMM over this many targets already runs at the BLAS peak; larger target
+# batches only add page faults and cache misses (chunked targets were faster
+# and used half the memory). torch's CPU GEMM peaks at smaller batches: its
+# K-fold fit took 6.2 s at 512 targets, 6.8 s at 2048.
+MAX_TARGETS_PER_BATCH = 2048
+MAX_TARGETS_PER_BATCH_TORCH_CPU = 512
+# Temporaries of the ridge CV kernels beyond the arrays counted per target
+# (copies made by casts, centring, broadcasting).
+CV_WORKSPACE_OVERHEAD = 2.0
+# Temporaries of the bootstrap kernel beyond the arrays counted per replicate
+# (copies made by broadcasting, transposes and LAPACK's Fortran-order inputs).
+BOOTSTRAP_WORKSPACE_OVERHEAD = 1.5
+# Largest working set of one bootstrap batch. The batch GEMM runs at the BLAS
+# rate long before this (n=1000, p=100, 1000 targets: 28 replicates; the
+# kernel alone reaches 66-70% of the one-thread GEMM rate from 4 to 28, and
+# smaller caps did not change the whole fit, benchmarks/RESULTS.md); bigger
+# batches only add page faults for their temporaries.
+MAX_BOOTSTRAP_BATCH_BYTES = 256e6
+# Least work (flops of all replicates) for which the bootstrap runs batches
+# side by side on the BLAS threads: below it, starting the threads costs more
+# than the second core gives (2 or 100 replicates of 40 rows, 1e6 flops at
+# most: 3.0 ms in turn against 3.6 ms side by side); from 5e7 (10,000
+# replicates of 40 rows, 100,000 of 16) both are as fast at best and side by
+# side faster in median.
+SIDE_BY_SIDE_MIN_FLOPS = 1e7
+
+
+class RidgeSolver:
+    """A design matrix decomposed once for a CV scheme, taking device targets.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+        Host design matrix.
+    sample_weight : ndarray of shape (n_samples,) or None
+    alphas : ndarray of shape (n_alphas,)
+    scheme : skbatch._ridge.cv.CVScheme
+        Split already (:meth:`~skbatch._ridge.cv.CVScheme.split`).
+    backend : Backend
+    dtype : numpy dtype
+    fit_intercept : bool
+    scoring : str or None
+    """
+
+    def __init__(
+        self,
+        X,
+        sample_weight,
+        alphas,
+        scheme,
+        backend,
+        dtype,
+        *,
+        fit_intercept,
+        scoring,
+    ):
+        xp = backend.xp
+        self.backend, self.dtype, self.xp = backend, dtype, xp
+        self.alphas, self.scheme = alphas, scheme
+        self.fit_intercept, self.scoring = fit_intercept, scoring
+        self.n_samples, self.n_features = X.shape
+        sample_weight, n_effective = scheme.weights(sample_weight)
+        # Rows that count in the GCV criterion: those of non-zero weight.
+        self.n_effective = self.n_samples if n_effective is None else n_effective
+        X = backend.asarray(X, dtype)
+        weight = (
+            None if sample_weight is None else backend.asarray(sample_weight, dtype)
+        )
+        self.sample_weight = weight
+
+        def full():
+            X_centered, X_offset = _linalg.center(
+                X, weight, fit_intercept=fit_intercept, xp=xp
+            )
+            return X_offset, *_linalg.svd_decompose(X_centered, xp=xp)
+
+        full_result, self.state = scheme.decompose(
+            X, weight, backend, fit_intercept=fit_intercept, full=full
+        )
+        self.X_offset, self.U, self.s, self.Vt = full_result
+
+    @staticmethod
+    def nbytes(n_samples, n_features, scheme, itemsize):
+        """Device bytes the solver holds, from the shapes, before decomposing.
+
+        X and its centred copy (2np), the thin SVD (nr + rp) with the rank r
+        at its bound min(n, p), and the scheme's own decompositions.
+        """
+        rank = min(n_samples, n_features)
+        count = 2 * n_samples * n_features + (n_samples + n_features) * rank
+        return itemsize * count + scheme.nbytes(n_features, itemsize)
+
+    @property
+    def fixed_bytes(self):
+        """Device bytes held once decomposed: X, its SVD and the folds' bases."""
+        n, p, r = self.n_samples, self.n_features, self.s.shape[0]
+        count = 2 * n * p + n * r + r * p
+        for fold in self.state or ():
+            count += (fold.U.shape[0] + fold.X_test_V.shape[0]) * r
+        return np.dtype(self.dtype).itemsize * count
+
+    def project(self, Y):
+        """Centre device targets ``Y`` (n_samples, m) and project them on U.
+
+        Returns
+        -------
+        Y_centered, Y_offset, UtY : arrays
+            Centred (and weight-scaled) targets, their offsets, and their
+            coordinates in the basis.
+        """
+        Y_centered, Y_offset = _linalg.center(
+            Y, self.sample_weight, fit_intercept=self.fit_intercept, xp=self.xp
+        )
+        return Y_centered, Y_offset, _linalg.project(self.U, Y_centered, xp=self.xp)
+
+    def scores(self, Y, Y_centered, Y_offset, UtY):
+        """Scores (n_alphas, m) of one batch of targets, by the CV scheme."""
+        return self.scheme.scores(self, self.state, Y, Y_centered, Y_offset, UtY)
+
+    def choose_alpha(self, Y, Y_centered, Y_offset, UtY, *, columns_per_choice=1):
+        """Alpha chosen by the CV criterion for every column of ``Y``.
+
+        Parameters
+        ----------
+        Y, Y_centered, Y_offset, UtY : arrays
+            Targets as given to :meth:`project` and what it returned.
+        columns_per_choice : int, default=1
+            Consecutive columns that share one alpha, chosen on their mean
+            score (``alpha_per_target=False`` for a block of targets).
+
+        Returns
+        -------
+        alpha : array of shape (m,), or (1,) with a single alpha
+            The single alpha broadcasts: one filter for every column of
+            :meth:`predict`, not one per column.
+        """
+        xp = self.xp
+        alphas = self.backend.asarray(self.alphas, self.dtype)
+        if self.alphas.size == 1:
+            return alphas
+        scores = self.scores(Y, Y_centered, Y_offset, UtY)
+        if columns_per_choice > 1:
+            scores = xp.mean(
+                xp.reshape(scores, (self.alphas.size, -1, columns_per_choice)),
+                axis=2,
+            )
+        best, _ = _linalg.select_alpha(scores, xp=xp)
+        if columns_per_choice > 1:
+            best = xp.reshape(
+                xp.broadcast_to(best[:, None], (best.shape[0], columns_per_choice)),
+                (-1,),
+            )
+        return xp.take(alphas, best, axis=0)
+
+    def rows_in_basis(self, X_new):
+        """New rows (device, n_new x n_features), centred, times V."""
+        return (X_new - self.X_offset) @ self.Vt.T
+
+    def predict(self, X_new_V, UtY, Y_offset, alpha):
+        """Predictions for rows given by :meth:`rows_in_basis`.
+
+        The coefficients in the basis of V, ``diag(s / (s^2 + alpha)) U'Y``,
+        are mapped by ``X_new V`` instead of ``V``: :func:`_linalg.ridge_coef`
+        with ``X_new_V.T`` in place of ``Vt``, one product, no coefficients
+        over the features.
+        """
+        return _linalg.ridge_coef(X_new_V.T, self.s, UtY, alpha, xp=self.xp) + Y_offset
+
+    def refit(self, UtY, Y_offset, alpha):
+        """Coefficients (m, n_features) and intercepts (m,) at ``alpha``."""
+        coef = _linalg.ridge_coef(self.Vt, self.s, UtY, alpha, xp=self.xp)
+        return coef.T, Y_offset - self.X_offset @ coef
+
+    def select_and_fit(self, Y):
+        """Scores of every alpha, the best per target, its coefficients."""
+        xp = self.xp
+        Y_centered, Y_offset, UtY = self.project(Y)
+        scores = self.scores(Y, Y_centered, Y_offset, UtY)
+        best, best_score = _linalg.select_alpha(scores, xp=xp)
+        alpha = xp.take(self.backend.asarray(self.alphas, self.dtype), best)
+        return (*self.refit(UtY, Y_offset, alpha), best, best_score, scores.T)
+
+    def fit_fixed(self, Y, alpha):
+        """Coefficients at one alpha for all targets of ``Y``."""
+        _, Y_offset, UtY = self.project(Y)
+        return self.refit(UtY, Y_offset, alpha)
+
+
+def check_solver_memory(n_samples, n_features, scheme, dtype, backend, max_memory_gb):
+    """Refuse, before any SVD runs, data whose decompositions exceed the budget.
+
+    Against the full budget: the 8 GB cap of ``memory_budget(for_batching=
+    True)`` bounds one target batch, not the data (DESIGN.md, Memory).
+    """
+    needed = RidgeSolver.nbytes(n_samples, n_features, scheme, np.dtype(dtype).itemsize)
+    budget_gb = memory_budget(backend, max_memory_gb)
+    if needed > budget_gb * GB:
+        raise ValueError(
+            f"BatchedRidge needs {needed / GB:.3g} GB on {backend.name} for X "
+            f"({n_samples} x {n_features}) and its decompositions before any "
+            f"target, but the memory budget is {budget_gb:.3g} GB; raise "
+            "max_memory_gb (or free memory), or reduce n_samples, n_features "
+            "or the number of folds"
+        )
+
+
+class TargetProblem:
+    """The targets of a fit: alpha chosen and coefficients fit per target.
+
+    ``problem(ids)`` gives coefficients, intercepts, the best alpha's index,
+    its score and the scores of every alpha of targets ``ids``; with a fixed
+    ``alpha``, only coefficients and intercepts.
+    """
+
+    desc = "targets"
+    # The kernels are pure functions of their batch.
+    threads = True
+
+    def __init__(self, solver, Y, alpha=None):
+        self.solver, self.Y, self.alpha = solver, Y, alpha
+        self.backend = solver.backend
+        self.n_items = Y.shape[1]
+        n, p, r = solver.n_samples, solver.n_features, solver.s.shape[0]
+        n_alphas = solver.alphas.size
+        itemsize = np.dtype(solver.dtype).itemsize
+        self.fixed_bytes = solver.fixed_bytes
+        # A target's column, centred copy, projection, LOO residuals and
+        # scores of every alpha.
+        self.device_bytes_per_item = (
+            CV_WORKSPACE_OVERHEAD * itemsize * (4 * n + r + p + 2 * n_alphas)
+        )
+        # Its coefficients, intercept, best alpha and score, and all scores.
+        self.host_bytes_per_item = 8 * (p + 3 + n_alphas)
+        backend = self.backend
+        self.max_batch_size = (
+            MAX_TARGETS_PER_BATCH_TORCH_CPU
+            if backend.library == "torch" and not backend.is_gpu
+            else MAX_TARGETS_PER_BATCH
+        )
+
+    def _to_device(self, ids):
+        # The engine hands out consecutive ids: a slice is a view, where a
+        # gather would copy every target once more before centring copies it.
+        Y, solver = self.Y, self.solver
+        if ids[-1] - ids[0] + 1 == len(ids):
+            return solver.backend.asarray(Y[:, ids[0] : ids[-1] + 1], solver.dtype)
+        return solver.backend.asarray(Y[:, ids], solver.dtype)
+
+    def __call__(self, ids):
+        Y = self._to_device(ids)
+        if self.alpha is None:
+            return self.solver.select_and_fit(Y)
+        return self.solver.fit_fixed(Y, self.alpha)
+
+
+def fit_targets(solver, Y, *, alpha_per_target, batch_size, max_memory_gb, verbose):
+    """Choose alphas and fit all targets of ``Y`` (host, n_samples x t).
+
+    Returns
+    -------
+    coef, intercept, best, best_score, scores : ndarrays
+        Of shapes (t, p), (t,), (t,) (indices into the alphas), (t,) and
+        (t, n_alphas).
+    """
+    from .._engine import run_problem
+
+    n_targets = Y.shape[1]
+    n_alphas = solver.alphas.size
+    coef = np.empty((n_targets, solver.n_features))
+    intercept = np.empty(n_targets)
+    best = np.empty(n_targets, dtype=np.int64)
+    best_score = np.empty(n_targets)
+    scores = np.empty((n_targets, n_alphas))
+
+    def reduce_all(ids, result):
+        coef[ids], intercept[ids], best[ids], best_score[ids], scores[ids] = result
+
+    def reduce_coef(ids, result):
+        coef[ids], intercept[ids] = result
+
+    run_args = dict(max_memory_gb=max_memory_gb, batch_size=batch_size, verbose=verbose)
+    run_problem(TargetProblem(solver, Y), reduce_all, **run_args)
+    if not alpha_per_target and n_targets > 1:
+        shared = int(np.argmax(np.nan_to_num(scores.mean(axis=0), nan=-np.inf)))
+        alpha = float(solver.alphas[shared])
+        run_problem(TargetProblem(solver, Y, alpha), reduce_coef, **run_args)
+        best[:] = shared
+        best_score[:] = scores[:, shared]
+    return coef, intercept, best, best_score, scores
+
+
+def device_scores(y_true, y_pred, scoring, xp):
+    """Score of every column, computed where the arrays are."""
+    dtype = _linalg._criterion_dtype(y_true, xp)
+    y_true = xp.astype(y_true, dtype, copy=False)
+    y_pred = xp.astype(y_pred, dtype, copy=False)
+    if scoring == "neg_root_mean_squared_error":
+        return -xp.sqrt(xp.mean((y_true - y_pred) ** 2, axis=0))
+    if scoring == "neg_mean_absolute_error":
+        return -xp.mean(xp.abs(y_true - y_pred), axis=0)
+    return _linalg.score_per_target(y_true, y_pred, scoring or "r2", xp=xp)
+
+
+# Scorings PermutedRidgeProblem computes on the device, per target. None is
+# R^2: the ``score`` of every estimator the ridge fast path accepts.
+DEVICE_SCORINGS = (
+    None,
+    "r2",
+    "correlation",
+    "neg_mean_squared_error",
+    "neg_root_mean_squared_error",
+    "neg_mean_absolute_error",
+)
+
+
+class PermutedRidgeProblem:
+    """Outer folds decomposed once, scoring batches of permuted targets.
+
+    A permutation k of the rows of ``Y`` (n x t) becomes t target columns
+    ``k * t + j``; a batch of permutations is one :class:`RidgeSolver` call
+    per fold over all their columns: projection, alpha choice by the inner
+    CV of the estimator, prediction of the test rows and their score.
+    ``problem(ids)`` gives the scores (len(ids), t) of permutations ``ids``,
+    drawn from their own seed streams (:func:`skbatch.random.permutation_indices`).
+
+    Parameters
+    ----------
+    X, Y : ndarrays of shape (n_samples, n_features) and (n_samples, t)
+    splits : list of (train, test)
+        Outer folds.
+    spec : RidgeSpec
+        The estimator's problem; its ``cv`` decides the inner scheme.
+    inner_scheme : callable
+        ``inner_scheme(X_train, Y_train)``: a split CV scheme for a fold.
+    backend, dtype, scoring :
+        Where, in what, and how the folds are scored.
+    n_permutations : int
+    permutation : dict
+        ``entropy``, ``groups``, ``permutation_type`` and ``block_size`` of
+        :func:`skbatch.random.permutation_indices`.
+    """
+
+    desc = "permutations"
+    threads = True
+    # Held-out rows of (permutations x targets) columns per device batch:
+    # one GEMM per fold, at the BLAS peak at the target batch's width.
+    max_columns = MAX_TARGETS_PER_BATCH
+
+    def __init__(
+        self,
+        X,
+        Y,
+        splits,
+        spec,
+        inner_scheme,
+        backend,
+        dtype,
+        scoring,
+        *,
+        n_permutations,
+        permutation,
+    ):
+        self.backend, self.dtype, self.xp = backend, dtype, backend.xp
+        self.scoring = scoring
+        self.n_samples = X.shape[0]
+        self.n_targets = Y.shape[1]
+        self.n_items = n_permutations
+        self.permutation = permutation
+        many = not spec.alpha_per_target and self.n_targets > 1
+        self.columns_per_choice = self.n_targets if many else 1
+        self.Y = backend.asarray(Y, dtype)
+        self.folds = []
+        for train, test in splits:
+            X_train = X[train]
+            solver = RidgeSolver(
+                X_train,
+                None,
+                spec.alphas,
+                inner_scheme(X_train, Y[train]),
+                backend,
+                dtype,
+                fit_intercept=spec.fit_intercept,
+                scoring=spec.scoring,
+            )
+            X_test_V = solver.rows_in_basis(backend.asarray(X[test], dtype))
+            self.folds.append(
+                (backend.asarray(train), backend.asarray(test), solver, X_test_V)
+            )
+        self.fixed_bytes = self._fixed_bytes()
+        rank = max(solver.s.shape[0] for _, _, solver, _ in self.folds)
+        itemsize = np.dtype(dtype).itemsize
+        # Gathered train and test targets, their centred copy, LOO residual
+        # and errors, predictions: a few (n x t) blocks, plus the indices.
+        per_column = 6 * self.n_samples + rank + 2 * spec.alphas.size
+        self.device_bytes_per_item = (
+            CV_WORKSPACE_OVERHEAD * itemsize * self.n_targets * per_column
+            + 16 * self.n_samples
+        )
+        # The indices drawn on the host, and the scores.
+        self.host_bytes_per_item = 8 * (self.n_samples + self.n_targets)
+        self.max_batch_size = max(1, self.max_columns // self.n_targets)
+
+    def _fixed_bytes(self):
+        """Device bytes held whatever the batch: targets and decompositions."""
+        arrays = [self.Y]
+        for _, _, solver, X_test_V in self.folds:
+            arrays += [solver.U, solver.Vt, X_test_V]
+            for fold in solver.state or ():
+                arrays += [fold.U, fold.X_test_V]
+        itemsize = np.dtype(self.dtype).itemsize
+        return itemsize * sum(math.prod(a.shape) for a in arrays)
+
+    def observed(self):
+        """Per-target score (t,) of the unpermuted rows, on the device."""
+        return self.scores(np.arange(self.n_samples)[None, :])[0]
+
+    def __call__(self, ids):
+        return self.scores(
+            permutation_indices(
+                self.permutation["entropy"],
+                ids,
+                self.n_samples,
+                self.permutation["groups"],
+                permutation_type=self.permutation["permutation_type"],
+                block_size=self.permutation["block_size"],
+            )
+        )
+
+    def scores(self, indices):
+        """Per-target score, averaged over folds, of each row permutation.
+
+        Parameters
+        ----------
+        indices : ndarray of shape (b, n_samples)
+            Row permutations (host); ``Y[indices[k]]`` is permuted target k.
+
+        Returns
+        -------
+        scores : device array of shape (b, n_targets)
+        """
+        xp = self.xp
+        indices = self.backend.asarray(indices)
+        permuted = self._permute(indices)
+        total = 0.0
+        for train, test, solver, X_test_V in self.folds:
+            Y_train = xp.take(permuted, train, axis=0)
+            Y_centered, Y_offset, UtY = solver.project(Y_train)
+            alpha = solver.choose_alpha(
+                Y_train,
+                Y_centered,
+                Y_offset,
+                UtY,
+                columns_per_choice=self.columns_per_choice,
+            )
+            predictions = solver.predict(X_test_V, UtY, Y_offset, alpha)
+            Y_test = xp.take(permuted, test, axis=0)
+            total = total + device_scores(Y_test, predictions, self.scoring, xp)
+        return xp.reshape(total / len(self.folds), (indices.shape[0], self.n_targets))
+
+    def _permute(self, indices):
+        """``Y[indices[k]]`` for every k, as columns ``k * t + j``: (n, b * t).
+
+        Gathered once per batch; each fold then copies whole rows of it.
+        """
+        xp = self.xp
+        rows = xp.reshape(xp.permute_dims(indices, (1, 0)), (-1,))
+        return xp.reshape(xp.take(self.Y, rows, axis=0), (indices.shape[1], -1))
+
+
+def bootstrap_flops_per_replicate(n_samples, n_features, n_targets):
+    """Floating-point work of one bootstrap replicate, for ``device="auto"``."""
+    rank = min(n_samples, n_features)
+    return (
+        2.0 * n_samples * (n_features * n_targets + rank * max(n_samples, n_features))
+    )
+
+
+def check_replicate_weights(ids, weights):
+    """Refuse replicates whose rows all have sample_weight 0: no fit exists."""
+    empty = np.flatnonzero(weights.sum(axis=1) <= 0)
+    if empty.size:
+        raise ValueError(
+            f"Bootstrap replicate {int(ids[empty[0]])} drew only samples whose "
+            f"sample_weight is 0, so its weighted fit is undefined. Give more "
+            f"samples a positive sample_weight, or leave out the samples of "
+            f"weight 0 before fitting."
+        )
+
+
+class BootstrapRidgeProblem:
+    """Data on the device, solving batches of bootstrap replicates as weights.
+
+    ``problem(ids)`` returns the coefficients, of shape (batch, n_targets,
+    n_features), and intercepts, (batch, n_targets), of replicates ``ids``,
+    whose bootstrap counts (:func:`skbatch.random.bootstrap_counts`) weight
+    the rows.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+        Host design matrix, computed on in float64 unless float32.
+    y : ndarray of shape (n_samples,) or (n_samples, n_targets)
+    alpha : float or ndarray of shape (n_targets,)
+    fit_intercept : bool
+    sample_weight : ndarray of shape (n_samples,) or None
+    groups, block_size, entropy :
+        The resampling scheme of :func:`skbatch.random.bootstrap_counts`.
+    backend, dtype :
+    n_bootstrap : int
+    max_batch_size : int or None, default=None
+        Fewer replicates per batch than the kernel's own bound (the host's
+        room for their results, on a GPU).
+    """
+
+    desc = "replicates"
+
+    def __init__(
+        self,
+        X,
+        y,
+        alpha,
+        *,
+        fit_intercept,
+        sample_weight,
+        groups,
+        block_size,
+        entropy,
+        backend,
+        dtype,
+        n_bootstrap,
+        max_batch_size=None,
+    ):
+        xp = backend.xp
+        self.backend, self.dtype, self.xp = backend, dtype, xp
+        self.fit_intercept = fit_intercept
+        self.sample_weight = sample_weight
+        self.groups, self.block_size, self.entropy = groups, block_size, entropy
+        self.n_items = n_bootstrap
+        X = np.asarray(X, dtype=np.float64 if X.dtype != np.float32 else None)
+        Y = np.asarray(y, dtype=dtype).reshape(X.shape[0], -1)
+        self.n_samples, n_features = X.shape
+        n_targets = Y.shape[1]
+        self.fixed_bytes, self.device_bytes_per_item, self.host_bytes_per_item = (
+            self.nbytes(
+                self.n_samples,
+                n_features,
+                n_targets,
+                np.dtype(dtype).itemsize,
+                copies_y=backend.library != "numpy" or Y.dtype != y.dtype,
+            )
+        )
+        alpha = np.array(
+            np.broadcast_to(np.asarray(alpha, dtype=np.float64).ravel(), (n_targets,))
+        )
+        largest = max(1, int(MAX_BOOTSTRAP_BATCH_BYTES // self.device_bytes_per_item))
+        self.max_batch_size = (
+            largest if max_batch_size is None else min(largest, max_batch_size)
+        )
+        flops = n_bootstrap * bootstrap_flops_per_replicate(
+            self.n_samples, n_features, n_targets
+        )
+        self.threads = flops >= SIDE_BY_SIDE_MIN_FLOPS
+        self.dual = n_features > self.n_samples
+        if fit_intercept:
+            # Centring X on its overall mean once keeps each replicate's mean
+            # small, so the algebraic centring in the kernels loses no digits.
+            offset = X.mean(axis=0, dtype=np.float64)
+            self.x_offset = backend.asarray(offset, dtype)
+            X = X - offset
+            if not self.dual:
+                # A column of ones makes the weighted sums of X and Y fall out
+                # of the two batch GEMMs as one more row.
+                X = np.hstack([X, np.ones((self.n_samples, 1))])
+        if not self.dual:
+            # Column-major, so that X' is contiguous: the kernel weights X'
+            # row by row, 3x faster than through a strided view for few
+            # samples, 25% for n=1000.
+            X = np.asfortranarray(X)
+        self.X = backend.asarray(X, dtype)
+        del X
+        self.Y = backend.asarray(Y, dtype)
+        self.K0 = self.X @ self.X.T if self.dual else None
+        same = bool(np.all(alpha == alpha[0]))
+        self.fixed_alpha = float(alpha[0]) if same and alpha[0] > 0 else None
+        self.alpha = backend.asarray(alpha, dtype)
+
+    @staticmethod
+    def nbytes(n_samples, n_features, n_targets, itemsize, copies_y):
+        """``(fixed, device per replicate, host per replicate)`` bytes."""
+        n, p, t = n_samples, n_features, n_targets
+        # X centred (with a ones column in the primal) on the device, and the
+        # centred float64 copy it is made from.
+        fixed = (itemsize + 8) * n * (p + 1)
+        if copies_y:
+            fixed += itemsize * n * t
+        if p > n:
+            fixed += itemsize * n**2
+            elements = 5 * n * n + 5 * n * p + 3 * n * t + 3 * p * t + 4 * n + 2 * t
+        else:
+            elements = 2 * p * n + 4 * p * p + 5 * p * t + 4 * n + 2 * t
+        device = BOOTSTRAP_WORKSPACE_OVERHEAD * itemsize * elements
+        # Counts and weights of one replicate, and its result, which arrives
+        # in the compute dtype and is copied to float64 by the accumulator:
+        # at most two float64 copies.
+        host = 8.0 * (2 * n + 2 * t * (p + 1))
+        return fixed, device, host
+
+    def weights(self, ids):
+        counts = bootstrap_counts(
+            self.entropy, ids, self.n_samples, self.groups, block_size=self.block_size
+        )
+        weights = counts.astype(np.float64)
+        if self.sample_weight is not None:
+            weights *= self.sample_weight
+            check_replicate_weights(ids, weights)
+        return self.backend.asarray(weights, self.dtype)
+
+    def __call__(self, ids):
+        xp = self.xp
+        w = self.weights(ids)
+        args = (w, self.alpha, self.fixed_alpha)
+        if self.dual:
+            coef, x_mean, y_mean = _linalg.weighted_dual_coef(
+                self.X, self.K0, self.Y, *args, fit_intercept=self.fit_intercept, xp=xp
+            )
+        else:
+            coef, x_mean, y_mean = _linalg.weighted_primal_coef(
+                self.X, self.Y, *args, fit_intercept=self.fit_intercept, xp=xp
+            )
+        if self.fit_intercept:
+            offset = x_mean + self.x_offset
+            with _linalg.one_thread(coef):
+                intercept = y_mean - (coef @ offset[:, :, None])[:, :, 0]
+        else:
+            shape = coef.shape[:2]
+            intercept = xp.zeros(shape, dtype=coef.dtype, device=array_device(coef))
+        return coef, intercept
+
+
+class PredictionProblem:
+    """Predictions of fitted coefficients, in batches of targets.
+
+    ``problem(ids)`` gives the predictions (len(ids), n_rows) of targets
+    ``ids`` for the rows of ``X``.
+    """
+
+    desc = "targets"
+    threads = True
+    max_batch_size = None
+
+    def __init__(self, X, coef, intercept, backend, dtype):
+        self.backend, self.dtype = backend, dtype
+        self.coef, self.intercept = coef, intercept
+        self.n_items = coef.shape[0]
+        self.X = backend.asarray(X, dtype)
+        itemsize = np.dtype(dtype).itemsize
+        out_itemsize = np.result_type(X.dtype, dtype).itemsize
+        self.fixed_bytes = X.nbytes
+        # A target's coefficients and its predictions, on the device...
+        self.device_bytes_per_item = itemsize * (X.shape[0] + X.shape[1])
+        # ... and its predictions on the host.
+        self.host_bytes_per_item = out_itemsize * X.shape[0]
+
+    def __call__(self, ids):
+        backend, dtype = self.backend, self.dtype
+        coef = backend.asarray(self.coef[ids], dtype)
+        return coef @ self.X.T + backend.asarray(self.intercept[ids], dtype)[:, None]

@@ -1,0 +1,220 @@
+"""Which estimators are ridge problems, and the checks every ridge path shares.
+
+:func:`ridge_spec` is the one fast-path rule: every batched path (the
+targets of ``BatchedRidge``, the permutations of ``PermutationScorer``, the
+replicates of ``BootstrapEstimator``) asks it whether an estimator's ``fit``
+solves an exact ridge problem, and which one. Each path then solves the
+problems it knows (the bootstrap path, for one, solves ridge at fixed
+alphas only) and sends the others to the generic joblib path.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+from sklearn.linear_model import LinearRegression, Ridge, RidgeCV
+
+from .cv import cv_scheme
+
+__all__ = ["RidgeSpec", "check_alphas", "resolve_dtype", "ridge_spec"]
+
+# Scorings of the alpha choice that the CV schemes compute on the device;
+# None is each scheme's default (squared error for leave-one-out and GCV,
+# R^2 for K-fold).
+SCORINGS = (None, "r2", "neg_mean_squared_error", "correlation")
+# sklearn Ridge solvers that give the exact ridge solution, which the batched
+# paths compute; the iterative ones stop at a tolerance and are refit.
+EXACT_RIDGE_SOLVERS = ("auto", "svd", "cholesky")
+# Scorings RidgeCV accepts that mean what the schemes compute.
+RIDGECV_SCORINGS = (None, "r2", "neg_mean_squared_error")
+_DTYPES = {"float32": np.float32, "float64": np.float64}
+
+
+@dataclass(frozen=True)
+class RidgeSpec:
+    """The ridge problem an estimator's ``fit`` solves.
+
+    Attributes
+    ----------
+    alphas : ndarray of shape (n_alphas,)
+        Alphas to choose from (one: no choice). With ``fixed_per_target``,
+        one fixed alpha per target instead.
+    cv : object
+        The estimator's CV value, a key of :data:`skbatch._ridge.cv.CV_SCHEMES`
+        or a K-fold splitter; irrelevant with one alpha.
+    scoring : str or None
+        Criterion of the alpha choice.
+    alpha_per_target : bool
+        Whether each target chooses its alpha.
+    fit_intercept : bool
+    dtype : str or numpy dtype
+        The requested compute dtype, for :func:`resolve_dtype`: "auto"
+        (``BatchedRidge``'s rule), "input" (as scikit-learn computes: float32
+        for float32 input), or a dtype.
+    fixed_per_target : bool
+        ``alphas`` holds one fixed alpha per target (``Ridge(alpha=array)``).
+    """
+
+    alphas: np.ndarray
+    cv: object = None
+    scoring: object = None
+    alpha_per_target: bool = True
+    fit_intercept: bool = True
+    dtype: object = "input"
+    fixed_per_target: bool = False
+
+    @property
+    def tunes(self):
+        """Whether ``fit`` chooses an alpha by cross-validation."""
+        return self.alphas.size > 1 and not self.fixed_per_target
+
+
+def check_alphas(alphas):
+    """``alphas`` as a non-empty 1-D float64 array of positive finite values.
+
+    Raises
+    ------
+    TypeError
+        For a string, a bool or anything that is not numbers.
+    ValueError
+        For an empty, multi-dimensional, non-positive or non-finite value.
+    """
+    try:
+        values = None if isinstance(alphas, str) else np.asarray(alphas)
+    except (TypeError, ValueError):
+        values = None
+    # np.asarray would read "1" and True as numbers: a string or a bool is a
+    # mistake, which sklearn refuses with a TypeError too.
+    if values is None or values.dtype.kind not in "iuf":
+        raise TypeError(
+            f"alphas must be a positive float or a 1-D array-like of positive "
+            f"floats, got {type(alphas).__name__}: {alphas!r}"
+        )
+    values = np.atleast_1d(values.astype(np.float64))
+    if values.ndim != 1 or values.size == 0:
+        raise ValueError(
+            f"alphas must be a positive float or a non-empty 1-D array-like of "
+            f"positive floats, got {alphas!r}"
+        )
+    if not np.all(np.isfinite(values)) or np.any(values <= 0):
+        raise ValueError(f"alphas must be positive and finite, got {alphas!r}")
+    return values
+
+
+def resolve_dtype(dtype, backend, input_dtype=None):
+    """The compute dtype of a ridge path: ``dtype`` checked, or resolved.
+
+    "auto" keeps float32 input in float32, as scikit-learn's Ridge does, and
+    computes float32 on a GPU; "input" only the former. Everything else in
+    float64, except on MPS, which has no float64: there "auto" and "input"
+    give float32 and an explicit float64 is refused.
+    """
+    requested = dtype
+    single_input = input_dtype == np.float32
+    if isinstance(dtype, str) and dtype in ("auto", "input"):
+        single = single_input or backend.device == "mps"
+        if dtype == "auto":
+            single = single or backend.is_gpu
+        dtype = np.float32 if single else np.float64
+    try:
+        # np.dtype(None) is float64: None must not pass for a choice.
+        dtype = None if dtype is None else np.dtype(_DTYPES.get(dtype, dtype))
+    except TypeError:
+        dtype = None
+    if dtype is None or dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise ValueError(
+            f"dtype must be 'auto', 'float32' or 'float64', got {requested!r}"
+        )
+    if dtype == np.float64 and backend.device == "mps":
+        raise ValueError(
+            "dtype float64 is not available on MPS; pass dtype='float32' or run "
+            "on another device"
+        )
+    return dtype
+
+
+def _valid_alphas(alphas):
+    try:
+        return check_alphas(alphas)
+    except (TypeError, ValueError):
+        return None
+
+
+def ridge_spec(estimator):
+    """The ridge problem ``estimator.fit`` solves, or None for the generic path.
+
+    Exact types only, since a subclass may override ``fit``:
+    ``LinearRegression`` (ridge at alpha 0 on the numerical rank of X),
+    ``Ridge`` with an exact solver, ``RidgeCV`` with a scoring and CV the
+    schemes compute, and any estimator that states its own problem with a
+    ``__skbatch_ridge_spec__()`` method (``BatchedRidge``). Anything the
+    batched paths would compute differently (positive coefficients,
+    iterative solvers, invalid parameters, which the estimator itself must
+    report) gives None.
+    """
+    own = getattr(estimator, "__skbatch_ridge_spec__", None)
+    if own is not None:
+        return own()
+    kind = type(estimator)
+    params = estimator.get_params(deep=False)
+    if kind is LinearRegression:
+        if params["positive"]:
+            return None
+        return RidgeSpec(np.zeros(1), fit_intercept=params["fit_intercept"])
+    if kind is Ridge:
+        alpha = params["alpha"]
+        if params["positive"] or params["solver"] not in EXACT_RIDGE_SOLVERS:
+            return None
+        values = np.asarray(alpha) if not isinstance(alpha, str | bool) else None
+        if (
+            values is None
+            or values.dtype.kind not in "iuf"
+            or values.ndim > 1
+            or values.size == 0
+            or not np.all(np.isfinite(values))
+            or np.any(values < 0)
+        ):
+            return None
+        return RidgeSpec(
+            values.astype(np.float64).reshape(-1),
+            fit_intercept=params["fit_intercept"],
+            fixed_per_target=values.ndim == 1,
+        )
+    if kind is RidgeCV:
+        alphas = _valid_alphas(params["alphas"])
+        cv = params["cv"]
+        if (
+            alphas is None
+            or params["scoring"] not in RIDGECV_SCORINGS
+            or isinstance(cv, str)
+            # RidgeCV refuses per-target alphas with K-fold.
+            or (cv is not None and params["alpha_per_target"])
+        ):
+            return None
+        return RidgeSpec(
+            alphas,
+            cv,
+            params["scoring"],
+            params["alpha_per_target"],
+            params["fit_intercept"],
+        )
+    return None
+
+
+def batched_ridge_spec(params):
+    """The spec of ``BatchedRidge`` parameters ``params``, or None if invalid."""
+    alphas = _valid_alphas(params["alphas"])
+    scoring = params["scoring"]
+    if alphas is None or scoring not in SCORINGS:
+        return None
+    try:
+        cv_scheme(params["cv"], scoring)
+    except (TypeError, ValueError):
+        return None
+    return RidgeSpec(
+        alphas,
+        params["cv"],
+        scoring,
+        params["alpha_per_target"],
+        params["fit_intercept"],
+        params["dtype"],
+    )
