@@ -197,7 +197,7 @@ def _add_demo_parser(commands):
     )
     demo.add_argument(
         "--samples",
-        type=_int_at_least(_demo.MIN_SAMPLES),
+        type=_int_at_least(_demo.MIN_DEMO_SAMPLES),
         default=_demo.N_SAMPLES,
         help="simulated stimuli (rows)",
     )

@@ -33,7 +33,7 @@ N_PERMUTATIONS = 200
 N_BOOTSTRAP = 1000
 # Fewest samples the demo runs with: 5-fold CV of the test and a held-out
 # fifth both need rows.
-MIN_SAMPLES = 20
+MIN_DEMO_SAMPLES = 20
 # Share of the targets that respond to the stimulus (the rest is noise), as
 # in a whole-brain map where most voxels do not follow a given feature space.
 SIGNAL_FRACTION = 0.1
@@ -123,7 +123,7 @@ def simulate_encoding_data(
     ((50, 5), (50, 100), 10)
     """
     for name, value, minimum in (
-        ("n_samples", n_samples, MIN_SAMPLES),
+        ("n_samples", n_samples, MIN_DEMO_SAMPLES),
         ("n_features", n_features, 1),
         ("n_targets", n_targets, 1),
     ):

@@ -377,61 +377,6 @@ def fold_basis(X_train, X_test, *, fit_intercept=True, sample_weight=None, xp=No
     return U, s, (X_test - X_offset) @ Vt.T
 
 
-def fold_scores(
-    U,
-    s,
-    X_test_V,
-    Y_train,
-    Y_test,
-    alphas,
-    *,
-    fit_intercept=True,
-    sample_weight=None,
-    test_sample_weight=None,
-    scoring="r2",
-    xp=None,
-):
-    """Test-set score of every alpha for every target in one fold.
-
-    Parameters
-    ----------
-    U, s, X_test_V : arrays
-        From :func:`fold_basis`.
-    Y_train : array of shape (n_train, n_targets)
-    Y_test : array of shape (n_test, n_targets)
-    alphas : array-like of shape (n_alphas,)
-    fit_intercept : bool, default=True
-    sample_weight : array of shape (n_train,), default=None
-        Weights of the training rows.
-    test_sample_weight : array of shape (n_test,), default=None
-        Weights of the test rows in the score, as ``GridSearchCV`` (hence
-        ``RidgeCV(cv=K)`` since scikit-learn 1.7) passes them to its scorer.
-    scoring : {"r2", "neg_mean_squared_error", "correlation"}, default="r2"
-
-    Returns
-    -------
-    scores : array of shape (n_alphas, n_targets)
-        Higher is better; in float64 where the device supports it.
-    """
-    xp = _namespace(xp, U, s, X_test_V, Y_train, Y_test)
-    Y_centered, Y_offset = center(
-        Y_train, sample_weight, fit_intercept=fit_intercept, xp=xp
-    )
-    UtY = project(U, Y_centered, xp=xp)
-    # Every scoring is unchanged when targets and predictions shift together,
-    # so the training offset comes off the targets once, not per alpha.
-    return holdout_scores(
-        s,
-        X_test_V,
-        UtY,
-        Y_test - Y_offset,
-        alphas,
-        scoring=scoring,
-        sample_weight=test_sample_weight,
-        xp=xp,
-    )
-
-
 def holdout_scores(
     s, X_test_V, UtY, y_true, alphas, *, scoring="r2", sample_weight=None, xp=None
 ):
@@ -512,70 +457,6 @@ def holdout_scores(
             r2 = _r2(mse, y_var, xp)
             scores.append(_undefined_below_two_rows(r2, xp, n_rows=y_true.shape[0]))
     return xp.stack(scores)
-
-
-def kfold_scores(
-    X,
-    Y,
-    train,
-    test,
-    alphas,
-    *,
-    fit_intercept=True,
-    sample_weight=None,
-    scoring="r2",
-    xp=None,
-):
-    """Score of every alpha for every target on one train/test split.
-
-    The fold's ridge is fit on the training rows, centred on their own means,
-    and scored on the test rows, as ``Ridge(alpha).fit(X[train], Y[train])``
-    scored on ``X[test]`` would be. Averaging over folds is the caller's.
-
-    Parameters
-    ----------
-    X : array of shape (n_samples, n_features)
-    Y : array of shape (n_samples, n_targets)
-    train, test : array-like of int
-        Row indices, as yielded by a scikit-learn splitter.
-    alphas : array-like of shape (n_alphas,)
-    fit_intercept : bool, default=True
-    sample_weight : array of shape (n_samples,), default=None
-        Weights of the training rows in the fit and of the test rows in the
-        score, as ``RidgeCV(cv=K)`` uses them.
-    scoring : {"r2", "neg_mean_squared_error", "correlation"}, default="r2"
-
-    Returns
-    -------
-    scores : array of shape (n_alphas, n_targets)
-    """
-    xp = _namespace(xp, X, Y)
-    train = xp.asarray(train, device=array_device(X))
-    test = xp.asarray(test, device=array_device(X))
-    train_weight = test_weight = None
-    if sample_weight is not None:
-        train_weight = xp.take(sample_weight, train, axis=0)
-        test_weight = xp.take(sample_weight, test, axis=0)
-    U, s, X_test_V = fold_basis(
-        xp.take(X, train, axis=0),
-        xp.take(X, test, axis=0),
-        fit_intercept=fit_intercept,
-        sample_weight=train_weight,
-        xp=xp,
-    )
-    return fold_scores(
-        U,
-        s,
-        X_test_V,
-        xp.take(Y, train, axis=0),
-        xp.take(Y, test, axis=0),
-        alphas,
-        fit_intercept=fit_intercept,
-        sample_weight=train_weight,
-        test_sample_weight=test_weight,
-        scoring=scoring,
-        xp=xp,
-    )
 
 
 def score_per_target(y_true, y_pred, scoring, *, sample_weight=None, xp=None):

@@ -76,8 +76,8 @@ __all__ = ["PermutationScorer"]
 
 # Below this much work (FLOPs of the whole fast path) every product is small
 # and BLAS / torch threads synchronise more than they compute: 2-20x slower
-# than one thread on busy cores (PERFORMANCE.md, and torch's SVD of a
-# 400 x 50 fold: 0.5 ms alone, 250 ms beside one other process), while one
+# than one thread on busy cores (torch's SVD of a 400 x 50 fold: 0.5 ms
+# alone, 250 ms beside one other process), while one
 # thread costs at most a few ms here; drawing the permutations dominates.
 SMALL_FIT_FLOPS = 1e9
 _MULTIOUTPUTS = ("uniform_average", "raw_values")
@@ -347,8 +347,9 @@ default="shuffle"
         fast path runs on ``device`` and ignores it.
     device : str or Backend, default="auto"
         Where the ridge fast path computes; see
-        :func:`skbatch.resolve_backend`. Float64 unless the estimator is a
-        ``BatchedRidge`` whose ``dtype`` says otherwise (float32 on MPS).
+        :func:`skbatch.resolve_backend`. In the estimator's own precision:
+        float32 for float32 ``X`` (as scikit-learn's ``Ridge``) or as a
+        ``BatchedRidge``'s ``dtype`` says, float32 on MPS, float64 otherwise.
     max_memory_gb : float or None, default=None
         Memory budget in GB, for device batches, generic-path windows and
         the retained null; None measures free memory.

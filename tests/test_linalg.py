@@ -6,6 +6,8 @@ hat matrices built naively in numpy; never stored outputs.
 
 import numpy as np
 import pytest
+from array_api_compat import array_namespace
+from array_api_compat import device as array_device
 from numpy.testing import assert_allclose, assert_array_equal
 from sklearn.datasets import load_diabetes, load_linnerud
 from sklearn.exceptions import UndefinedMetricWarning
@@ -16,9 +18,8 @@ from sklearn.model_selection import KFold
 from skbatch._linalg import (
     center,
     fold_basis,
-    fold_scores,
     gcv_scores,
-    kfold_scores,
+    holdout_scores,
     loo_scores,
     project,
     residual_sq_norm,
@@ -30,6 +31,131 @@ from skbatch._linalg import (
 
 ALPHAS = np.logspace(-3, 4, 15)
 BACKENDS = ["numpy", "torch", "jax"]
+
+
+# One fold scored from scratch through the kernels alone (fold_basis, center,
+# project, holdout_scores), to test them against refits; the K-fold scheme of
+# skbatch._ridge.cv composes them differently (targets centred once on all
+# rows) and is tested against refits in tests/test_ridge.py.
+
+
+def fold_scores(
+    U,
+    s,
+    X_test_V,
+    Y_train,
+    Y_test,
+    alphas,
+    *,
+    fit_intercept=True,
+    sample_weight=None,
+    test_sample_weight=None,
+    scoring="r2",
+    xp=None,
+):
+    """Test-set score of every alpha for every target in one fold.
+
+    Parameters
+    ----------
+    U, s, X_test_V : arrays
+        From :func:`fold_basis`.
+    Y_train : array of shape (n_train, n_targets)
+    Y_test : array of shape (n_test, n_targets)
+    alphas : array-like of shape (n_alphas,)
+    fit_intercept : bool, default=True
+    sample_weight : array of shape (n_train,), default=None
+        Weights of the training rows.
+    test_sample_weight : array of shape (n_test,), default=None
+        Weights of the test rows in the score, as ``GridSearchCV`` (hence
+        ``RidgeCV(cv=K)`` since scikit-learn 1.7) passes them to its scorer.
+    scoring : {"r2", "neg_mean_squared_error", "correlation"}, default="r2"
+
+    Returns
+    -------
+    scores : array of shape (n_alphas, n_targets)
+        Higher is better; in float64 where the device supports it.
+    """
+    xp = xp or array_namespace(U, Y_train)
+    Y_centered, Y_offset = center(
+        Y_train, sample_weight, fit_intercept=fit_intercept, xp=xp
+    )
+    UtY = project(U, Y_centered, xp=xp)
+    # Every scoring is unchanged when targets and predictions shift together,
+    # so the training offset comes off the targets once, not per alpha.
+    return holdout_scores(
+        s,
+        X_test_V,
+        UtY,
+        Y_test - Y_offset,
+        alphas,
+        scoring=scoring,
+        sample_weight=test_sample_weight,
+        xp=xp,
+    )
+
+
+def kfold_scores(
+    X,
+    Y,
+    train,
+    test,
+    alphas,
+    *,
+    fit_intercept=True,
+    sample_weight=None,
+    scoring="r2",
+    xp=None,
+):
+    """Score of every alpha for every target on one train/test split.
+
+    The fold's ridge is fit on the training rows, centred on their own means,
+    and scored on the test rows, as ``Ridge(alpha).fit(X[train], Y[train])``
+    scored on ``X[test]`` would be. Averaging over folds is the caller's.
+
+    Parameters
+    ----------
+    X : array of shape (n_samples, n_features)
+    Y : array of shape (n_samples, n_targets)
+    train, test : array-like of int
+        Row indices, as yielded by a scikit-learn splitter.
+    alphas : array-like of shape (n_alphas,)
+    fit_intercept : bool, default=True
+    sample_weight : array of shape (n_samples,), default=None
+        Weights of the training rows in the fit and of the test rows in the
+        score, as ``RidgeCV(cv=K)`` uses them.
+    scoring : {"r2", "neg_mean_squared_error", "correlation"}, default="r2"
+
+    Returns
+    -------
+    scores : array of shape (n_alphas, n_targets)
+    """
+    xp = xp or array_namespace(X, Y)
+    train = xp.asarray(train, device=array_device(X))
+    test = xp.asarray(test, device=array_device(X))
+    train_weight = test_weight = None
+    if sample_weight is not None:
+        train_weight = xp.take(sample_weight, train, axis=0)
+        test_weight = xp.take(sample_weight, test, axis=0)
+    U, s, X_test_V = fold_basis(
+        xp.take(X, train, axis=0),
+        xp.take(X, test, axis=0),
+        fit_intercept=fit_intercept,
+        sample_weight=train_weight,
+        xp=xp,
+    )
+    return fold_scores(
+        U,
+        s,
+        X_test_V,
+        xp.take(Y, train, axis=0),
+        xp.take(Y, test, axis=0),
+        alphas,
+        fit_intercept=fit_intercept,
+        sample_weight=train_weight,
+        test_sample_weight=test_weight,
+        scoring=scoring,
+        xp=xp,
+    )
 
 
 def make_data(n_samples, n_features, n_targets, seed=0):
