@@ -10,6 +10,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import _num_samples, check_is_fitted, validate_data
 
 from .backend import backend_of_array, resolve_backend, to_numpy
+from .random import check_groups
 
 
 def host_input(X):
@@ -133,27 +134,6 @@ def _estimator_has(attr):
         return hasattr(self._get_estimator(), attr)
 
     return check
-
-
-def check_groups(groups, n_samples):
-    """Groups as a 1-D array of one label per sample, or None."""
-    if groups is None:
-        return None
-    groups = np.asarray(groups)
-    if groups.ndim != 1 or groups.shape[0] != n_samples:
-        raise ValueError(
-            f"groups must be 1-D with one label per sample ({n_samples} samples), "
-            f"got shape {groups.shape}"
-        )
-    try:
-        np.unique(groups)
-    except TypeError:
-        kinds = sorted({type(label).__name__ for label in groups.tolist()})
-        raise ValueError(
-            f"groups must be labels of one sortable kind (ints or strings), got a "
-            f"mix of {', '.join(kinds)}"
-        ) from None
-    return groups
 
 
 def check_n_jobs(n_jobs):

@@ -210,14 +210,29 @@ def _row_counts(draws, n_bins):
     return counts.astype(np.int64, copy=False).reshape(n_rows, n_bins)
 
 
-def _group_codes(groups, n_samples):
+def check_groups(groups, n_samples):
+    """Groups as a 1-D array of one sortable label per sample, or None."""
+    if groups is None:
+        return None
     groups = np.asarray(groups)
     if groups.ndim != 1 or groups.shape[0] != n_samples:
         raise ValueError(
             f"groups must be 1-D with one label per sample ({n_samples}), got shape "
             f"{groups.shape}"
         )
-    _, codes = np.unique(groups, return_inverse=True)
+    try:
+        np.unique(groups)
+    except TypeError:
+        kinds = sorted({type(label).__name__ for label in groups.tolist()})
+        raise ValueError(
+            f"groups must be labels of one sortable kind (ints or strings), got a "
+            f"mix of {', '.join(kinds)}"
+        ) from None
+    return groups
+
+
+def _group_codes(groups, n_samples):
+    _, codes = np.unique(check_groups(groups, n_samples), return_inverse=True)
     return codes
 
 

@@ -671,7 +671,7 @@ def test_invalid_parameters_raise_before_fitting(params, match):
 
 def test_groups_of_wrong_length_raise_before_fitting():
     X, y = make_data(20, 2, 1)
-    with pytest.raises(ValueError, match=r"groups must be 1-D .*\(20 samples\)"):
+    with pytest.raises(ValueError, match=r"groups must be 1-D .*\(20\)"):
         BootstrapEstimator(MustNotFit(), n_bootstrap=5).fit(X, y, groups=[0] * 19)
 
 
