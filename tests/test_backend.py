@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
+import skbatch._backends.jax
 import skbatch.backend
 from skbatch import Backend, check_gpu_available, resolve_backend
 from skbatch.backend import (
@@ -195,7 +196,7 @@ def test_cuda_made_backend_on_host_with_fewer_cards(fake_cuda, monkeypatch):
 
 def test_jax_gpu_made_backend_unpickles_and_raises_without_gpu(no_gpu, monkeypatch):
     with monkeypatch.context() as m:
-        m.setattr(skbatch.backend, "_jax_gpu_count", lambda: 1)
+        m.setattr(skbatch._backends.jax, "gpu_count", lambda: 1)
         made = resolve_backend("jax-gpu")
         data = pickle.dumps(made)
     loaded = pickle.loads(data)
@@ -270,7 +271,7 @@ def test_resolve_cuda_specs(fake_cuda, spec, device):
     "spec, device", [("jax-gpu", "gpu:0"), ("jax-gpu:1", "gpu:1"), ("gpu", "gpu:0")]
 )
 def test_resolve_jax_gpu_specs(no_gpu, monkeypatch, spec, device):
-    monkeypatch.setattr(skbatch.backend, "_jax_gpu_count", lambda: 2)
+    monkeypatch.setattr(skbatch._backends.jax, "gpu_count", lambda: 2)
     backend = resolve_backend(spec)
     assert (backend.library, backend.device) == ("jax", device)
 
@@ -361,7 +362,7 @@ def test_auto_never_chooses_mps(no_gpu, monkeypatch):
 
 
 def test_auto_uses_jax_gpu_when_torch_has_no_cuda(no_gpu, monkeypatch):
-    monkeypatch.setattr(skbatch.backend, "_jax_gpu_count", lambda: 1)
+    monkeypatch.setattr(skbatch._backends.jax, "gpu_count", lambda: 1)
     monkeypatch.setattr(skbatch.backend, "_gpu_driver_absent", lambda: False)
     assert resolve_backend("auto", flops=1e15) == Backend("jax", "gpu")
 
