@@ -51,6 +51,9 @@ _ALLOWED_SPECS = (
     "'mps', 'torch-cpu', 'torch-cuda', 'torch-mps', 'jax-cpu', 'jax-gpu', "
     "'jax-gpu:N' or a Backend"
 )
+# Accelerators that "gpu" looks for, in this order; "auto" skips MPS, which
+# computes in float32 only.
+_GPUS = (("torch", "cuda:0"), ("jax", "gpu:0"), ("torch", "mps"))
 _NAME_OF = {spec: name for name, spec in _NAMED.items()}
 # Arrays of this library are host data, on no backend's device.
 _HOST_LIBRARY = "numpy"
@@ -300,11 +303,11 @@ def _gpu_driver_absent():
 
 def _first_gpu(include_mps):
     """The first usable accelerator backend, or None."""
-    candidates = [Backend("torch", "cuda:0"), Backend("jax", "gpu")]
-    if include_mps:
-        candidates.append(Backend("torch", "mps"))
-    for backend in candidates:
-        if _library_installed(backend.library) and backend.missing_reason() is None:
+    for library, device in _GPUS:
+        if device == "mps" and not include_mps:
+            continue
+        backend = Backend(library, device)
+        if _library_installed(library) and backend.missing_reason() is None:
             return backend
     return None
 
@@ -392,27 +395,23 @@ def resolve_backend(spec=None, *, flops=None):
         if gpu is None:
             raise RuntimeError(
                 "device='gpu' was requested but no GPU is usable: "
-                + "; ".join(
-                    Backend(lib, dev).missing_reason()
-                    for lib, dev in (
-                        ("torch", "cuda"),
-                        ("jax", "gpu"),
-                        ("torch", "mps"),
-                    )
-                )
+                + "; ".join(Backend(*gpu).missing_reason() for gpu in _GPUS)
                 + ". Use device='cpu' to run on the CPU."
             )
         gpu.check_available(fitted=False)
         return gpu
-    if key in ("torch", "jax"):
+    if key in _backends.LIBRARIES:
         backend = Backend(key, "cpu")
     elif key == "mps" or re.match(r"^cuda(:\d+)?$", key):
         backend = Backend("torch", key)
     else:
         name, _, index = key.partition(":")
-        if name not in _NAMED or (index and name not in ("torch-cuda", "jax-gpu")):
+        library, device = _NAMED.get(name, (None, None))
+        # Only a device kind that its library numbers takes an index.
+        if library is None or (
+            index and not _DEVICE_PATTERN[library].match(f"{device}:0")
+        ):
             raise ValueError(f"device must be one of {_ALLOWED_SPECS}, got {spec!r}")
-        library, device = _NAMED[name]
         backend = Backend(library, f"{device}:{index}" if index else device)
     backend.check_available(fitted=False)
     return backend
