@@ -66,6 +66,11 @@ _CHOOSE_HINT = "Pass device='cpu' (or device='auto') to compute on this host."
 _mps_warned = False
 
 
+def _numbered(library, device):
+    """Whether ``device`` is a kind of device that ``library`` numbers ("cuda")."""
+    return _DEVICE_PATTERN[library].match(f"{device}:0") is not None
+
+
 def _library_installed(library):
     return importlib.util.find_spec(library) is not None
 
@@ -123,7 +128,7 @@ class Backend:
         self.library = library
         # A bare "cuda" / "gpu" means the first card: recording the index keeps
         # a pickled model on the card it was fitted on.
-        self.device = f"{device}:0" if device in ("cuda", "gpu") else device
+        self.device = f"{device}:0" if _numbered(library, device) else device
         self._xp = None
 
     @property
@@ -407,10 +412,7 @@ def resolve_backend(spec=None, *, flops=None):
     else:
         name, _, index = key.partition(":")
         library, device = _NAMED.get(name, (None, None))
-        # Only a device kind that its library numbers takes an index.
-        if library is None or (
-            index and not _DEVICE_PATTERN[library].match(f"{device}:0")
-        ):
+        if library is None or (index and not _numbered(library, device)):
             raise ValueError(f"device must be one of {_ALLOWED_SPECS}, got {spec!r}")
         backend = Backend(library, f"{device}:{index}" if index else device)
     backend.check_available(fitted=False)

@@ -45,9 +45,11 @@ level: importing skbatch, or unpickling a model, must not import torch or
 jax.
 
 To add a backend: write ``_backends/<library>.py`` with this surface, add
-its name to ``LIBRARIES`` below, and add its device strings to the
-device-spec table of ``skbatch/backend.py`` (``_DEVICE_PATTERN``,
-``_NAMED`` and ``_ALLOWED_SPECS``).
+its name to ``LIBRARIES`` below, and add its devices to the device-spec
+table of ``skbatch/backend.py``: its backend names (``_NAMED``), its device
+strings (``_DEVICE_PATTERN``), the specs users may pass (``_ALLOWED_SPECS``)
+and, for an accelerator, its place among the GPUs that ``device="gpu"``
+tries (``_GPUS``).
 """
 
 import importlib
