@@ -83,11 +83,11 @@ def get_available_memory_gb():
     >>> get_available_memory_gb() >= 0.5
     True
     """
-    jax = _backends.get("jax")
+    jax_backend = _backends.get("jax")
     try:
-        device = jax.default_gpu()
+        device = jax_backend.default_gpu()
         if device is not None:
-            available = jax.free_bytes(device)
+            available = jax_backend.free_bytes(device)
             if available is None:
                 raise RuntimeError("the GPU reports no memory statistics")
         else:
