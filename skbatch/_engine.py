@@ -37,7 +37,7 @@ from joblib.parallel import get_active_backend
 from sklearn.utils.parallel import Parallel, delayed
 from tqdm.auto import tqdm
 
-from ._linalg import library_one_thread, library_threads
+from . import _backends
 from .backend import to_numpy
 from .memory import (
     GB,
@@ -418,9 +418,10 @@ def cpu_workers(backend):
         1 unless the backend is numpy, BLAS has several threads and the
         caller is the main thread.
     """
-    if backend.library != "numpy" or not _in_main_thread():
+    library = _backends.get(backend.library)
+    if not library.ELEMENTWISE_ON_ONE_THREAD or not _in_main_thread():
         return 1
-    return library_threads("numpy")
+    return library.threads()
 
 
 def _in_main_thread():
@@ -433,7 +434,8 @@ def _side_by_side(n_workers, backend):
     if n_workers <= 1:
         yield None
         return
-    with library_one_thread(backend.library), ThreadPoolExecutor(n_workers) as pool:
+    one_thread = _backends.get(backend.library).one_thread()
+    with one_thread, ThreadPoolExecutor(n_workers) as pool:
         try:
             yield pool
         except BaseException:
@@ -451,7 +453,7 @@ def map_threads(fn, items, backend):
     (see :func:`cpu_workers`).
     """
     side_by_side = not backend.is_gpu and _in_main_thread()
-    threads = library_threads(backend.library) if side_by_side else 1
+    threads = _backends.get(backend.library).threads() if side_by_side else 1
     n_workers = min(threads, len(items))
     with _side_by_side(n_workers, backend) as pool:
         if pool is None:

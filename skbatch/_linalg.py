@@ -16,15 +16,14 @@ bootstrap counts used as row weights, without copying Y per replicate.
 """
 
 import contextlib
-import functools
-import threading
 import warnings
 
 import numpy as np
-import threadpoolctl
-from array_api_compat import array_namespace
+from array_api_compat import array_namespace, is_numpy_array
 from array_api_compat import device as array_device
 from scipy.linalg import LinAlgWarning
+
+from . import _backends
 
 # Names accepted by the scoring functions; higher is better for all three.
 _SCORINGS = ("neg_mean_squared_error", "r2", "correlation")
@@ -593,15 +592,9 @@ def _loo_denominators(U, shrinkage, fit_intercept, sample_weight, xp):
 OUTSIDE_CUTOFF = 1e-3
 
 
-def _library(array):
-    """numpy or torch, the libraries that write results into existing arrays."""
-    if isinstance(array, np.ndarray):
-        return np
-    if type(array).__module__.startswith("torch"):
-        import torch
-
-        return torch
-    return None
+def _out_namespace(array):
+    """numpy or torch, whose functions write results into existing arrays (out=)."""
+    return _backends.of_array(array).out_namespace()
 
 
 def _scratch(shape, dtype, like, xp):
@@ -611,7 +604,7 @@ def _scratch(shape, dtype, like, xp):
     megabytes are mapped anew each time) than the pass that fills it: reusing
     one buffer made the K-fold loop 30% faster on the CPU.
     """
-    if _library(like) is None:
+    if _out_namespace(like) is None:
         return None
     return xp.empty(shape, dtype=dtype, device=array_device(like))
 
@@ -620,28 +613,27 @@ def _matmul(A, B, out=None):
     """``A @ B``, written into ``out`` when given."""
     if out is None:
         return A @ B
-    return _library(out).matmul(A, B, out=out)
+    return _out_namespace(out).matmul(A, B, out=out)
 
 
 def _multiply(A, B, out=None):
     """``A * B`` (broadcast), written into ``out`` (any wider dtype) when given."""
     if out is None:
         return A * B
-    library = _library(out)
-    return (np.multiply if library is np else library.mul)(A, B, out=out)
+    return _out_namespace(out).multiply(A, B, out=out)
 
 
 def _subtract(A, B):
     """``A - B``, written into ``B`` where the library allows it."""
-    library = _library(B)
+    library = _out_namespace(B)
     if library is None:
         return A - B
-    return (np.subtract if library is np else library.sub)(A, B, out=B)
+    return library.subtract(A, B, out=B)
 
 
 def _column_sq_norms(A, xp):
     """Squared norm of every column, in one pass without a temporary (numpy)."""
-    if isinstance(A, np.ndarray):
+    if is_numpy_array(A):
         return np.einsum("ij,ij->j", A, A)
     return xp.sum(A * A, axis=0)
 
@@ -887,114 +879,6 @@ def _warn_singular(alpha):
     )
 
 
-@functools.cache
-def _threadpools():
-    return threadpoolctl.ThreadpoolController()
-
-
-def library_threads(library):
-    """Threads numpy's BLAS (the most of its libraries) or torch runs on."""
-    if library == "torch":
-        import torch
-
-        return torch.get_num_threads()
-    if library != "numpy":
-        return 1
-    return max(
-        (
-            pool["num_threads"]
-            for pool in _threadpools().info()
-            if pool["user_api"] == "blas"
-        ),
-        default=1,
-    )
-
-
-class _SharedLimit:
-    """A process-wide thread limit held by any number of threads at once.
-
-    Thread counts belong to the process, not to a thread. Pairs of limit and
-    restore that overlap in time (fits in a threading joblib backend)
-    restore each other's limit and can leave the library on one thread for
-    the rest of the process; here the first holder to enter records the
-    counts and limits them, and the last to leave restores them.
-
-    Parameters
-    ----------
-    limit : callable
-        ``limit() -> restore``: sets the limit, returns what undoes it.
-    """
-
-    def __init__(self, limit):
-        self._limit = limit
-        self._lock = threading.Lock()
-        self._holders = 0
-        self._restore = None
-
-    @contextlib.contextmanager
-    def hold(self):
-        with self._lock:
-            if self._holders == 0:
-                self._restore = self._limit()
-            self._holders += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._holders -= 1
-                if self._holders == 0:
-                    self._restore()
-                    self._restore = None
-
-
-def _release_openblas():
-    """Let any thread set OpenBLAS's thread count again.
-
-    threadpoolctl (3.8 on) ignores a count set by another thread than the
-    one that set it last, until that one releases it; the shared limit is
-    set and restored by whichever threads come first and leave last.
-    """
-    controller = getattr(threadpoolctl, "OpenBLASController", None)
-    if hasattr(controller, "clear_controlling_thread"):
-        controller.clear_controlling_thread(force=True)
-
-
-def _blas_one_thread():
-    limiter = _threadpools().limit(limits=1, user_api="blas")
-    _release_openblas()
-
-    def restore():
-        limiter.restore_original_limits()
-        _release_openblas()
-
-    return restore
-
-
-def _torch_one_thread():
-    import torch
-
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    return functools.partial(torch.set_num_threads, previous)
-
-
-_ONE_THREAD = {
-    "numpy": _SharedLimit(_blas_one_thread),
-    "torch": _SharedLimit(_torch_one_thread),
-}
-
-
-def library_one_thread(library):
-    """Context in which numpy's BLAS, or torch on the CPU, runs on one thread.
-
-    Safe to enter from several threads at once: the counts are restored when
-    the last of them leaves (see :class:`_SharedLimit`).
-    """
-    if library in _ONE_THREAD:
-        return _ONE_THREAD[library].hold()
-    return contextlib.nullcontext()
-
-
 def one_thread(array):
     """Context for LAPACK factorisations (SVD, eigh, inverse) on the CPU.
 
@@ -1005,11 +889,10 @@ def one_thread(array):
     replicates; a 2000 x 500 SVD: 0.4-10 s against 0.15 s). The big GEMMs
     keep every thread. GPUs and jax schedule their own kernels.
     """
-    if isinstance(array, np.ndarray):
-        return library_one_thread("numpy")
-    if type(array).__module__.startswith("torch") and array.device.type == "cpu":
-        return library_one_thread("torch")
-    return contextlib.nullcontext()
+    library = _backends.of_array(array)
+    if library.device_of(array) != "cpu":
+        return contextlib.nullcontext()
+    return library.one_thread()
 
 
 def _transpose(A, xp):
@@ -1033,11 +916,8 @@ def _solve_spd(A, B, xp, *, transposed=False):
     neither batched nor welcome in a hot loop beside numpy's BLAS). The
     inverse gives the 1-norm condition number for the price of two sums.
     """
-    module = type(A).__module__
-    on_gpu = (module.startswith("torch") and A.device.type == "cuda") or (
-        module.startswith("jax") and A.devices().pop().platform != "cpu"
-    )
-    if on_gpu:
+    library = _backends.of_array(A)
+    if library.solves_by_cholesky(library.device_of(A)):
         solution = _cholesky_solve(A, B, xp)
         if solution is None:
             return None
@@ -1045,7 +925,7 @@ def _solve_spd(A, B, xp, *, transposed=False):
     with one_thread(A):
         try:
             inverse = xp.linalg.inv(A)
-        except _linalg_errors(A):
+        except library.linalg_errors():
             return None
         condition = _norm_1(A, xp) * _norm_1(inverse, xp)
         # Also catches jax, which returns infinities or NaNs for a singular
@@ -1063,31 +943,14 @@ def _norm_1(A, xp):
     return xp.max(xp.sum(xp.abs(A), axis=-2), axis=-1)
 
 
-def _linalg_errors(array):
-    """The exceptions a failed factorisation of ``array`` raises."""
-    if type(array).__module__.startswith("torch"):
-        import torch
-
-        return (np.linalg.LinAlgError, torch.linalg.LinAlgError)
-    return (np.linalg.LinAlgError,)
-
-
 def _cholesky_solve(A, B, xp):
     """Batched Cholesky solve for torch or jax; None if a factorisation fails."""
-    if type(A).__module__.startswith("torch"):
-        import torch
-
-        factor, info = torch.linalg.cholesky_ex(A)
-        if bool(torch.any(info != 0)) or not _well_conditioned(factor, xp):
-            return None
-        return torch.cholesky_solve(B, factor)
-    import jax.scipy.linalg
-
-    factor, lower = jax.scipy.linalg.cho_factor(A, lower=True)
-    # jax signals a failed factorisation with NaNs rather than an error.
-    if not _well_conditioned(factor, xp):
+    library = _backends.of_array(A)
+    factor = library.cholesky(A)
+    # jax signals a failed factorisation with NaNs, which fail this test.
+    if factor is None or not _well_conditioned(factor, xp):
         return None
-    return jax.scipy.linalg.cho_solve((factor, lower), B)
+    return library.cholesky_solve(factor, B)
 
 
 def _well_conditioned(factor, xp):

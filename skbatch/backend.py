@@ -8,7 +8,6 @@ unpickles anywhere; computing through a device that the new process lacks
 raises :class:`RuntimeError` (run-or-raise), it never falls back to the CPU.
 """
 
-import contextlib
 import importlib.util
 import os
 import platform
@@ -17,7 +16,8 @@ import sys
 import warnings
 
 import numpy as np
-from array_api_compat import is_jax_array, is_torch_array
+
+from . import _backends
 
 __all__ = [
     "AUTO_GPU_MIN_FLOPS",
@@ -31,7 +31,8 @@ __all__ = [
 # the data are counted; "auto" keeps such problems on numpy.
 AUTO_GPU_MIN_FLOPS = 1e11
 
-_LIBRARIES = ("numpy", "torch", "jax")
+# The device-spec table: a backend's names (as library and kind of device),
+# the device strings of each library, and what resolve_backend accepts.
 _NAMED = {
     "numpy": ("numpy", "cpu"),
     "torch-cpu": ("torch", "cpu"),
@@ -50,6 +51,12 @@ _ALLOWED_SPECS = (
     "'mps', 'torch-cpu', 'torch-cuda', 'torch-mps', 'jax-cpu', 'jax-gpu', "
     "'jax-gpu:N' or a Backend"
 )
+# Accelerators that "gpu" looks for, in this order; "auto" skips MPS, which
+# computes in float32 only.
+_GPUS = (("torch", "cuda:0"), ("jax", "gpu:0"), ("torch", "mps"))
+_NAME_OF = {spec: name for name, spec in _NAMED.items()}
+# Arrays of this library are host data, on no backend's device.
+_HOST_LIBRARY = "numpy"
 # The one action that fixes a missing device: a fitted model moves (its
 # arrays are host numpy), a model still to fit asks for another device.
 _MOVE_HINT = (
@@ -57,34 +64,15 @@ _MOVE_HINT = (
 )
 _CHOOSE_HINT = "Pass device='cpu' (or device='auto') to compute on this host."
 _mps_warned = False
-# jax grabs 75% of a GPU's memory when its GPU client starts unless told not
-# to. skbatch sizes batches from the memory actually free and may share the
-# card with torch, so when it is the one importing jax it asks for allocation
-# on demand, unless the user has set this variable.
-_JAX_PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"
+
+
+def _numbered(library, device):
+    """Whether ``device`` is a kind of device that ``library`` numbers ("cuda")."""
+    return _DEVICE_PATTERN[library].match(f"{device}:0") is not None
 
 
 def _library_installed(library):
     return importlib.util.find_spec(library) is not None
-
-
-def _import_jax():
-    """Import jax; the first import, by skbatch, turns off GPU preallocation.
-
-    ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` is set only when jax is not yet
-    imported (a user's own import of jax leaves the choice to them) and the
-    variable is not set. skbatch never imports jax at import time.
-    """
-    if "jax" not in sys.modules:
-        os.environ.setdefault(_JAX_PREALLOCATE, "false")
-    import jax
-
-    return jax
-
-
-def _split_index(device):
-    kind, _, index = device.partition(":")
-    return kind, int(index) if index else 0
 
 
 class Backend:
@@ -128,8 +116,10 @@ class Backend:
     __slots__ = ("library", "device", "_xp")
 
     def __init__(self, library, device="cpu"):
-        if library not in _LIBRARIES:
-            raise ValueError(f"library must be one of {_LIBRARIES}, got {library!r}")
+        if library not in _backends.LIBRARIES:
+            raise ValueError(
+                f"library must be one of {_backends.LIBRARIES}, got {library!r}"
+            )
         if not isinstance(device, str) or not _DEVICE_PATTERN[library].match(device):
             raise ValueError(
                 f"device {device!r} is not a device of {library}; allowed: "
@@ -138,14 +128,12 @@ class Backend:
         self.library = library
         # A bare "cuda" / "gpu" means the first card: recording the index keeps
         # a pickled model on the card it was fitted on.
-        self.device = f"{device}:0" if device in ("cuda", "gpu") else device
+        self.device = f"{device}:0" if _numbered(library, device) else device
         self._xp = None
 
     @property
     def name(self):
-        if self.library == "numpy":
-            return "numpy"
-        return f"{self.library}-{_split_index(self.device)[0]}"
+        return _NAME_OF[self.library, _backends.split_device(self.device)[0]]
 
     @property
     def is_gpu(self):
@@ -154,13 +142,12 @@ class Backend:
     @property
     def xp(self):
         if self._xp is None:
-            if self.library == "jax":
-                _import_jax()
-                import jax.numpy as xp
-            else:
-                xp = importlib.import_module(f"array_api_compat.{self.library}")
-            self._xp = xp
+            self._xp = self._library().namespace()
         return self._xp
+
+    def _library(self):
+        """The module of :mod:`skbatch._backends` that holds the differences."""
+        return _backends.get(self.library)
 
     def __reduce__(self):
         return (Backend, (self.library, self.device))
@@ -191,34 +178,9 @@ class Backend:
         >>> Backend("numpy").missing_reason() is None
         True
         """
-        if self.library == "numpy":
-            return None
         if not _library_installed(self.library):
             return f"{self.library} is not installed"
-        kind, index = _split_index(self.device)
-        if kind == "cpu":
-            return None
-        if self.library == "torch":
-            import torch
-
-            if kind == "mps":
-                if not torch.backends.mps.is_available():
-                    return "torch reports no MPS device"
-                return None
-            if not torch.cuda.is_available():
-                return "torch reports no CUDA device"
-            if index >= torch.cuda.device_count():
-                return (
-                    f"torch sees {torch.cuda.device_count()} CUDA device(s), "
-                    f"no index {index}"
-                )
-            return None
-        n_gpus = _jax_gpu_count()
-        if n_gpus == 0:
-            return "jax reports no GPU device"
-        if index >= n_gpus:
-            return f"jax sees {n_gpus} GPU device(s), no index {index}"
-        return None
+        return self._library().missing_reason(self.device)
 
     def check_available(self, *, fitted=True):
         """Raise RuntimeError if this backend cannot compute here.
@@ -252,16 +214,8 @@ class Backend:
 
     def native_device(self):
         """The library's device object (None for numpy)."""
-        if self.library == "numpy":
-            return None
         self.check_available()
-        if self.library == "torch":
-            import torch
-
-            return torch.device(self.device)
-        jax = _import_jax()
-        kind, index = _split_index(self.device)
-        return jax.devices(kind)[index]
+        return self._library().native_device(self.device)
 
     def context(self):
         """Context in which this backend computes.
@@ -269,9 +223,7 @@ class Backend:
         For jax this enables 64-bit types locally, so float64 requested by
         the caller is honoured without changing jax's global configuration.
         """
-        if self.library == "jax":
-            return _import_jax().enable_x64(True)
-        return contextlib.nullcontext()
+        return self._library().context()
 
     def asarray(self, x, dtype=None):
         """Convert a host or device array to this backend, on its device.
@@ -289,30 +241,11 @@ class Backend:
             An array of this backend's library on its device.
         """
         dtype = None if dtype is None else np.dtype(dtype)
-        if self.library == "numpy":
-            return np.asarray(to_numpy(x), dtype=dtype)
-        device = self.native_device()
-        if self.library == "torch":
-            import torch
-
-            tdtype = None if dtype is None else getattr(torch, dtype.name)
-            if isinstance(x, torch.Tensor):
-                return x.to(device=device, dtype=tdtype)
-            return torch.as_tensor(np.asarray(x), dtype=tdtype, device=device)
-        jax = _import_jax()
-        with self.context():
-            return jax.device_put(np.asarray(x, dtype=dtype), device)
+        return self._library().asarray(x, dtype, self.native_device())
 
     def empty_cache(self):
         """Release cached device memory (after an out-of-memory error)."""
-        if self.library == "torch" and self.device.startswith("cuda"):
-            import torch
-
-            torch.cuda.empty_cache()
-        elif self.library == "torch" and self.device == "mps":
-            import torch
-
-            torch.mps.empty_cache()
+        self._library().empty_cache(self.device)
 
 
 def to_numpy(x):
@@ -334,12 +267,7 @@ def to_numpy(x):
     >>> to_numpy([1.0, 2.0])
     array([1., 2.])
     """
-    if isinstance(x, np.ndarray):
-        return x
-    module = type(x).__module__
-    if module.startswith("torch"):
-        return x.detach().cpu().numpy()
-    return np.asarray(x)
+    return _backends.to_numpy(x)
 
 
 def backend_of_array(x):
@@ -348,26 +276,10 @@ def backend_of_array(x):
     Used to return outputs in the library of the input and to refuse arrays
     that sit on another device than the fitted model's.
     """
-    if is_torch_array(x):
-        device = x.device
-        if device.type == "cuda":
-            return Backend("torch", f"cuda:{device.index or 0}")
-        return Backend("torch", device.type)
-    if is_jax_array(x):
-        (device,) = x.devices()
-        kind = "cpu" if device.platform == "cpu" else "gpu"
-        return Backend("jax", kind if kind == "cpu" else f"gpu:{device.id}")
-    return None
-
-
-def _jax_gpu_count():
-    if not _library_installed("jax"):
-        return 0
-    jax = _import_jax()
-    try:
-        return len(jax.devices("gpu"))
-    except RuntimeError:
-        return 0
+    library = _backends.library_of(x)
+    if library == _HOST_LIBRARY:
+        return None
+    return Backend(library, _backends.get(library).device_of(x))
 
 
 def _warn_mps_once():
@@ -396,11 +308,11 @@ def _gpu_driver_absent():
 
 def _first_gpu(include_mps):
     """The first usable accelerator backend, or None."""
-    candidates = [Backend("torch", "cuda:0"), Backend("jax", "gpu")]
-    if include_mps:
-        candidates.append(Backend("torch", "mps"))
-    for backend in candidates:
-        if _library_installed(backend.library) and backend.missing_reason() is None:
+    for library, device in _GPUS:
+        if device == "mps" and not include_mps:
+            continue
+        backend = Backend(library, device)
+        if _library_installed(library) and backend.missing_reason() is None:
             return backend
     return None
 
@@ -488,27 +400,20 @@ def resolve_backend(spec=None, *, flops=None):
         if gpu is None:
             raise RuntimeError(
                 "device='gpu' was requested but no GPU is usable: "
-                + "; ".join(
-                    Backend(lib, dev).missing_reason()
-                    for lib, dev in (
-                        ("torch", "cuda"),
-                        ("jax", "gpu"),
-                        ("torch", "mps"),
-                    )
-                )
+                + "; ".join(Backend(*gpu).missing_reason() for gpu in _GPUS)
                 + ". Use device='cpu' to run on the CPU."
             )
         gpu.check_available(fitted=False)
         return gpu
-    if key in ("torch", "jax"):
+    if key in _backends.LIBRARIES:
         backend = Backend(key, "cpu")
     elif key == "mps" or re.match(r"^cuda(:\d+)?$", key):
         backend = Backend("torch", key)
     else:
         name, _, index = key.partition(":")
-        if name not in _NAMED or (index and name not in ("torch-cuda", "jax-gpu")):
+        library, device = _NAMED.get(name, (None, None))
+        if library is None or (index and not _numbered(library, device)):
             raise ValueError(f"device must be one of {_ALLOWED_SPECS}, got {spec!r}")
-        library, device = _NAMED[name]
         backend = Backend(library, f"{device}:{index}" if index else device)
     backend.check_available(fitted=False)
     return backend
@@ -537,14 +442,7 @@ def check_gpu_available():
     gpu = _first_gpu(include_mps=True)
     if gpu is None:
         return False, {"backend": "numpy", "device": "cpu", "device_name": _cpu_name()}
-    if gpu.library == "torch" and gpu.device.startswith("cuda"):
-        import torch
-
-        device_name = torch.cuda.get_device_name(_split_index(gpu.device)[1])
-    elif gpu.library == "jax":
-        device_name = str(gpu.native_device().device_kind)
-    else:
-        device_name = "Apple MPS"
+    device_name = gpu._library().device_name(gpu.device)
     return True, {"backend": gpu.name, "device": gpu.device, "device_name": device_name}
 
 

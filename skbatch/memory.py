@@ -9,10 +9,11 @@ host are charged to RAM, working sets of kernels to the device.
 import math
 import operator
 import os
-import sys
 import warnings
 
 import psutil
+
+from . import _backends
 
 __all__ = [
     "auto_batch_size",
@@ -82,12 +83,11 @@ def get_available_memory_gb():
     >>> get_available_memory_gb() >= 0.5
     True
     """
-    # jax is asked only when already imported: importing it takes seconds
-    # and starts its GPU client.
-    jax = sys.modules.get("jax")
+    jax_backend = _backends.get("jax")
     try:
-        if jax is not None and jax.default_backend() == "gpu":
-            available = _jax_free_bytes(jax.devices()[0])
+        device = jax_backend.default_gpu()
+        if device is not None:
+            available = jax_backend.free_bytes(device)
             if available is None:
                 raise RuntimeError("the GPU reports no memory statistics")
         else:
@@ -106,14 +106,6 @@ def _warn_unmeasurable(what):
     )
 
 
-def _jax_free_bytes(device):
-    """``bytes_limit - bytes_in_use`` of a jax device, or None if unknown."""
-    stats = device.memory_stats()
-    if stats and "bytes_limit" in stats:
-        return stats["bytes_limit"] - stats.get("bytes_in_use", 0)
-    return None
-
-
 def _host_budget_gb():
     try:
         available = psutil.virtual_memory().available
@@ -124,26 +116,22 @@ def _host_budget_gb():
 
 
 def _device_budget_gb(backend):
-    """Budget on a CUDA or jax GPU device, from its free memory."""
-    device = backend.native_device()
-    if backend.library == "torch":
-        import torch
+    """Budget on a device with its own memory (CUDA, jax GPU), from its free memory.
 
-        try:
-            free, _ = torch.cuda.mem_get_info(device)
-        except Exception as exc:
-            warnings.warn(
-                f"Cannot measure free memory on {backend.name} ({backend.device}): "
-                f"{exc}; using the host budget. Pass max_memory_gb to set it.",
-                UserWarning,
-                stacklevel=3,
-            )
-            return _host_budget_gb()
-        return free / GB * DEVICE_FREE_FRACTION
+    A query that fails falls back on the host budget; a device that keeps no
+    statistics, on ``FALLBACK_BUDGET_GB``.
+    """
+    device = backend.native_device()
     try:
-        free = _jax_free_bytes(device)
-    except Exception:
-        free = None
+        free = _backends.get(backend.library).free_bytes(device)
+    except Exception as exc:
+        warnings.warn(
+            f"Cannot measure free memory on {backend.name} ({backend.device}): "
+            f"{exc}; using the host budget. Pass max_memory_gb to set it.",
+            UserWarning,
+            stacklevel=3,
+        )
+        return _host_budget_gb()
     if free is None:
         _warn_unmeasurable(
             f"Cannot measure free memory on {backend.name} ({backend.device})"
@@ -185,7 +173,9 @@ def memory_budget(backend=None, max_memory_gb=None, *, for_batching=False):
     """
     if max_memory_gb is not None:
         return _check_positive_gb("max_memory_gb", max_memory_gb)
-    if backend is None or not backend.is_gpu or backend.device == "mps":
+    if backend is None or _backends.get(backend.library).uses_host_memory(
+        backend.device
+    ):
         budget = _host_budget_gb()
     else:
         budget = _device_budget_gb(backend)

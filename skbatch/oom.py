@@ -9,7 +9,7 @@ failing at full size again.
 
 import contextvars
 
-import numpy as np
+from array_api_compat import array_namespace
 
 from .backend import backend_of_array
 
@@ -164,12 +164,7 @@ def _concatenate(results):
     first = results[0]
     if isinstance(first, tuple):
         return tuple(_concatenate([r[i] for r in results]) for i in range(len(first)))
-    if isinstance(first, np.ndarray):
-        return np.concatenate(results, axis=0)
-    import array_api_compat
-
-    xp = array_api_compat.array_namespace(first)
-    return xp.concat(results, axis=0)
+    return array_namespace(first).concat(results, axis=0)
 
 
 def compute_oom_safe(fn, *arrays, min_chunk=1, backend=None):

@@ -8,8 +8,9 @@ import warnings
 import numpy as np
 import pytest
 
+import skbatch._backends.jax
 import skbatch.backend
-from skbatch import Backend, check_gpu_available, resolve_backend
+from skbatch import Backend, _backends, check_gpu_available, resolve_backend
 from skbatch.backend import (
     AUTO_GPU_MIN_FLOPS,
     auto_prefers_gpu,
@@ -195,7 +196,7 @@ def test_cuda_made_backend_on_host_with_fewer_cards(fake_cuda, monkeypatch):
 
 def test_jax_gpu_made_backend_unpickles_and_raises_without_gpu(no_gpu, monkeypatch):
     with monkeypatch.context() as m:
-        m.setattr(skbatch.backend, "_jax_gpu_count", lambda: 1)
+        m.setattr(skbatch._backends.jax, "gpu_count", lambda: 1)
         made = resolve_backend("jax-gpu")
         data = pickle.dumps(made)
     loaded = pickle.loads(data)
@@ -270,7 +271,7 @@ def test_resolve_cuda_specs(fake_cuda, spec, device):
     "spec, device", [("jax-gpu", "gpu:0"), ("jax-gpu:1", "gpu:1"), ("gpu", "gpu:0")]
 )
 def test_resolve_jax_gpu_specs(no_gpu, monkeypatch, spec, device):
-    monkeypatch.setattr(skbatch.backend, "_jax_gpu_count", lambda: 2)
+    monkeypatch.setattr(skbatch._backends.jax, "gpu_count", lambda: 2)
     backend = resolve_backend(spec)
     assert (backend.library, backend.device) == ("jax", device)
 
@@ -361,7 +362,7 @@ def test_auto_never_chooses_mps(no_gpu, monkeypatch):
 
 
 def test_auto_uses_jax_gpu_when_torch_has_no_cuda(no_gpu, monkeypatch):
-    monkeypatch.setattr(skbatch.backend, "_jax_gpu_count", lambda: 1)
+    monkeypatch.setattr(skbatch._backends.jax, "gpu_count", lambda: 1)
     monkeypatch.setattr(skbatch.backend, "_gpu_driver_absent", lambda: False)
     assert resolve_backend("auto", flops=1e15) == Backend("jax", "gpu")
 
@@ -510,3 +511,175 @@ def test_missing_device_messages_fit_their_context(no_gpu, monkeypatch):
     assert "est.to_device('cpu')" in str(fitted.value)
     with pytest.raises(RuntimeError, match="torch is not installed.*device='cpu'"):
         resolve_backend("torch")
+
+
+def test_check_gpu_available_with_jax_gpu_only(no_gpu, monkeypatch):
+    class FakeGpu:
+        device_kind = "Fake jax GPU"
+
+    real_devices = jax.devices
+
+    def devices(backend=None):
+        return [FakeGpu()] if backend == "gpu" else real_devices(backend)
+
+    monkeypatch.setattr(jax, "devices", devices)
+    assert check_gpu_available() == (
+        True,
+        {"backend": "jax-gpu", "device": "gpu:0", "device_name": "Fake jax GPU"},
+    )
+
+
+# --- the library modules (skbatch._backends) ---------------------------------
+
+# The surface documented in skbatch/_backends/__init__.py.
+SURFACE = [
+    "namespace",
+    "asarray",
+    "to_numpy",
+    "device_of",
+    "missing_reason",
+    "native_device",
+    "context",
+    "empty_cache",
+    "uses_host_memory",
+    "threads",
+    "one_thread",
+    "ELEMENTWISE_ON_ONE_THREAD",
+    "linalg_errors",
+    "out_namespace",
+    "solves_by_cholesky",
+]
+ACCELERATOR_SURFACE = ["device_name", "free_bytes"]
+CHOLESKY_SURFACE = ["cholesky", "cholesky_solve"]
+
+
+@pytest.mark.parametrize("library", _backends.LIBRARIES)
+def test_every_library_implements_the_surface(library):
+    module = _backends.get(library)
+    missing = [name for name in SURFACE if not hasattr(module, name)]
+    if library != "numpy":
+        missing += [
+            name
+            for name in ACCELERATOR_SURFACE + CHOLESKY_SURFACE
+            if not hasattr(module, name)
+        ]
+    assert missing == []
+    # Every library of the registry is one that Backend accepts, and back.
+    assert Backend(library).library == library
+
+
+def test_the_library_modules_import_no_gpu_library():
+    code = (
+        "import pickle, sys\n"
+        "import skbatch._backends as b\n"
+        "from skbatch import Backend\n"
+        "modules = [b.get(library) for library in b.LIBRARIES]\n"
+        "for device in ('cuda:1', 'mps'):\n"
+        "    backend = pickle.loads(pickle.dumps(Backend('torch', device)))\n"
+        "    print(backend.name)\n"
+        "print(pickle.loads(pickle.dumps(Backend('jax', 'gpu'))).name)\n"
+        "print(b.library_of([1.0]), b.to_numpy([1.0]))\n"
+        "print([m for m in ('torch', 'jax') if m in sys.modules])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:5] == [
+        "torch-cuda",
+        "torch-mps",
+        "jax-gpu",
+        "numpy [1.]",
+        "[]",
+    ]
+
+
+def test_library_of_names_the_library_holding_an_array():
+    assert _backends.library_of(np.zeros(2)) == "numpy"
+    assert _backends.library_of(np.float64(1.0)) == "numpy"
+    assert _backends.library_of([1.0, 2.0]) == "numpy"
+    assert _backends.library_of(torch.zeros(2)) == "torch"
+    assert _backends.library_of(torch.nn.Parameter(torch.zeros(2))) == "torch"
+    assert _backends.library_of(jax.numpy.zeros(2)) == "jax"
+
+
+@pytest.mark.parametrize(
+    "backend, host",
+    [
+        (Backend("numpy"), True),
+        (Backend("torch", "cpu"), True),
+        (Backend("torch", "mps"), True),  # unified memory
+        (Backend("torch", "cuda:1"), False),
+        (Backend("jax", "cpu"), True),
+        (Backend("jax", "gpu:0"), False),
+    ],
+    ids=repr,
+)
+def test_devices_with_their_own_memory(backend, host):
+    module = _backends.get(backend.library)
+    assert module.uses_host_memory(backend.device) is host
+
+
+@pytest.mark.parametrize(
+    "backend, cholesky",
+    [
+        (Backend("numpy"), False),
+        (Backend("torch", "cpu"), False),
+        (Backend("torch", "mps"), False),
+        (Backend("torch", "cuda:1"), True),
+        (Backend("jax", "cpu"), False),
+        (Backend("jax", "gpu:0"), True),
+    ],
+    ids=repr,
+)
+def test_batched_cholesky_only_on_cuda_and_jax_gpus(backend, cholesky):
+    # skbatch/_linalg.py, _solve_spd: on the CPU inverting the small matrices
+    # is several times faster than the batched Cholesky solves.
+    module = _backends.get(backend.library)
+    assert module.solves_by_cholesky(backend.device) is cholesky
+
+
+@pytest.mark.parametrize(
+    "backend, freed",
+    [
+        (Backend("numpy"), []),
+        (Backend("torch", "cpu"), []),
+        (Backend("torch", "cuda:1"), ["cuda"]),
+        (Backend("torch", "mps"), ["mps"]),
+        (Backend("jax", "gpu"), []),
+    ],
+    ids=repr,
+)
+def test_empty_cache_frees_the_cache_of_the_device(no_gpu, monkeypatch, backend, freed):
+    calls = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("cuda"))
+    monkeypatch.setattr(torch.mps, "empty_cache", lambda: calls.append("mps"))
+    # An absent device has nothing cached: freeing never raises.
+    backend.empty_cache()
+    assert calls == freed
+
+
+def test_factorisations_of_cpu_arrays_run_on_one_thread():
+    # skbatch/_linalg.py, one_thread: numpy's BLAS and torch on the CPU run a
+    # factorisation on one thread, jax schedules its own; counts come back.
+    from threadpoolctl import threadpool_limits
+
+    from skbatch._linalg import one_thread
+
+    def counts():
+        return _backends.get("numpy").threads(), torch.get_num_threads()
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with threadpool_limits(2, user_api="blas"):
+            assert counts() == (2, 2)
+            with one_thread(np.ones(3)):
+                assert counts() == (1, 2)
+            with one_thread(torch.ones(3)):
+                assert counts() == (2, 1)
+            with Backend("jax").context(), one_thread(jax.numpy.ones(3)):
+                assert counts() == (2, 2)
+            assert counts() == (2, 2)
+    finally:
+        torch.set_num_threads(previous)

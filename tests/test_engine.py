@@ -15,6 +15,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 import skbatch._engine as engine
 from skbatch import Backend, BatchedRidge, memory
+from skbatch._backends.numpy import threads as blas_threads
 from skbatch._engine import (
     cpu_workers,
     map_threads,
@@ -22,7 +23,6 @@ from skbatch._engine import (
     run_batched,
     run_parallel,
 )
-from skbatch._linalg import library_threads
 from skbatch.oom import _SIMULATED_OOM_LIMIT
 from skbatch.random import item_rng
 from skbatch.testing import simulate_oom
@@ -242,7 +242,7 @@ def test_non_oom_kernel_errors_propagate(threads, two_blas_threads):
         )
     assert excinfo.value is error
     # The side-by-side run gave BLAS its threads back.
-    assert library_threads("numpy") == 2
+    assert blas_threads() == 2
 
 
 def test_verbose_logs_the_plan_and_the_recovery(caplog):
@@ -682,7 +682,7 @@ def test_engine_with_streaming_bootstrap_peak_does_not_grow_with_b():
 def two_blas_threads():
     """BLAS on two threads whatever the host, so threads=True runs two workers."""
     with threadpool_limits(2, user_api="blas"):
-        assert library_threads("numpy") == 2
+        assert blas_threads() == 2
         yield
 
 
@@ -702,7 +702,7 @@ class ThreadedRecorder(Recorder):
             call = self.n_calls
             self.n_calls += 1
         self.threads.add(threading.get_ident())
-        self.blas_in_kernel.add(library_threads("numpy"))
+        self.blas_in_kernel.add(blas_threads())
         if call < 2:
             # The first two batches meet here: a sequential engine would
             # leave the first waiting, and the barrier would break.
@@ -722,7 +722,7 @@ def test_threads_run_two_batches_at_once_with_the_same_results(two_blas_threads)
     assert plan.n_kernel_calls == 8
     # One BLAS thread per worker while they run; two again afterwards.
     assert rec.blas_in_kernel == {1}
-    assert library_threads("numpy") == 2
+    assert blas_threads() == 2
 
 
 def test_threads_split_a_small_auto_plan_among_workers(two_blas_threads):
@@ -758,12 +758,12 @@ def test_map_threads_keeps_order_and_context(two_blas_threads):
     def task(item):
         if item < 2:
             barrier.wait()  # the first two tasks run at once
-        return item, _SIMULATED_OOM_LIMIT.get(), library_threads("numpy")
+        return item, _SIMULATED_OOM_LIMIT.get(), blas_threads()
 
     with simulate_oom(max_items=7):
         results = map_threads(task, list(range(6)), Backend("numpy"))
     assert results == [(item, 7, 1) for item in range(6)]
-    assert library_threads("numpy") == 2
+    assert blas_threads() == 2
 
 
 def test_map_threads_runs_torch_tasks_on_one_torch_thread_each():
@@ -801,7 +801,7 @@ def test_only_the_main_thread_runs_batches_side_by_side(two_blas_threads):
     assert found["workers"] == 1
     assert found["plan"].n_batches == 1
     np.testing.assert_array_equal(found["result"], 2 * _reference(9))
-    assert library_threads("numpy") == 2
+    assert blas_threads() == 2
 
 
 # --- thread limits under concurrent fits ----------------------------------------

@@ -51,6 +51,8 @@ class _FakeJaxDevice:
         self.stats = stats
 
     def memory_stats(self):
+        if self.stats == "raise":
+            raise RuntimeError("memory_stats is not supported")
         return self.stats
 
 
@@ -141,7 +143,7 @@ def test_measured_jax_gpu_budget_is_80_percent_of_limit_minus_in_use(monkeypatch
     assert memory_budget(Backend("jax", "gpu"), for_batching=True) == 8.0
 
 
-@pytest.mark.parametrize("stats", [None, {}, {"bytes_in_use": 1e9}])
+@pytest.mark.parametrize("stats", [None, {}, {"bytes_in_use": 1e9}, "raise"])
 def test_unmeasurable_device_assumes_4_gb_with_a_warning(monkeypatch, stats):
     monkeypatch.setattr(Backend, "native_device", lambda self: _FakeJaxDevice(stats))
     with pytest.warns(

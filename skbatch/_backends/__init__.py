@@ -1,0 +1,98 @@
+"""What differs between the array libraries, in one module per library.
+
+``numpy.py``, ``torch.py`` and ``jax.py`` implement the same surface of
+module-level functions. Devices are skbatch's device strings (``"cpu"``,
+``"cuda:0"``, ``"mps"``, ``"gpu:1"``), never live device objects, except
+where a function says it takes the library's own device object (``native``).
+
+Every library provides:
+
+- ``namespace()``: the array-API namespace of the library.
+- ``asarray(x, dtype, native)``: ``x`` (host data or an array of any of the
+  libraries) as an array of this library on the device ``native``;
+  ``dtype`` is a numpy dtype or None.
+- ``to_numpy(x)``: a host numpy copy of an array of this library.
+- ``device_of(array)``: the device string of an array of this library.
+- ``missing_reason(device)``: why the device cannot compute in this
+  process, or None; called once the library is known to be installed.
+- ``native_device(device)``: the library's device object (None for numpy).
+- ``context()``: the context in which the library computes.
+- ``empty_cache(device)``: release the memory the library caches there.
+- ``uses_host_memory(device)``: whether the device computes in host RAM (the
+  CPU, or unified memory); its budget is then the host's.
+- ``threads()`` and ``one_thread()``: the number of CPU threads the library
+  runs on, and a context that runs it on one thread. Thread counts belong to
+  the process: ``one_thread`` is safe to enter from several threads at once
+  (see :class:`skbatch._backends._threads.SharedLimit`).
+- ``ELEMENTWISE_ON_ONE_THREAD``: whether elementwise passes run on one core
+  (numpy), so that batches side by side on CPU threads pay off.
+- ``linalg_errors()``: the exceptions a failed factorisation raises.
+- ``out_namespace()``: the module whose ``matmul``, ``multiply`` and
+  ``subtract`` write into an existing array (``out=``), or None when arrays
+  are immutable.
+- ``solves_by_cholesky(device)``: whether a batched Cholesky solve beats
+  inverting small matrices there.
+
+and, for the devices for which they are asked: ``device_name(device)`` (an
+accelerator's hardware name), ``free_bytes(native)`` (free memory of a
+device that does not use host memory, in bytes, or None when not
+measurable), ``cholesky(A)`` and ``cholesky_solve(factor, B)`` (where
+``solves_by_cholesky`` can be true; a failed factorisation gives None or a
+factor with NaNs).
+
+A library module imports its library inside its functions, never at module
+level: importing skbatch, or unpickling a model, must not import torch or
+jax.
+
+To add a backend: write ``_backends/<library>.py`` with this surface, add
+its name to ``LIBRARIES`` below, and add its devices to the device-spec
+table of ``skbatch/backend.py``: its backend names (``_NAMED``), its device
+strings (``_DEVICE_PATTERN``), the specs users may pass (``_ALLOWED_SPECS``)
+and, for an accelerator, its place among the GPUs that ``device="gpu"``
+tries (``_GPUS``).
+"""
+
+import importlib
+
+import numpy as np
+from array_api_compat import is_jax_array, is_torch_array
+
+# The registry: each name is a module of this package.
+LIBRARIES = ("numpy", "torch", "jax")
+
+
+def get(library):
+    """The module of ``library``, one of :data:`LIBRARIES`."""
+    return importlib.import_module(f"{__name__}.{library}")
+
+
+def library_of(array):
+    """The library that holds ``array``: "torch", "jax", else "numpy" (host data).
+
+    Asks ``array_api_compat``, which never imports a library to answer.
+    """
+    if isinstance(array, np.ndarray):
+        return "numpy"
+    if is_torch_array(array):
+        return "torch"
+    if is_jax_array(array):
+        return "jax"
+    return "numpy"
+
+
+def of_array(array):
+    """The module of the library that holds ``array``."""
+    return get(library_of(array))
+
+
+def to_numpy(x):
+    """A host numpy array of ``x``; numpy input is returned as is."""
+    if isinstance(x, np.ndarray):
+        return x
+    return of_array(x).to_numpy(x)
+
+
+def split_device(device):
+    """``"cuda:1"`` -> ``("cuda", 1)``; a device without index is index 0."""
+    kind, _, index = device.partition(":")
+    return kind, int(index) if index else 0

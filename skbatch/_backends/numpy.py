@@ -1,0 +1,114 @@
+"""numpy: the host library. Its arrays live in RAM; its one device is "cpu"."""
+
+import contextlib
+import functools
+
+import numpy as np
+import threadpoolctl
+
+from . import to_numpy as _host_array
+from ._threads import SharedLimit
+
+# numpy's elementwise passes (residuals, squares, reductions) run on one
+# core while a multi-threaded GEMM waits for them (see skbatch/_engine.py,
+# cpu_workers).
+ELEMENTWISE_ON_ONE_THREAD = True
+
+
+def namespace():
+    import array_api_compat.numpy as xp
+
+    return xp
+
+
+def asarray(x, dtype, native):
+    return np.asarray(_host_array(x), dtype=dtype)
+
+
+def to_numpy(x):
+    return np.asarray(x)
+
+
+def device_of(array):
+    return "cpu"
+
+
+def missing_reason(device):
+    return None
+
+
+def native_device(device):
+    return None
+
+
+def context():
+    return contextlib.nullcontext()
+
+
+def empty_cache(device):
+    """Nothing to release: numpy frees its arrays as they go."""
+
+
+def uses_host_memory(device):
+    return True
+
+
+@functools.cache
+def _threadpools():
+    return threadpoolctl.ThreadpoolController()
+
+
+def threads():
+    """Threads of numpy's BLAS (the most of its libraries)."""
+    return max(
+        (
+            pool["num_threads"]
+            for pool in _threadpools().info()
+            if pool["user_api"] == "blas"
+        ),
+        default=1,
+    )
+
+
+def _release_openblas():
+    """Let any thread set OpenBLAS's thread count again.
+
+    threadpoolctl (3.8 on) ignores a count set by another thread than the
+    one that set it last, until that one releases it; the shared limit is
+    set and restored by whichever threads come first and leave last.
+    """
+    controller = getattr(threadpoolctl, "OpenBLASController", None)
+    if hasattr(controller, "clear_controlling_thread"):
+        controller.clear_controlling_thread(force=True)
+
+
+def _blas_one_thread():
+    limiter = _threadpools().limit(limits=1, user_api="blas")
+    _release_openblas()
+
+    def restore():
+        limiter.restore_original_limits()
+        _release_openblas()
+
+    return restore
+
+
+_ONE_THREAD = SharedLimit(_blas_one_thread)
+
+
+def one_thread():
+    """Context in which numpy's BLAS runs on one thread."""
+    return _ONE_THREAD.hold()
+
+
+def linalg_errors():
+    return (np.linalg.LinAlgError,)
+
+
+def out_namespace():
+    return np
+
+
+def solves_by_cholesky(device):
+    # numpy has no batched Cholesky solve (see skbatch/_linalg.py, _solve_spd).
+    return False
