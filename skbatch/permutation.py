@@ -55,6 +55,7 @@ from sklearn.utils import _safe_indexing, get_tags
 from sklearn.utils.metaestimators import _safe_split
 from sklearn.utils.validation import _check_method_params, _num_samples
 
+from . import _backends
 from ._base import (
     WrapperMixin,
     atomic_fit,
@@ -62,7 +63,6 @@ from ._base import (
     check_verbose,
 )
 from ._engine import run_parallel, run_problem
-from ._linalg import library_one_thread
 from ._ridge.cv import cv_scheme
 from ._ridge.problems import DEVICE_SCORINGS, PermutedRidgeProblem
 from ._ridge.spec import resolve_dtype, ridge_spec
@@ -696,7 +696,7 @@ default="shuffle"
         with contextlib.ExitStack() as stack:
             stack.enter_context(backend.context())
             if flops < SMALL_FIT_FLOPS:
-                stack.enter_context(library_one_thread(backend.library))
+                stack.enter_context(_backends.get(backend.library).one_thread())
             problem = PermutedRidgeProblem(
                 X,
                 Y,
