@@ -67,7 +67,7 @@ class FitStage:
         Batches that ran out of memory and were split in halves.
     planned_peak_bytes : float
         Memory the plan allows: ``fixed_bytes`` plus a batch of items per
-        worker (batched path); the windows's results plus the copies of the
+        worker (batched path); the window's results plus the copies of the
         data the local workers hold (parallel path).
     budget_gb : float
         Memory budget one batch (or window) was sized against, in GB.
