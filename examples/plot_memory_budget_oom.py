@@ -6,14 +6,12 @@ Memory budgets and OOM recovery
 skbatch sizes every batch from a memory budget and recovers from
 out-of-memory errors by splitting the batch that failed. Neither changes
 the result. This example shrinks the budget, simulates out-of-memory errors
-on the CPU, and shows the plan the engine logs.
+on the CPU, and shows the plan each fit records in ``fit_report_``.
 """
 
 # %%
 # The budget of this machine
 # --------------------------
-import logging
-import sys
 import time
 
 import matplotlib.pyplot as plt
@@ -31,52 +29,36 @@ print(auto_batch_size(1000, 1e6, budget_gb=0.1))
 # %%
 # Seeing the plan
 # ---------------
-# The engine logs its plan on the ``skbatch`` logger: at DEBUG level always,
-# at INFO level with ``verbose=2`` (which also forces the progress bars).
-# Here a handler prints the DEBUG lines.
-logger = logging.getLogger("skbatch")
-handler = logging.StreamHandler(sys.stdout)
-handler.setFormatter(logging.Formatter("    skbatch: %(message)s"))
-logger.addHandler(handler)
-logger.setLevel(logging.DEBUG)
-
+# Every fit records how it ran in ``fit_report_``: per loop of the engine,
+# the items, the batch size, the batches run, the out-of-memory splits, the
+# planned peak memory against the budget, and the time. ``verbose=1``
+# prints the same figures as the fit runs.
 rng = np.random.default_rng(0)
 X = rng.standard_normal((200, 50))
 Y = X @ rng.standard_normal((50, 20_000)) + rng.standard_normal((200, 20_000))
 alphas = np.logspace(-1, 5, 13)
 
 reference = BatchedRidge(alphas=alphas).fit(X, Y)
+print(reference.fit_report_)
 
 # %%
 # A smaller budget: more, smaller batches, the same model
 # -------------------------------------------------------
-plans = []
-
-
-class PlanRecorder(logging.Handler):
-    def emit(self, record):
-        if hasattr(record, "skbatch_plan"):
-            plans.append(record.skbatch_plan)
-
-
-recorder = PlanRecorder()
-logger.addHandler(recorder)
-logger.removeHandler(handler)
 budgets = [1.0, 0.1, 0.03, 0.01]
 n_batches, seconds = [], []
 for budget in budgets:
-    plans.clear()
     start = time.perf_counter()
     model = BatchedRidge(alphas=alphas, max_memory_gb=budget).fit(X, Y)
     seconds.append(time.perf_counter() - start)
-    n_batches.append(plans[0].n_batches)
+    (stage,) = model.fit_report_.stages
+    n_batches.append(stage.n_batches)
     assert np.array_equal(model.alpha_, reference.alpha_)
     # Equal to the last digits: batches of another size may sum in another
     # order, which moves near-zero weights by ~1e-16 (weights are of order 1).
     np.testing.assert_allclose(model.coef_, reference.coef_, rtol=0, atol=1e-12)
     print(
-        f"max_memory_gb={budget:<5} {plans[0].batch_size:5d} targets per batch, "
-        f"{plans[0].n_batches:3d} batch{'' if plans[0].n_batches == 1 else 'es'}, "
+        f"max_memory_gb={budget:<5} {stage.batch_size:5d} targets per batch, "
+        f"{stage.n_batches:3d} batch{'' if stage.n_batches == 1 else 'es'}, "
         f"{seconds[-1]:.2f} s"
     )
 
@@ -95,10 +77,10 @@ plt.show()
 # than ``max_items`` raise a CUDA-style out-of-memory error, so the recovery
 # runs on any machine: the batch is split, the halves retried, and later
 # batches start at the size that worked.
-logger.addHandler(handler)
 with simulate_oom(max_items=1500):
     recovered = BatchedRidge(alphas=alphas).fit(X, Y)
 np.testing.assert_allclose(recovered.coef_, reference.coef_, rtol=0, atol=1e-12)
+print(recovered.fit_report_)
 print("same coefficients after recovery")
 
 # %%
@@ -115,7 +97,3 @@ try:
     ).fit(X, Y)
 except ValueError as exc:
     print(exc)
-
-logger.removeHandler(handler)
-logger.removeHandler(recorder)
-logger.setLevel(logging.NOTSET)

@@ -5,6 +5,7 @@ PyTorch or JAX within a memory budget: :class:`BatchedRidge`,
 :class:`BootstrapEstimator` and :class:`PermutationScorer`.
 """
 
+from ._report import FitReport, FitStage
 from .backend import Backend, check_gpu_available, resolve_backend
 from .bootstrap import BootstrapEstimator, BootstrapResult
 from .memory import (
@@ -25,6 +26,8 @@ __all__ = [
     "BatchedRidge",
     "BootstrapEstimator",
     "BootstrapResult",
+    "FitReport",
+    "FitStage",
     "PermutationScorer",
     "auto_batch_size",
     "auto_n_jobs",

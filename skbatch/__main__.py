@@ -5,6 +5,9 @@ import importlib.metadata
 import importlib.util
 import platform
 import sys
+import warnings
+
+import numpy as np
 
 from .backend import AUTO_GPU_MIN_FLOPS, Backend, resolve_backend
 from .memory import memory_budget
@@ -33,6 +36,11 @@ _BACKENDS = (
     Backend("jax", "gpu"),
 )
 
+# Samples, features and targets of the fit `skbatch info` runs on each usable
+# backend: enough targets to be planned in batches, few enough to add tens
+# of milliseconds.
+PROBE_SHAPE = (50, 5, 200)
+
 
 def _version(dist):
     try:
@@ -46,6 +54,37 @@ def _device_budget(backend):
         return f"{memory_budget(backend, for_batching=True):.1f} GB"
     except Exception as exc:  # a driver error must not abort the report
         return f"not measurable ({exc})"
+
+
+def _probe(backend):
+    """What a small BatchedRidge fit on ``backend`` reports, as verbose prints it.
+
+    jax is not probed: it compiles its kernels for every new shape, which
+    takes seconds.
+    """
+    from .ridge import BatchedRidge
+
+    if backend.library == "jax":
+        return [
+            f"{backend.name}: not probed, jax compiles for every new shape, which "
+            "takes seconds"
+        ]
+    n_samples, n_features, n_targets = PROBE_SHAPE
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((n_samples, n_features))
+    Y = rng.standard_normal((n_samples, n_targets))
+    try:
+        # Noise targets choose an edge alpha, which BatchedRidge warns about.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            report = BatchedRidge(device=backend).fit(X, Y).fit_report_
+    except Exception as exc:  # a driver error must not abort the report
+        return [f"{backend.name}: probe fit failed: {exc}"]
+    return [
+        line
+        for stage in report.stages
+        for line in (stage.format_plan(), stage.format_summary())
+    ]
 
 
 def _auto_choice():
@@ -62,7 +101,8 @@ def info(out=None):
 
     What is cheap to know comes first and is flushed at once; probing the
     GPU libraries (importing torch and jax takes seconds) comes last, and a
-    library that is not installed is not probed.
+    library that is not installed is not probed. Last, the plan a small fit
+    gets on each usable backend, read from its ``fit_report_``.
     """
     from . import __version__
 
@@ -80,16 +120,26 @@ def info(out=None):
         "\nBackends\n"
     )
     out.flush()
+    usable = []
     for backend in _BACKENDS:
         reason = backend.missing_reason()
         if reason is None:
+            usable.append(backend)
             status = f"usable, batch budget {_device_budget(backend)}"
         else:
             status = f"unavailable: {reason}"
         write(f"  {backend.name:<11}{backend.device:<8}{status}\n")
         out.flush()
     write(f'\ndevice="auto" picks: {_auto_choice()}\n')
-    out.flush()
+    n_samples, n_features, n_targets = PROBE_SHAPE
+    write(
+        f"\nProbe fit (BatchedRidge, {n_samples} samples x {n_features} features x "
+        f"{n_targets:,} targets)\n"
+    )
+    for backend in usable:
+        for line in _probe(backend):
+            write(f"  {line}\n")
+        out.flush()
 
 
 def main(argv=None):

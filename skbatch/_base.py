@@ -9,6 +9,7 @@ from sklearn.utils import get_tags
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import _num_samples, check_is_fitted, validate_data
 
+from ._report import FitReport, collect_stages
 from .backend import backend_of_array, resolve_backend, to_numpy
 from .random import check_groups
 
@@ -69,20 +70,25 @@ def check_max_memory_gb(max_memory_gb):
 
 
 def atomic_fit(fit):
-    """Make ``fit`` all or nothing.
+    """Make ``fit`` all or nothing, and publish how it ran as ``fit_report_``.
 
     If ``fit`` raises, or is interrupted (KeyboardInterrupt included), the
     estimator's attributes are restored to what they were before the call:
-    a refit that fails keeps the previous model whole, and a first fit that
-    fails leaves the estimator unfitted. Fitted attributes are only visible
-    once ``fit`` has returned.
+    a refit that fails keeps the previous model (and report) whole, and a
+    first fit that fails leaves the estimator unfitted. Fitted attributes are
+    only visible once ``fit`` has returned. On success, ``fit_report_`` is a
+    :class:`~skbatch.FitReport` of the engine's loops that ran meanwhile,
+    nested fits' included; ``fit`` must set ``backend_``.
     """
 
     @functools.wraps(fit)
     def wrapper(self, *args, **kwargs):
         state = dict(vars(self))
         try:
-            return fit(self, *args, **kwargs)
+            with collect_stages() as stages:
+                result = fit(self, *args, **kwargs)
+            self.fit_report_ = FitReport(backend=self.backend_, stages=stages)
+            return result
         except BaseException:
             vars(self).clear()
             vars(self).update(state)

@@ -154,7 +154,12 @@ def simulate_encoding_data(
 
 @dataclass
 class StepReport:
-    """Cost of one step of the demo."""
+    """Cost of one step of the demo.
+
+    Time and peak memory are measured around the step; the device, the
+    engine batches run and the out-of-memory splits are read from the
+    ``fit_report_`` of the step's fit.
+    """
 
     name: str
     seconds: float
@@ -217,42 +222,6 @@ class DemoResult:
         return self.n_recovered / max(self.n_true_effects, 1)
 
 
-class _PlanRecorder(logging.Handler):
-    """Collects the plans the engine logs at DEBUG on the skbatch logger.
-
-    While it records, the logger passes DEBUG records and does not propagate;
-    the recorder forwards to the parent loggers' handlers only the records
-    they would have received without it.
-    """
-
-    def __init__(self, logger):
-        super().__init__(logging.DEBUG)
-        self.plans = []
-        self._logger = logger
-        self._threshold = logger.getEffectiveLevel()
-        self._propagate = logger.propagate
-
-    def __enter__(self):
-        self._level = self._logger.level
-        self._logger.addHandler(self)
-        self._logger.setLevel(logging.DEBUG)
-        self._logger.propagate = False
-        return self
-
-    def __exit__(self, *exc_info):
-        self._logger.removeHandler(self)
-        self._logger.setLevel(self._level)
-        self._logger.propagate = self._propagate
-
-    def emit(self, record):
-        plan = getattr(record, "skbatch_plan", None)
-        if plan is not None:
-            self.plans.append(plan)
-        parent = self._logger.parent
-        if self._propagate and parent and record.levelno >= self._threshold:
-            parent.handle(record)
-
-
 class _PeakMemory:
     """Largest resident memory of this process, read every few ms in a thread."""
 
@@ -289,12 +258,22 @@ def _device_label(backend):
     return f"{backend.library}-{backend.device}" if backend.is_gpu else backend.name
 
 
+def _read_report(step, estimator):
+    """The device, batches and OOM splits of a step, from its fit's report."""
+    report = estimator.fit_report_
+    step.device = _device_label(report.backend)
+    step.n_batches = sum(stage.n_batches_run for stage in report.stages)
+    step.n_oom_recoveries = sum(stage.n_oom_splits for stage in report.stages)
+
+
 @contextlib.contextmanager
 def _measure(name, steps, verbose):
-    """Time a step, count its engine batches and its peak memory.
+    """Time a step and measure its peak memory.
 
     Host memory is the resident size of the process; when torch computes on
-    CUDA during the step, its peak allocation there is reported too.
+    CUDA during the step, its peak allocation there is reported too. The
+    step's device and engine batches are read from its fit's report
+    (:func:`_read_report`).
     """
     if verbose:
         print(f"{name} ...", flush=True)
@@ -304,10 +283,7 @@ def _measure(name, steps, verbose):
         for index in range(cuda.device_count()):
             cuda.reset_peak_memory_stats(index)
     start = time.perf_counter()
-    with (
-        _PlanRecorder(logging.getLogger("skbatch")) as recorder,
-        _PeakMemory() as memory,
-    ):
+    with _PeakMemory() as memory:
         yield step
     step.seconds = time.perf_counter() - start
     step.peak_memory_gb = memory.peak / 1e9
@@ -315,8 +291,6 @@ def _measure(name, steps, verbose):
     if cuda is not None:
         peak = max(cuda.max_memory_allocated(i) for i in range(cuda.device_count()))
         step.peak_gpu_memory_gb = peak / 1e9 if peak else None
-    step.n_batches = sum(plan.n_batches for plan in recorder.plans)
-    step.n_oom_recoveries = sum(plan.n_oom_recoveries for plan in recorder.plans)
     steps.append(step)
 
 
@@ -367,7 +341,7 @@ def run_demo(
     with _measure("BatchedRidge: fit, held-out R\u00b2", steps, verbose) as step:
         model = ridge().fit(data.X[:n_train], data.Y[:n_train])
         test_r2 = model.score_per_target(data.X[n_train:], data.Y[n_train:])
-        step.device = _device_label(model.backend_)
+        _read_report(step, model)
 
     with _measure(
         f"PermutationScorer: {_count(n_permutations, 'permutation')}", steps, verbose
@@ -380,7 +354,7 @@ def run_demo(
             device=device,
             verbose=verbose,
         ).fit(data.X, data.Y)
-        step.device = _device_label(scorer.backend_)
+        _read_report(step, scorer)
     significant = scorer.pvalue_fwer_ <= ALPHA_LEVEL
 
     result = DemoResult(
@@ -408,7 +382,7 @@ def run_demo(
                 device=device,
                 verbose=verbose,
             ).fit(data.X, data.Y[:, significant])
-            step.device = _device_label(boot.backend_)
+            _read_report(step, boot)
         coef = boot.results_["coef_"]
         kept = data.has_signal[significant]
         counts = count_intervals_excluding_zero(

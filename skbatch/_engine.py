@@ -24,7 +24,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from joblib import effective_n_jobs
@@ -33,11 +33,12 @@ from joblib._parallel_backends import (
     MultiprocessingBackend,
     ThreadingBackend,
 )
-from joblib.parallel import get_active_backend
+from joblib.parallel import BACKENDS, get_active_backend
 from sklearn.utils.parallel import Parallel, delayed
 from tqdm.auto import tqdm
 
 from . import _backends
+from ._report import FitStage, _count, record_stage, stages_not_collected
 from .backend import to_numpy
 from .memory import (
     GB,
@@ -76,7 +77,11 @@ _LOCAL_BACKENDS = (LokyBackend, MultiprocessingBackend, ThreadingBackend)
 
 @dataclass
 class Plan:
-    """What the engine decided and what happened, for logs and tests."""
+    """What :func:`plan_batches` decided, and how many batches then ran.
+
+    The record published in ``fit_report_`` is the :class:`FitStage` that
+    :func:`run_batched` builds from it.
+    """
 
     n_items: int
     batch_size: int
@@ -84,8 +89,6 @@ class Plan:
     budget_gb: float
     n_oom_recoveries: int = 0
     n_kernel_calls: int = 0
-    planned_peak_bytes: float = 0.0
-    seconds: float = 0.0
 
 
 def plan_batches(
@@ -200,13 +203,6 @@ def _batch_size(n_items, bytes_per_item, budget_gb, batching_gb):
     return size
 
 
-def _count(n, plural):
-    """``"1 target"``, ``"2 targets"``, ``"1 batch"``: from the plural noun."""
-    if n != 1:
-        return f"{n:,} {plural}"
-    return f"{n:,} {plural[:-2] if plural.endswith('ches') else plural[:-1]}"
-
-
 def _say(verbose, message):
     """One plain line on stdout at ``verbose >= 1``, as scikit-learn prints.
 
@@ -278,7 +274,9 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size :
     Returns
     -------
     Plan
-        With the number of kernel calls and OOM recoveries filled in.
+        With the number of kernel calls and OOM recoveries filled in. The
+        loop's :class:`~skbatch.FitStage` goes to the fit reports being
+        collected (see :func:`skbatch._report.collect_stages`).
     """
     n_workers = cpu_workers(backend) if threads else 1
     plan = plan_batches(
@@ -293,20 +291,28 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size :
         n_workers=n_workers,
     )
     n_workers = min(n_workers, plan.n_batches)
-    plan.planned_peak_bytes = fixed_bytes + n_workers * plan.batch_size * (
-        device_bytes_per_item + host_bytes_per_item
+    stage = FitStage(
+        name=desc,
+        path="batched",
+        runs_on=backend.name,
+        n_items=n_items,
+        batch_size=plan.batch_size,
+        n_batches=plan.n_batches,
+        n_workers=n_workers,
+        n_batches_run=0,
+        n_oom_splits=0,
+        planned_peak_bytes=fixed_bytes
+        + n_workers * plan.batch_size * (device_bytes_per_item + host_bytes_per_item),
+        budget_gb=plan.budget_gb,
+        device_bytes_per_item=device_bytes_per_item,
+        host_bytes_per_item=host_bytes_per_item,
+        fixed_bytes=fixed_bytes,
+        seconds=0.0,
     )
-    side_by_side = f", {n_workers} side by side" if n_workers > 1 else ""
-    _say(
-        verbose,
-        f"{desc}: {_count(n_items, desc)} in {_count(plan.n_batches, 'batches')} "
-        f"of up to {plan.batch_size:,} on {backend.name}{side_by_side}; planned "
-        f"peak {plan.planned_peak_bytes / GB:.3g} GB of a "
-        f"{plan.budget_gb:.3g} GB budget",
-    )
+    _say(verbose, stage.format_plan())
     started = time.perf_counter()
     # The plan is always logged: at DEBUG for whoever configures the
-    # "skbatch" logger (the demo's table reads it), at INFO with verbose>=2.
+    # "skbatch" logger, at INFO with verbose>=2.
     log_level = logging.INFO if verbose >= 2 else logging.DEBUG
     logger.log(
         log_level,
@@ -376,13 +382,13 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size :
             finish(ids_done, task.result())
     plan.n_oom_recoveries = runner.n_recoveries
     plan.n_kernel_calls = calls[0]
-    plan.seconds = time.perf_counter() - started
-    _say(
-        verbose,
-        f"{desc}: done in {plan.seconds:.2f} s on {backend.name}: "
-        f"{_count(plan.n_kernel_calls, 'batches')}, "
-        f"{_count(plan.n_oom_recoveries, 'out-of-memory splits')}",
+    stage = replace(
+        stage,
+        n_batches_run=plan.n_kernel_calls,
+        n_oom_splits=plan.n_oom_recoveries,
+        seconds=time.perf_counter() - started,
     )
+    _say(verbose, stage.format_summary())
     logger.log(
         log_level,
         "%s: done in %d kernel calls, %d out-of-memory recoveries on %s",
@@ -390,8 +396,8 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size :
         plan.n_kernel_calls,
         plan.n_oom_recoveries,
         backend.name,
-        extra={"skbatch_plan": plan, "skbatch_backend": backend},
     )
+    record_stage(stage)
     return plan
 
 
@@ -516,7 +522,10 @@ def run_parallel(
     Returns
     -------
     int
-        The window size used (items in flight at most).
+        The window size used (items in flight at most). The loop's
+        :class:`~skbatch.FitStage` goes to the fit reports being collected;
+        the fits the tasks run record nothing there, whichever worker runs
+        them.
     """
     budget = memory_budget(None, max_memory_gb, for_batching=True)
     window = _batch_size(
@@ -527,17 +536,33 @@ def run_parallel(
     # Windows end on block boundaries: no block waits for the next window.
     window -= window % block
     function, args, kwargs = _task_parts(task)
-    n_jobs = _memory_capped_n_jobs(
-        n_jobs, _array_bytes([*args, *kwargs.values()]), max_memory_gb, verbose, desc
-    )
+    data_bytes = _array_bytes([*args, *kwargs.values()])
+    n_jobs = _memory_capped_n_jobs(n_jobs, data_bytes, max_memory_gb, verbose, desc)
     parallel = Parallel(n_jobs=n_jobs)
     n_workers = max(_n_workers(parallel), 1)
     chunk = max(1, math.ceil(window / (n_workers * TASKS_PER_WORKER)))
-    _say(
-        verbose,
-        f"{desc}: {_count(n_items, desc)} in windows of {window:,} on "
-        f"{_count(n_workers, 'joblib workers')}",
+    n_windows = math.ceil(n_items / window)
+    joblib_backend, _ = get_active_backend()
+    # Local workers each copy the task's arrays; a cluster's hold theirs elsewhere.
+    data_copies = n_workers if type(joblib_backend) in _LOCAL_BACKENDS else 0
+    stage = FitStage(
+        name=desc,
+        path="parallel",
+        runs_on=_joblib_name(joblib_backend, n_workers),
+        n_items=n_items,
+        batch_size=window,
+        n_batches=n_windows,
+        n_workers=n_workers,
+        n_batches_run=0,
+        n_oom_splits=0,
+        planned_peak_bytes=window * host_bytes_per_item + data_copies * data_bytes,
+        budget_gb=budget,
+        device_bytes_per_item=0.0,
+        host_bytes_per_item=host_bytes_per_item,
+        fixed_bytes=float(data_bytes),
+        seconds=0.0,
     )
+    _say(verbose, stage.format_plan())
     started = time.perf_counter()
     logger.log(
         logging.INFO if verbose >= 2 else logging.DEBUG,
@@ -550,12 +575,10 @@ def run_parallel(
         chunk,
         n_workers,
         budget,
-        extra={
-            "skbatch_plan": Plan(n_items, window, math.ceil(n_items / window), budget)
-        },
     )
     all_ids = np.arange(n_items, dtype=np.int64)
-    with _progress(n_items, verbose, desc) as bar, parallel:
+    # The fits the tasks run are not stages of this fit, whichever the worker.
+    with _progress(n_items, verbose, desc) as bar, parallel, stages_not_collected():
         # Held until every window is done: the cluster keeps the data as long.
         data = _TaskData(args, kwargs, n_workers)
         for start in range(0, n_items, window):
@@ -571,8 +594,26 @@ def run_parallel(
             # Release this window before the next one is computed, so that at
             # most one window of results is in flight.
             del results
-    _say(verbose, f"{desc}: done in {time.perf_counter() - started:.2f} s")
+    stage = replace(
+        stage, n_batches_run=n_windows, seconds=time.perf_counter() - started
+    )
+    _say(verbose, stage.format_summary())
+    record_stage(stage)
     return window
+
+
+def _joblib_name(backend, n_workers):
+    """Where joblib runs the tasks: its name of ``backend`` ("loky", "dask"...).
+
+    "sequential" for one worker, when joblib runs the tasks in this process
+    whatever the backend.
+    """
+    if n_workers <= 1:
+        return "sequential"
+    for name, cls in BACKENDS.items():
+        if type(backend) is cls:
+            return name
+    return type(backend).__name__
 
 
 def _memory_capped_n_jobs(n_jobs, data_bytes, max_memory_gb, verbose, desc):

@@ -220,6 +220,10 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
     backend_ : Backend
         Where the batched path ran (numpy for the generic path with
         ``device="auto"``).
+    fit_report_ : FitReport
+        How the fit ran: the fit of ``estimator_``'s loops, then the
+        replicates' batches (or joblib windows), their size, out-of-memory
+        splits, planned peak memory and time.
     n_features_in_ : int
         Number of features seen in fit.
     feature_names_in_ : ndarray of shape (n_features_in_,)

@@ -384,6 +384,10 @@ default="shuffle"
         delegate to it.
     backend_ : Backend
         Where the fast path computed (resolved from ``device``).
+    fit_report_ : FitReport
+        How the fit ran: the permutations' batches (or joblib windows),
+        their size, out-of-memory splits, planned peak memory and time,
+        with the loops of the fit of ``estimator_``.
     n_features_in_ : int
         Number of features seen in fit.
     feature_names_in_ : ndarray of shape (n_features_in_,)

@@ -262,6 +262,9 @@ default=None
         Dtype the model computes in.
     backend_ : Backend
         Where the model computes; ``predict`` raises if it is missing.
+    fit_report_ : FitReport
+        How the fit ran: per loop over targets, the batches, their size,
+        out-of-memory splits, planned peak memory and time.
     n_features_in_ : int
         Number of features seen in fit.
     feature_names_in_ : ndarray of shape (n_features_in_,)

@@ -1,4 +1,5 @@
 import importlib.metadata
+import importlib.util
 import io
 import re
 import subprocess
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 
 import skbatch
+import skbatch.__main__
 import skbatch.backend
 from skbatch.__main__ import info, main
 from skbatch.backend import AUTO_GPU_MIN_FLOPS
@@ -121,3 +123,25 @@ def test_python_m_skbatch_info():
     )
     assert result.returncode == 0, result.stderr
     _check_report(result.stdout)
+
+
+def test_info_shows_the_plan_of_a_probe_fit_on_each_usable_backend(capsys, no_gpu):
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    probe = out.split("\nProbe fit ")[1]
+    n_samples, n_features, n_targets = skbatch.__main__.PROBE_SHAPE
+    assert probe.startswith(
+        f"(BatchedRidge, {n_samples} samples x {n_features} features x "
+        f"{n_targets:,} targets)\n"
+    )
+    # The lines verbose=1 prints: the plan, then the summary, of each fit.
+    plan = rf"^  targets: {n_targets} targets in \d+ batch(es)? of up to \d+ on %s"
+    done = r"^  targets: done in \d+\.\d\d s on %s: \d+ batch(es)?, 0 out-of-memory"
+    for name in ("numpy", "torch-cpu"):
+        if name == "torch-cpu" and importlib.util.find_spec("torch") is None:
+            continue
+        assert re.search(plan % name, probe, re.M), name
+        assert re.search(done % name, probe, re.M), name
+    assert "torch-cuda" not in probe
+    if importlib.util.find_spec("jax") is not None:
+        assert "  jax-cpu: not probed, jax compiles" in probe

@@ -9,6 +9,7 @@ import pytest
 
 from skbatch import _demo
 from skbatch.__main__ import main
+from skbatch.testing import simulate_oom
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 FIGURE_NAMES = [f"{name}.png" for name in _demo.FIGURES]
@@ -114,20 +115,31 @@ def _tiny_demo(tmp_path, verbose):
 
 
 @pytest.mark.parametrize("verbose", [0, 2])
-def test_demo_reads_the_plans_without_leaking_debug_logs(
-    tmp_path, caplog, monkeypatch, verbose
-):
+def test_demo_logs_only_what_the_user_asked_for(tmp_path, caplog, monkeypatch, verbose):
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    logger = logging.getLogger("skbatch")
+    before = (logger.level, logger.propagate, logger.handlers[:])
     with caplog.at_level(logging.INFO, logger="skbatch"):
         result = _tiny_demo(tmp_path, verbose)
     assert all(step.n_batches >= 1 for step in result.steps)
     levels = {record.levelno for record in caplog.records}
-    # The demo listens at DEBUG; the user's handlers get what they asked for.
     assert levels == (set() if verbose == 0 else {logging.INFO})
-    logger = logging.getLogger("skbatch")
-    assert logger.propagate and not any(
-        isinstance(h, _demo._PlanRecorder) for h in logger.handlers
-    )
+    # The steps are read from the fits' reports: the logger is left alone.
+    assert (logger.level, logger.propagate, logger.handlers[:]) == before
+
+
+def test_demo_steps_count_the_out_of_memory_splits(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    plain = _tiny_demo(tmp_path, verbose=0)
+    with simulate_oom(max_items=2):
+        split = _tiny_demo(tmp_path, verbose=0)
+    assert len(plain.steps) >= 2
+    assert [step.n_oom_recoveries for step in plain.steps] == [0] * len(plain.steps)
+    # Every step runs batches of more than two items (targets, permutations,
+    # replicates): each splits, and runs more batches.
+    for plain_step, split_step in zip(plain.steps, split.steps, strict=True):
+        assert split_step.n_oom_recoveries > 0
+        assert split_step.n_batches > plain_step.n_batches
 
 
 def test_demo_reports_the_gpu_peak_when_torch_used_cuda(tmp_path, monkeypatch):

@@ -23,6 +23,7 @@ from skbatch._engine import (
     run_batched,
     run_parallel,
 )
+from skbatch._report import collect_stages
 from skbatch.oom import _SIMULATED_OOM_LIMIT
 from skbatch.random import item_rng
 from skbatch.testing import simulate_oom
@@ -852,3 +853,80 @@ def test_tasks_run_in_this_process_resolve_dask_futures():
             offset=offset,
         )
     np.testing.assert_array_equal(rows, [11.0, 13.0])
+
+
+# --- stages recorded for fit_report_ -----------------------------------------
+
+
+def test_run_batched_records_its_stage_in_every_open_collector():
+    rec = Recorder()
+    with collect_stages() as outer:
+        with collect_stages() as inner, simulate_oom(max_items=5):
+            rec.run(64, batch_size=16, desc="replicates", fixed_bytes=100.0)
+        Recorder().run(8, batch_size=8)
+    (stage,) = inner
+    assert outer == [stage, outer[1]]
+    # 16 -> 8 -> 4 on the first batch (3 splits), then batches of 4: as many
+    # as the kernel saw.
+    assert (stage.name, stage.path, stage.runs_on) == ("replicates", "batched", "numpy")
+    assert (stage.n_items, stage.batch_size, stage.n_batches) == (64, 16, 4)
+    assert stage.n_batches_run == len(rec.kernel_sizes) == 16
+    assert stage.n_oom_splits == 3
+    assert (stage.fixed_bytes, stage.device_bytes_per_item) == (100.0, ITEM_BYTES)
+    assert stage.planned_peak_bytes == 100.0 + 16 * ITEM_BYTES
+    assert outer[1].n_items == 8
+
+
+def test_run_batched_side_by_side_records_one_stage(two_blas_threads):
+    rec = Recorder()
+    with collect_stages() as stages:
+        rec.run(40, batch_size=10, threads=True)
+    (stage,) = stages
+    assert (stage.n_workers, stage.n_batches, stage.n_batches_run) == (2, 4, 4)
+    assert stage.planned_peak_bytes == 2 * 10 * ITEM_BYTES
+
+
+def test_engine_loops_record_nothing_outside_a_collector():
+    Recorder().run(10, batch_size=3)
+    with collect_stages() as stages:
+        pass
+    assert stages == []
+
+
+def _task_running_the_engine(ids):
+    """A task whose work goes through the engine, as a refit of BatchedRidge."""
+    out = np.empty((len(ids), WIDTH))
+
+    def reduce(rows, result):
+        out[rows] = result
+
+    run_batched(
+        lambda rows: _draw(ids[rows]) * 2.0,
+        reduce,
+        n_items=len(ids),
+        backend=Backend("numpy"),
+        device_bytes_per_item=ITEM_BYTES,
+        batch_size=2,
+    )
+    return out
+
+
+@pytest.mark.parametrize("backend, n_jobs", [("sequential", 1), ("threading", 2)])
+def test_run_parallel_records_one_stage_whatever_its_tasks_run(backend, n_jobs):
+    received = []
+    with collect_stages() as stages, joblib.parallel_config(backend=backend):
+        window = run_parallel(
+            _task_running_the_engine,
+            lambda ids, result: received.append(result),
+            n_items=37,
+            host_bytes_per_item=ITEM_BYTES,
+            n_jobs=n_jobs,
+            max_memory_gb=10 * ITEM_BYTES / 1e9,
+        )
+    np.testing.assert_array_equal(np.concatenate(received), 2 * _reference(37))
+    (stage,) = stages
+    assert (stage.name, stage.path, stage.runs_on) == ("items", "parallel", backend)
+    assert (stage.n_items, stage.batch_size, stage.n_workers) == (37, window, n_jobs)
+    assert stage.n_batches == stage.n_batches_run == math.ceil(37 / window)
+    assert stage.planned_peak_bytes == window * ITEM_BYTES
+    assert stage.n_oom_splits == 0

@@ -691,7 +691,7 @@ class PredictionProblem:
     ``ids`` for the rows of ``X``.
     """
 
-    desc = "targets"
+    desc = "predicted targets"
     threads = True
     max_batch_size = None
 

@@ -1,0 +1,268 @@
+"""How a fit ran: :class:`FitReport`, one :class:`FitStage` per engine loop.
+
+The engine (``skbatch/_engine.py``) builds a stage for each loop it runs and
+hands it to :func:`record_stage`; :func:`collect_stages`, opened around every
+``fit`` by ``skbatch._base.atomic_fit``, gathers them. The collectors live in
+a :class:`contextvars.ContextVar`, so a fit sees the stages of its own thread
+(and of the engine's threads, which copy its context) and no other's.
+"""
+
+import contextlib
+import contextvars
+from dataclasses import dataclass
+from operator import attrgetter
+
+from .backend import Backend
+from .memory import GB
+
+# The stage lists of the fits running in this context, outermost first: a
+# loop is recorded in each, so a nested fit's loops appear in the enclosing
+# fit's report too.
+_COLLECTORS = contextvars.ContextVar("skbatch_fit_stages", default=())
+
+
+def _count(n, plural):
+    """``"1 target"``, ``"2 targets"``, ``"1 batch"``: from the plural noun."""
+    if n != 1:
+        return f"{n:,} {plural}"
+    return f"{n:,} {plural[:-2] if plural.endswith('ches') else plural[:-1]}"
+
+
+@dataclass(frozen=True)
+class FitStage:
+    """One loop of a fit: what the engine planned, and what happened.
+
+    Every heavy loop of a fit (over targets, permutations, bootstrap
+    replicates) is one stage. It runs on one of two paths: ``"batched"``,
+    where a device kernel processes batches of items sized from the memory
+    budget, or ``"parallel"``, where refits of an arbitrary estimator run as
+    joblib tasks in windows sized so that the results in flight fit the
+    host budget.
+
+    Attributes
+    ----------
+    name : str
+        What the items are: ``"targets"``, ``"permutations"``,
+        ``"replicates"``...
+    path : {"batched", "parallel"}
+        The device engine, or joblib windows.
+    runs_on : str
+        The backend's name (``"numpy"``, ``"torch-cuda"``...) on the batched
+        path; the joblib backend (``"loky"``, ``"threading"``, ``"dask"``...)
+        on the parallel path.
+    n_items : int
+        Items processed.
+    batch_size : int
+        Items per batch as planned (batched path), or per window (parallel
+        path).
+    n_batches : int
+        Batches (or windows) planned.
+    n_workers : int
+        Batches run side by side (batched path), or joblib workers (parallel
+        path).
+    n_batches_run : int
+        Batches actually run: more than ``n_batches`` after out-of-memory
+        splits, a batch that ran out of memory counted too.
+    n_oom_splits : int
+        Batches that ran out of memory and were split in halves.
+    planned_peak_bytes : float
+        Memory the plan allows: ``fixed_bytes`` plus a batch of items per
+        worker (batched path); the window's results plus the copies of the
+        data the local workers hold (parallel path).
+    budget_gb : float
+        Memory budget one batch (or window) was sized against, in GB.
+    device_bytes_per_item, host_bytes_per_item : float
+        The memory model the plan came from: working set of one item on the
+        device, and bytes of its result held on the host until reduced.
+    fixed_bytes : float
+        Memory used whatever the batch: data and decompositions on the
+        device (batched path), or each worker's copy of the task's arrays
+        (parallel path).
+    seconds : float
+        Wall time of the loop.
+
+    See Also
+    --------
+    FitReport : The stages of one fit, as ``fit_report_``.
+
+    Examples
+    --------
+    >>> from skbatch import FitStage
+    >>> stage = FitStage(
+    ...     name="targets", path="batched", runs_on="numpy", n_items=1000,
+    ...     batch_size=400, n_batches=3, n_workers=1, n_batches_run=3,
+    ...     n_oom_splits=0, planned_peak_bytes=2e6, budget_gb=0.01,
+    ...     device_bytes_per_item=4000.0, host_bytes_per_item=1000.0,
+    ...     fixed_bytes=0.0, seconds=0.5,
+    ... )
+    >>> print(stage.format_plan())  # doctest: +ELLIPSIS
+    targets: 1,000 targets in 3 batches of up to 400 on numpy; planned peak ...
+    >>> print(stage.format_summary())
+    targets: done in 0.50 s on numpy: 3 batches, 0 out-of-memory splits
+    """
+
+    name: str
+    path: str
+    runs_on: str
+    n_items: int
+    batch_size: int
+    n_batches: int
+    n_workers: int
+    n_batches_run: int
+    n_oom_splits: int
+    planned_peak_bytes: float
+    budget_gb: float
+    device_bytes_per_item: float
+    host_bytes_per_item: float
+    fixed_bytes: float
+    seconds: float
+
+    def format_plan(self):
+        """The line ``verbose=1`` prints before the loop.
+
+        Returns
+        -------
+        line : str
+        """
+        items = f"{self.name}: {_count(self.n_items, self.name)} in"
+        if self.path == "parallel":
+            return (
+                f"{items} windows of {self.batch_size:,} on "
+                f"{_count(self.n_workers, 'joblib workers')}"
+            )
+        side_by_side = f", {self.n_workers} side by side" if self.n_workers > 1 else ""
+        return (
+            f"{items} {_count(self.n_batches, 'batches')} of up to "
+            f"{self.batch_size:,} on {self.runs_on}{side_by_side}; planned peak "
+            f"{self.planned_peak_bytes / GB:.3g} GB of a {self.budget_gb:.3g} GB "
+            "budget"
+        )
+
+    def format_summary(self):
+        """The line ``verbose=1`` prints after the loop.
+
+        Returns
+        -------
+        line : str
+        """
+        done = f"{self.name}: done in {self.seconds:.2f} s"
+        if self.path == "parallel":
+            return done
+        return (
+            f"{done} on {self.runs_on}: {_count(self.n_batches_run, 'batches')}, "
+            f"{_count(self.n_oom_splits, 'out-of-memory splits')}"
+        )
+
+
+# Columns of FitReport's table: heading, value, alignment and format; text is
+# left-aligned, figures right-aligned.
+_COLUMNS = (
+    ("stage", attrgetter("name"), "<"),
+    ("path", attrgetter("path"), "<"),
+    ("on", attrgetter("runs_on"), "<"),
+    ("items", attrgetter("n_items"), ">,"),
+    ("batch", attrgetter("batch_size"), ">,"),
+    ("batches", attrgetter("n_batches_run"), ">,"),
+    ("workers", attrgetter("n_workers"), ">"),
+    ("OOM splits", attrgetter("n_oom_splits"), ">"),
+    ("peak GB", lambda stage: stage.planned_peak_bytes / GB, ">.3g"),
+    ("budget GB", attrgetter("budget_gb"), ">.3g"),
+    ("seconds", attrgetter("seconds"), ">.2f"),
+)
+
+
+@dataclass(frozen=True)
+class FitReport:
+    """A read-only record of how a fit ran, published as ``fit_report_``.
+
+    Every estimator of skbatch sets ``fit_report_`` at the end of a
+    successful ``fit``; a fit that fails leaves the previous report (or
+    none) in place, like every other fitted attribute. The stages are the
+    loops the engine ran during the fit, in order, those of a nested fit
+    (the estimator a :class:`PermutationScorer` or a
+    :class:`BootstrapEstimator` fits on all the data) included. The refits
+    that joblib workers run are one ``"parallel"`` stage of the fit that
+    sent them.
+
+    Attributes
+    ----------
+    backend : Backend
+        Where the estimator computes (its ``backend_``).
+    stages : tuple of FitStage
+        The engine's loops, in the order they ran.
+
+    See Also
+    --------
+    FitStage : One loop: its plan, memory model and what happened.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skbatch import BatchedRidge
+    >>> rng = np.random.default_rng(0)
+    >>> X, Y = rng.standard_normal((50, 5)), rng.standard_normal((50, 300))
+    >>> report = BatchedRidge(n_targets_batch=100).fit(X, Y).fit_report_
+    >>> report.backend
+    Backend('numpy', 'cpu')
+    >>> [(s.name, s.n_items, s.batch_size, s.n_batches) for s in report.stages]
+    [('targets', 300, 100, 3)]
+    >>> print(report)  # doctest: +ELLIPSIS
+    stage    path     on     items  batch  batches  workers  OOM splits ...
+    targets  batched  numpy    300    100        3 ...
+    """
+
+    backend: Backend
+    stages: tuple
+
+    def __post_init__(self):
+        # A list given by mistake would leave the record mutable.
+        object.__setattr__(self, "stages", tuple(self.stages))
+
+    def __str__(self):
+        cells = [[heading for heading, _, _ in _COLUMNS]]
+        cells += [
+            [format(value(stage), spec[1:]) for _, value, spec in _COLUMNS]
+            for stage in self.stages
+        ]
+        widths = [max(len(row[k]) for row in cells) for k in range(len(_COLUMNS))]
+        return "\n".join(
+            "  ".join(
+                f"{cell:{spec[0]}{width}}"
+                for cell, width, (_, _, spec) in zip(row, widths, _COLUMNS)
+            ).rstrip()
+            for row in cells
+        )
+
+
+@contextlib.contextmanager
+def collect_stages():
+    """Gather the stages the engine records inside the block, into a list.
+
+    Blocks nest: an inner block's stages are also in the outer block's list.
+    """
+    stages = []
+    token = _COLLECTORS.set((*_COLLECTORS.get(), stages))
+    try:
+        yield stages
+    finally:
+        _COLLECTORS.reset(token)
+
+
+@contextlib.contextmanager
+def stages_not_collected():
+    """Record nothing of the block into the open collectors.
+
+    For joblib tasks: whether they run in this thread (one worker), in other
+    threads or elsewhere, the fits they run are no stages of the caller's.
+    """
+    token = _COLLECTORS.set(())
+    try:
+        yield
+    finally:
+        _COLLECTORS.reset(token)
+
+
+def record_stage(stage):
+    """Append ``stage`` to every collector open in this context."""
+    for stages in _COLLECTORS.get():
+        stages.append(stage)
