@@ -678,8 +678,15 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
                 n_bootstrap=self.n_bootstrap,
                 max_batch_size=max_items,
             )
-            # What is held is already taken off the budget of the batches.
-            run_problem(problem, reduce, max_memory_gb=batch_gb, verbose=self.verbose)
+            # batch_gb is what the preflight left for the batches once all
+            # that is held is counted; the engine takes the problem's fixed
+            # bytes off the budget it is given.
+            run_problem(
+                problem,
+                reduce,
+                max_memory_gb=batch_gb + problem.fixed_bytes / GB,
+                verbose=self.verbose,
+            )
 
     def _run_generic(
         self,

@@ -462,6 +462,8 @@ default=None
             self.dtype_,
             self.backend_,
             self.max_memory_gb,
+            n_targets=n_targets,
+            n_alphas=alphas.size,
         )
 
         with self.backend_.context():

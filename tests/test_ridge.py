@@ -679,12 +679,29 @@ def test_memory_preflight_refuses_before_any_svd(monkeypatch):
         raise AssertionError("the SVD ran before the memory check")
 
     monkeypatch.setattr(problems._linalg, "svd_decompose", no_svd)
-    # 8 * (2 * 200 * 50 + 250 * 50) bytes = 0.26 MB of fixed memory.
+    # 8 * (2 * 200 * 50 + 250 * 50) bytes = 0.26 MB of fixed memory, and the
+    # results of 3 targets: 8 * 3 * (50 + 3 + 13 alphas) bytes.
     monkeypatch.setattr(problems, "memory_budget", lambda backend, gb: 1e-4)
     with pytest.raises(
-        ValueError, match=r"needs 0.00026 GB.*budget is 0.0001 GB.*max_memory_gb"
+        ValueError, match=r"needs 0.000262 GB.*budget is 0.0001 GB.*max_memory_gb"
     ):
         BatchedRidge().fit(X, Y)
+
+
+def test_memory_preflight_counts_the_results_of_every_target(monkeypatch):
+    # 20,000 targets: their coefficients, intercepts, chosen alphas and the
+    # scores of 13 alphas are 8 * 20,000 * (5 + 3 + 13) bytes = 3.36 MB, held
+    # until the fit ends, where X (30 x 5) and its SVD take 5 kB.
+    X, Y = make_data(30, 5, 20_000)
+
+    def no_svd(*args, **kwargs):
+        raise AssertionError("the SVD ran before the memory check")
+
+    monkeypatch.setattr(problems._linalg, "svd_decompose", no_svd)
+    with pytest.raises(
+        ValueError, match=r"needs 0.00336 GB.*results of 20,000 targets.*in parts"
+    ):
+        BatchedRidge(max_memory_gb=0.002).fit(X, Y)
 
 
 def test_memory_preflight_charges_the_full_budget_not_the_batch_cap(monkeypatch):

@@ -233,21 +233,60 @@ class RidgeSolver:
         return self.refit(UtY, Y_offset, alpha)
 
 
-def check_solver_memory(n_samples, n_features, scheme, dtype, backend, max_memory_gb):
-    """Refuse, before any SVD runs, data whose decompositions exceed the budget.
+def results_bytes(n_targets, n_features, n_alphas):
+    """Host bytes of the results of every target, held for the whole fit:
+    coefficients, intercept, best alpha and its score, the score of every
+    alpha, in float64."""
+    return 8 * n_targets * (n_features + 3 + n_alphas)
 
-    Against the full budget: the 8 GB cap of ``memory_budget(for_batching=
-    True)`` bounds one target batch, not the data (DESIGN.md, Memory).
+
+def check_solver_memory(
+    n_samples,
+    n_features,
+    scheme,
+    dtype,
+    backend,
+    max_memory_gb,
+    n_targets=0,
+    n_alphas=0,
+):
+    """Refuse, before any SVD runs, a fit whose held memory exceeds the budget.
+
+    What is held whatever the target batch: X and its decompositions on the
+    device, and the results of all ``n_targets`` on the host, which on a
+    device computing in host memory share one budget. Against the full
+    budget: the 8 GB cap of ``memory_budget(for_batching=True)`` bounds one
+    target batch, not the data (DESIGN.md, Memory).
     """
     needed = RidgeSolver.nbytes(n_samples, n_features, scheme, np.dtype(dtype).itemsize)
+    results = results_bytes(n_targets, n_features, n_alphas)
+    fix = (
+        "raise max_memory_gb (or free memory), or reduce n_samples, n_features "
+        "or the number of folds"
+    )
+    if backend.is_gpu:
+        host_gb = memory_budget(None, max_memory_gb)
+        if results > host_gb * GB:
+            raise ValueError(
+                f"BatchedRidge needs {results / GB:.3g} GB of host memory for "
+                f"the results of {n_targets} targets, but the host budget is "
+                f"{host_gb:.3g} GB; raise max_memory_gb (or free memory), or "
+                "fit the targets in parts"
+            )
+    else:
+        needed += results
+        if results:
+            fix += ", or fit the targets in parts"
     budget_gb = memory_budget(backend, max_memory_gb)
     if needed > budget_gb * GB:
+        held = "X"
+        if results and not backend.is_gpu:
+            held = f"the results of {n_targets:,} targets and X"
         raise ValueError(
-            f"BatchedRidge needs {needed / GB:.3g} GB on {backend.name} for X "
-            f"({n_samples} x {n_features}) and its decompositions before any "
-            f"target, but the memory budget is {budget_gb:.3g} GB; raise "
-            "max_memory_gb (or free memory), or reduce n_samples, n_features "
-            "or the number of folds"
+            f"BatchedRidge needs {needed / GB:.3g} GB on {backend.name} for "
+            f"{held} ({n_samples} x {n_features}) and its decompositions before "
+            f"any target is fit, but the memory budget is {budget_gb:.3g} GB; "
+            f"{fix}"
         )
 
 
@@ -271,6 +310,9 @@ class TargetProblem:
         n_alphas = solver.alphas.size
         itemsize = np.dtype(solver.dtype).itemsize
         self.fixed_bytes = solver.fixed_bytes
+        if not self.backend.is_gpu:
+            # The results of every target (fit_targets) share host memory.
+            self.fixed_bytes += results_bytes(self.n_items, p, n_alphas)
         # A target's column, centred copy, projection, LOO residuals and
         # scores of every alpha.
         self.device_bytes_per_item = (
