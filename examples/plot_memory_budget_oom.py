@@ -44,7 +44,7 @@ print(reference.fit_report_)
 # %%
 # A smaller budget: more, smaller batches, the same model
 # -------------------------------------------------------
-budgets = [1.0, 0.1, 0.03, 0.01]
+budgets = [1.0, 0.1, 0.04, 0.02]
 n_batches, seconds = [], []
 for budget in budgets:
     start = time.perf_counter()

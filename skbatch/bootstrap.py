@@ -22,12 +22,10 @@ does not grow with ``n_bootstrap`` unless the samples are asked for.
 """
 
 import functools
-import math
 import numbers
 from collections.abc import Mapping
 from typing import NamedTuple
 
-import joblib
 import numpy as np
 from scipy import sparse
 from sklearn.base import BaseEstimator, RegressorMixin, clone
@@ -45,7 +43,8 @@ from ._base import (
     check_max_memory_gb,
     check_verbose,
 )
-from ._engine import cpu_workers, run_parallel, run_problem
+from ._engine import run_parallel, run_problem
+from ._preflight import DataBytes, batched_budget, gb_up, refit_window
 from ._ridge.problems import (
     BootstrapRidgeProblem,
     bootstrap_flops_per_replicate,
@@ -75,20 +74,6 @@ _TUNED_ATTRIBUTES = (
     "best_params_",
     "best_index_",
 )
-# Copies of X and y that fitting a model makes besides its input, for the
-# fit on all data and, on the generic path, for each refit, whose true
-# working set only the wrapped estimator knows. Measured with tracemalloc:
-# LinearRegression peaks at 2-3.3 copies (validation, centring, lstsq's
-# Fortran-order copies), Ridge at 1.1-2.2.
-REFIT_COPIES = 4
-# Copies of one replicate's result on the generic path: the task's output
-# array and the block the engine regroups for the reducer
-# (skbatch._engine._block_result), plus the reducer's two block-sized
-# temporaries (skbatch.streaming._RunningMoments.update).
-RESULT_COPIES = 4
-# Python objects of a fit besides its arrays (estimator clones, joblib's task
-# records, the engine's queues): tracemalloc measures 50-150 kB.
-INTERPRETER_BYTES = 200e3
 # Largest n_bootstrap: replicate ids are int64 (the engine's np.arange and the
 # accumulators' percentile arithmetic).
 MAX_N_BOOTSTRAP = np.iinfo(np.int64).max
@@ -415,7 +400,7 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         # (and a ColumnTransformer selecting by them) keep working.
         X_fit = X if hasattr(X, "iloc") else X_checked
         y_fit = y if hasattr(y, "iloc") else y_checked
-        data = _DataBytes.of(X, y, X_checked, y_checked, fit_params)
+        data = DataBytes.of(X, y, X_checked, y_checked, fit_params)
 
         shapes = _linear_shapes(
             estimator, self.attributes, self.tune_per_replicate, X_checked, y_checked
@@ -433,13 +418,15 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         if shapes is not None:
             # The batched path's preflight, before the fit on all data: in
             # float64 and with a copy of y, the most that path can take.
-            self._preflight(
+            batched_budget(
                 backend,
+                self.max_memory_gb,
                 data,
                 self._accumulator_bytes(shapes),
                 *BootstrapRidgeProblem.nbytes(
                     n_samples, X_checked.shape[1], n_targets, 8, copies_y=True
                 ),
+                self._refuse,
             )
 
         self.estimator_ = clone(estimator).fit(X_fit, y_fit, **fit_params)
@@ -549,7 +536,7 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
             n_elements = sum(int(np.prod(shape)) for shape in shapes.values())
             kept = "every sample" if self.return_samples else "the percentile tails"
             raise ValueError(
-                f"BootstrapEstimator needs {_gb_up(need):.3g} GB of host memory to "
+                f"BootstrapEstimator needs {gb_up(need):.3g} GB of host memory to "
                 f"keep {kept} of {n_elements} bootstrapped elements over "
                 f"n_bootstrap={self.n_bootstrap} replicates, but the host budget is "
                 f"{budget:.3g} GB (max_memory_gb={self.max_memory_gb!r}). Lower "
@@ -559,72 +546,12 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
 
     def _refuse(self, need, budget, where, parts):
         raise ValueError(
-            f"BootstrapEstimator needs {_gb_up(need):.3g} GB {where} ({parts}), but "
+            f"BootstrapEstimator needs {gb_up(need):.3g} GB {where} ({parts}), but "
             f"the memory budget there is {budget:.3g} GB (max_memory_gb="
             f"{self.max_memory_gb!r}). Lower n_bootstrap, set "
             f"return_samples=False, use fewer targets or samples, or raise "
             f"max_memory_gb."
         )
-
-    def _preflight(self, backend, data, summaries, fixed, per_item, host_per_item):
-        """Check that the whole run fits its budgets; the budget of batches.
-
-        What is held throughout (the validated data and its copies, the
-        summaries of every attribute, the data on the device) plus one
-        replicate per batch in flight must fit the full budget (the
-        batching cap bounds one batch only); the transient fit on all data
-        comes before the summaries exist. On a CPU backend device and host
-        are one memory.
-
-        Returns
-        -------
-        batch_gb : float
-            Budget left for the batches in flight.
-        max_items : int or None
-            Most replicates the host holds at once, for a GPU backend.
-        """
-        budget = memory_budget(backend, self.max_memory_gb)
-        capped = memory_budget(backend, self.max_memory_gb, for_batching=True)
-        if backend.is_gpu:
-            need = fixed + per_item
-            if need > budget * GB:
-                self._refuse(
-                    need,
-                    budget,
-                    f"on {backend.name}",
-                    f"{fixed / GB:.3g} GB of data, {per_item / GB:.3g} GB for one "
-                    f"replicate",
-                )
-            host_held = data.held + summaries
-            host_need = host_held + host_per_item
-            host_budget = memory_budget(None, self.max_memory_gb)
-            if max(host_need, data.held + data.fit) > host_budget * GB:
-                self._refuse(
-                    max(host_need, data.held + data.fit),
-                    host_budget,
-                    "of host memory",
-                    f"{summaries / GB:.3g} GB of summaries, "
-                    f"{data.held / GB:.3g} GB of data copies",
-                )
-            max_items = int((host_budget * GB - host_held) // max(host_per_item, 1))
-            return _batch_gb(budget - fixed / GB, capped, per_item), max(max_items, 1)
-        n_workers = cpu_workers(backend)
-        held = data.held + summaries + fixed
-        need = data.held + max(
-            data.fit, summaries + fixed + n_workers * (per_item + host_per_item)
-        )
-        if need > budget * GB:
-            self._refuse(
-                need,
-                budget,
-                f"on {backend.name}",
-                f"{summaries / GB:.3g} GB of summaries, "
-                f"{(data.held + fixed) / GB:.3g} GB of data and its copies, "
-                f"{n_workers} replicate(s) in flight of "
-                f"{(per_item + host_per_item) / GB:.3g} GB",
-            )
-        in_flight = n_workers * (per_item + host_per_item)
-        return _batch_gb(budget - held / GB, capped, in_flight), None
 
     def _run_linear(
         self, linear, X, y, groups, entropy, fit_params, accumulators, backend, data
@@ -638,8 +565,9 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         summaries = self._accumulator_bytes(
             {name: acc.shape for name, acc in accumulators.items()}
         )
-        batch_gb, max_items = self._preflight(
+        batch_gb, max_items = batched_budget(
             backend,
+            self.max_memory_gb,
             data,
             summaries,
             *BootstrapRidgeProblem.nbytes(
@@ -648,6 +576,7 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
                 dtype.itemsize,
                 copies_y=backend.library != "numpy" or y.dtype != dtype,
             ),
+            self._refuse,
         )
 
         def reduce(ids, result):
@@ -703,28 +632,14 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
     ):
         sizes = [int(np.prod(shape)) for shape in shapes.values()]
         bounds = np.cumsum([0, *sizes])
-        n_samples = _num_samples(X)
-        # One replicate in the window: its counts and its result.
-        item_bytes = 8.0 * (n_samples + RESULT_COPIES * max(bounds[-1], 1))
-        budget = memory_budget(None, self.max_memory_gb)
-        n_workers = joblib.effective_n_jobs(self.n_jobs)
-        held = data.held + self._accumulator_bytes(shapes)
-        # Each worker holds one resampled copy of the data and its fit.
-        working = n_workers * (data.resampled + data.fit)
-        need = data.held + max(data.fit, held - data.held + working + item_bytes)
-        if need > budget * GB:
-            self._refuse(
-                need,
-                budget,
-                "of host memory",
-                f"{(held - data.held) / GB:.3g} GB of summaries, "
-                f"{data.held / GB:.3g} GB of data copies, {n_workers} refit(s) "
-                f"in flight of {(data.resampled + data.fit) / GB:.3g} GB",
-            )
-        window_gb = _batch_gb(
-            budget - (held + working) / GB,
-            memory_budget(None, self.max_memory_gb, for_batching=True),
-            item_bytes,
+        window_gb, item_bytes = refit_window(
+            self.max_memory_gb,
+            self.n_jobs,
+            data,
+            self._accumulator_bytes(shapes),
+            _num_samples(X),
+            bounds[-1],
+            self._refuse,
         )
         task = functools.partial(
             _refit_replicates,
@@ -935,70 +850,3 @@ def _linear_model(estimator, names, X, y, fit_params):
         # The estimator's fit refuses a wrong number of alphas.
         return None
     return spec, spec.dtype
-
-
-def _batch_gb(left_gb, capped_gb, smallest):
-    """Budget of the batches: what the full budget leaves, within the batching
-    cap, but never below the ``smallest`` bytes the preflight found room for."""
-    return max(min(left_gb, capped_gb), smallest / GB)
-
-
-def _gb_up(nbytes):
-    """``nbytes`` in GB rounded up to 3 significant digits: a budget of the
-    figure shown suffices."""
-    value = nbytes / GB
-    if value <= 0:
-        return 0.0
-    step = 10.0 ** (math.floor(math.log10(value)) - 2)
-    return math.ceil(value / step) * step
-
-
-class _DataBytes(NamedTuple):
-    """Host bytes that the data costs a fit, for the memory preflight.
-
-    held: the validated copies of X and y (those that are not the user's own
-    arrays) and the interpreter's objects, kept throughout; fit: the working
-    set of fitting on all of it;
-    resampled: one replicate's copy of the rows of X, y and the per-sample
-    fit parameters, with its row indices.
-    """
-
-    held: float
-    fit: float
-    resampled: float
-
-    @classmethod
-    def of(cls, X, y, X_checked, y_checked, fit_params):
-        held = _copy_nbytes(X, X_checked) + _copy_nbytes(y, y_checked)
-        size = _nbytes(X_checked) + _nbytes(y_checked)
-        per_sample = sum(
-            _nbytes(value)
-            for value in fit_params.values()
-            if _num_samples_or_none(value) == _num_samples(X_checked)
-        )
-        n_samples = _num_samples(X_checked)
-        return cls(
-            held=float(held + INTERPRETER_BYTES),
-            fit=float(REFIT_COPIES * size),
-            resampled=float(size + per_sample + 8 * n_samples),
-        )
-
-
-def _nbytes(array):
-    if sparse.issparse(array):
-        return array.data.nbytes + array.indices.nbytes + array.indptr.nbytes
-    return np.asarray(array).nbytes
-
-
-def _copy_nbytes(given, checked):
-    """Bytes of ``checked`` unless it is (a view of) the array the user gave."""
-    if isinstance(given, np.ndarray) and np.shares_memory(given, checked):
-        return 0
-    return _nbytes(checked)
-
-
-def _num_samples_or_none(value):
-    try:
-        return _num_samples(value)
-    except TypeError:
-        return None

@@ -24,6 +24,7 @@ from sklearn.tree import DecisionTreeRegressor
 from threadpoolctl import threadpool_limits
 
 import skbatch._engine
+import skbatch._preflight
 import skbatch.bootstrap
 from skbatch import BatchedRidge, BootstrapEstimator, BootstrapResult
 from skbatch._engine import run_batched
@@ -1010,7 +1011,7 @@ def test_the_batching_cap_does_not_refuse_what_fits_the_full_budget(monkeypatch)
         assert max_memory_gb is None
         return need / 2 if for_batching else 10 * need
 
-    monkeypatch.setattr(skbatch.bootstrap, "memory_budget", budget)
+    monkeypatch.setattr(skbatch._preflight, "memory_budget", budget)
     boot = BootstrapEstimator(
         Ridge(), n_bootstrap=20, return_samples=True, random_state=0
     )

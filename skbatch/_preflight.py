@@ -1,0 +1,203 @@
+"""What a bootstrap holds, checked against its budgets before any work.
+
+``BootstrapEstimator`` holds copies of the data, the summaries of every
+bootstrapped attribute and, per batch or per worker, replicates in flight.
+The functions here add those up against the budgets of :mod:`skbatch.memory`
+(the full budget decides whether the run fits at all; the batching cap
+bounds one batch) and give the budget left for the batches, so that the
+estimator does no memory arithmetic. ``refuse(need, budget_gb, where,
+parts)`` is the estimator's error: it raises, naming what to lower.
+"""
+
+import math
+from typing import NamedTuple
+
+import joblib
+import numpy as np
+from scipy import sparse
+from sklearn.utils.validation import _num_samples
+
+from ._engine import cpu_workers
+from .memory import GB, memory_budget
+
+# Copies of X and y that fitting a model makes besides its input, for the
+# fit on all data and, on the generic path, for each refit, whose true
+# working set only the wrapped estimator knows. Measured with tracemalloc:
+# LinearRegression peaks at 2-3.3 copies (validation, centring, lstsq's
+# Fortran-order copies), Ridge at 1.1-2.2.
+REFIT_COPIES = 4
+# Copies of one replicate's result on the generic path: the task's output
+# array and the block the engine regroups for the reducer
+# (skbatch._engine._block_result), plus the reducer's two block-sized
+# temporaries (skbatch.streaming._RunningMoments.update).
+RESULT_COPIES = 4
+# Python objects of a fit besides its arrays (estimator clones, joblib's task
+# records, the engine's queues): tracemalloc measures 50-150 kB.
+INTERPRETER_BYTES = 200e3
+
+
+def gb_up(nbytes):
+    """``nbytes`` in GB rounded up to 3 significant digits: a budget of the
+    figure shown suffices."""
+    value = nbytes / GB
+    if value <= 0:
+        return 0.0
+    step = 10.0 ** (math.floor(math.log10(value)) - 2)
+    return math.ceil(value / step) * step
+
+
+def _batch_gb(left_gb, capped_gb, smallest):
+    """Budget of the batches: what the full budget leaves, within the batching
+    cap, but never below the ``smallest`` bytes the preflight found room for."""
+    return max(min(left_gb, capped_gb), smallest / GB)
+
+
+class DataBytes(NamedTuple):
+    """Host bytes that the data costs a fit, for the memory preflight.
+
+    held: the validated copies of X and y (those that are not the user's own
+    arrays) and the interpreter's objects, kept throughout; fit: the working
+    set of fitting on all of it;
+    resampled: one replicate's copy of the rows of X, y and the per-sample
+    fit parameters, with its row indices.
+    """
+
+    held: float
+    fit: float
+    resampled: float
+
+    @classmethod
+    def of(cls, X, y, X_checked, y_checked, fit_params):
+        held = _copy_nbytes(X, X_checked) + _copy_nbytes(y, y_checked)
+        size = _nbytes(X_checked) + _nbytes(y_checked)
+        per_sample = sum(
+            _nbytes(value)
+            for value in fit_params.values()
+            if _num_samples_or_none(value) == _num_samples(X_checked)
+        )
+        n_samples = _num_samples(X_checked)
+        return cls(
+            held=float(held + INTERPRETER_BYTES),
+            fit=float(REFIT_COPIES * size),
+            resampled=float(size + per_sample + 8 * n_samples),
+        )
+
+
+def batched_budget(
+    backend, max_memory_gb, data, summaries, fixed, per_item, host_per_item, refuse
+):
+    """Check that a batched run fits its budgets; the budget of its batches.
+
+    What is held throughout (the validated data and its copies, the
+    summaries of every attribute, the data on the device: ``fixed``) plus
+    one replicate per batch in flight (``per_item`` on the device,
+    ``host_per_item`` on the host) must fit the full budget; the transient
+    fit on all data comes before the summaries exist. On a CPU backend
+    device and host are one memory.
+
+    Returns
+    -------
+    batch_gb : float
+        Budget left for the batches in flight.
+    max_items : int or None
+        Most replicates the host holds at once, for a GPU backend.
+    """
+    budget = memory_budget(backend, max_memory_gb)
+    capped = memory_budget(backend, max_memory_gb, for_batching=True)
+    if backend.is_gpu:
+        need = fixed + per_item
+        if need > budget * GB:
+            refuse(
+                need,
+                budget,
+                f"on {backend.name}",
+                f"{fixed / GB:.3g} GB of data, {per_item / GB:.3g} GB for one "
+                f"replicate",
+            )
+        host_held = data.held + summaries
+        host_need = host_held + host_per_item
+        host_budget = memory_budget(None, max_memory_gb)
+        if max(host_need, data.held + data.fit) > host_budget * GB:
+            refuse(
+                max(host_need, data.held + data.fit),
+                host_budget,
+                "of host memory",
+                f"{summaries / GB:.3g} GB of summaries, "
+                f"{data.held / GB:.3g} GB of data copies",
+            )
+        max_items = int((host_budget * GB - host_held) // max(host_per_item, 1))
+        return _batch_gb(budget - fixed / GB, capped, per_item), max(max_items, 1)
+    n_workers = cpu_workers(backend)
+    held = data.held + summaries + fixed
+    need = data.held + max(
+        data.fit, summaries + fixed + n_workers * (per_item + host_per_item)
+    )
+    if need > budget * GB:
+        refuse(
+            need,
+            budget,
+            f"on {backend.name}",
+            f"{summaries / GB:.3g} GB of summaries, "
+            f"{(data.held + fixed) / GB:.3g} GB of data and its copies, "
+            f"{n_workers} replicate(s) in flight of "
+            f"{(per_item + host_per_item) / GB:.3g} GB",
+        )
+    in_flight = n_workers * (per_item + host_per_item)
+    return _batch_gb(budget - held / GB, capped, in_flight), None
+
+
+def refit_window(max_memory_gb, n_jobs, data, summaries, n_samples, size, refuse):
+    """Check that refits in joblib workers fit the host budget; their window.
+
+    Each worker holds one resampled copy of the data and its fit; a
+    replicate in the window holds its counts and ``RESULT_COPIES`` copies of
+    its ``size`` bootstrapped values.
+
+    Returns
+    -------
+    window_gb : float
+        Budget of the results in flight, for :func:`skbatch._engine.run_parallel`.
+    item_bytes : float
+        Host bytes of one replicate in the window.
+    """
+    item_bytes = 8.0 * (n_samples + RESULT_COPIES * max(size, 1))
+    budget = memory_budget(None, max_memory_gb)
+    n_workers = joblib.effective_n_jobs(n_jobs)
+    held = data.held + summaries
+    working = n_workers * (data.resampled + data.fit)
+    need = data.held + max(data.fit, summaries + working + item_bytes)
+    if need > budget * GB:
+        refuse(
+            need,
+            budget,
+            "of host memory",
+            f"{summaries / GB:.3g} GB of summaries, "
+            f"{data.held / GB:.3g} GB of data copies, {n_workers} refit(s) "
+            f"in flight of {(data.resampled + data.fit) / GB:.3g} GB",
+        )
+    window_gb = _batch_gb(
+        budget - (held + working) / GB,
+        memory_budget(None, max_memory_gb, for_batching=True),
+        item_bytes,
+    )
+    return window_gb, item_bytes
+
+
+def _nbytes(array):
+    if sparse.issparse(array):
+        return array.data.nbytes + array.indices.nbytes + array.indptr.nbytes
+    return np.asarray(array).nbytes
+
+
+def _copy_nbytes(given, checked):
+    """Bytes of ``checked`` unless it is (a view of) the array the user gave."""
+    if isinstance(given, np.ndarray) and np.shares_memory(given, checked):
+        return 0
+    return _nbytes(checked)
+
+
+def _num_samples_or_none(value):
+    try:
+        return _num_samples(value)
+    except TypeError:
+        return None
