@@ -20,6 +20,11 @@ __all__ = ["BootstrapAccumulator", "PermutationCounter"]
 # at most two tail lengths of partitioning whatever B (see _fold_size).
 FOLD_EVERY = 64
 
+# Deviations from a block's mean are squared a slice of rows of about this
+# size at a time: a temporary as large as the block is mapped afresh on every
+# update, and its page faults made the update twice as slow.
+DEVIATION_SLICE_BYTES = 2**20
+
 _INTERVAL_METHODS = ("percentile", "basic")
 _FLOAT_BYTES = np.dtype(np.float64).itemsize
 _COUNT_BYTES = np.dtype(np.int64).itemsize
@@ -115,7 +120,13 @@ class _RunningMoments:
 
     def update(self, block):
         block_mean = block.mean(axis=0)
-        self._combine(len(block), block_mean, ((block - block_mean) ** 2).sum(axis=0))
+        m2 = np.zeros_like(block_mean)
+        step = max(1, DEVIATION_SLICE_BYTES // max(block_mean.nbytes, 1))
+        for start in range(0, len(block), step):
+            deviations = block[start : start + step] - block_mean
+            np.square(deviations, out=deviations)
+            m2 += deviations.sum(axis=0)
+        self._combine(len(block), block_mean, m2)
 
     def merge(self, other):
         self._combine(other.count, other.mean, other.m2)
