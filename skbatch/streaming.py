@@ -17,7 +17,7 @@ __all__ = ["BootstrapAccumulator", "PermutationCounter"]
 # time: enough to amortise np.partition over short tails, few enough that the
 # pending block stays far smaller than storing every replicate. Longer tails
 # (k > FOLD_EVERY) are folded every k replicates, so that each replicate costs
-# at most two tail lengths of partitioning whatever B (see _fold_size).
+# at most two rows of partitioning per tail whatever B (see _fold_size).
 FOLD_EVERY = 64
 
 # Deviations from a block's mean are squared a slice of rows of about this
