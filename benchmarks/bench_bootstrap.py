@@ -10,8 +10,9 @@ bootstrap replicates, 95% percentile intervals.
   then ``np.percentile``; once with the default BLAS threads and once with
   BLAS limited to one thread (threadpoolctl).
 
-Then the generic (joblib) path with a non-linear regressor against a naive
-joblib loop, both with n_jobs=2.
+Then where the time of one fit goes (numpy, one BLAS thread, cProfile): the
+kernel, the streaming accumulator, the draws; and the generic (joblib) path
+with a non-linear regressor against a naive joblib loop, both with n_jobs=2.
 
 Every measurement runs in its own subprocess, so that its peak RSS
 (``ru_maxrss``) is its own; times are medians of repeats after a warm-up.
@@ -104,6 +105,50 @@ def worker_skbatch(config):
     return {"seconds": seconds, "peak_mb": peak_rss_mb(), "baseline_mb": baseline}
 
 
+# Parts of a fit timed by ``worker_breakdown``.
+BREAKDOWN = ("kernel", "accumulator", "draws")
+
+
+def worker_breakdown(config):
+    """Seconds of one fit in the kernel, the accumulator and the draws."""
+    import cProfile
+    import pstats
+
+    from sklearn.linear_model import Ridge
+
+    from skbatch import BootstrapEstimator, _linalg
+    from skbatch._ridge.problems import BootstrapRidgeProblem
+    from skbatch.streaming import BootstrapAccumulator
+
+    parts = {
+        "kernel": [_linalg.weighted_primal_coef],
+        "accumulator": [BootstrapAccumulator.update, BootstrapAccumulator.interval],
+        "draws": [BootstrapRidgeProblem.weights],
+    }
+    X, Y = make_data(config["n"], config["p"], config["t"], config["dtype"])
+
+    def fit():
+        BootstrapEstimator(
+            Ridge(alpha=1.0), n_bootstrap=config["n_bootstrap"], random_state=0
+        ).fit(X, Y)
+
+    def key(function):
+        code = function.__code__
+        return code.co_filename, code.co_firstlineno, code.co_name
+
+    with blas_threads(1):
+        fit()
+        profiler = cProfile.Profile()
+        start = time.perf_counter()
+        profiler.runcall(fit)
+        seconds = {"total": time.perf_counter() - start}
+    stats = pstats.Stats(profiler).stats
+    for label, functions in parts.items():
+        # The fourth field of a pstats entry is the cumulative time.
+        seconds[label] = sum(stats[key(f)][3] for f in functions if key(f) in stats)
+    return seconds
+
+
 def naive_loop(X, Y, n_bootstrap, seed=0):
     from sklearn.linear_model import Ridge
 
@@ -194,6 +239,7 @@ WORKERS = {
     "naive": worker_naive,
     "gemm": worker_gemm,
     "generic": worker_generic,
+    "breakdown": worker_breakdown,
 }
 
 
@@ -337,6 +383,20 @@ def main(argv=None):
             f"of GEMM (>= 60%): {'met' if share >= 0.6 else 'MISSED'}; memory "
             f"{memory:.0f} MB vs naive {naive_memory:.0f} MB"
         )
+
+    print(
+        "\nWhere the time of one fit goes, numpy on one BLAS thread (cProfile):"
+        "\n  kernel: _linalg.weighted_primal_coef; accumulator: the streaming "
+        "updates and intervals; draws: the bootstrap counts"
+    )
+    for dtype in ("float64", "float32"):
+        parts = measure("breakdown", dtype=dtype, n_bootstrap=n_bootstrap, **problem)
+        total = parts["total"]
+        shares = ", ".join(
+            f"{label} {parts[label]:.2f} s ({100 * parts[label] / total:.0f}%)"
+            for label in BREAKDOWN
+        )
+        print(f"  {dtype}: {total:.2f} s: {shares}")
 
     generic = dict(n=2000, p=20, n_bootstrap=100 if args.quick else 400)
     ours = measure("generic", which="skbatch", repeats=repeats, **generic)

@@ -13,10 +13,17 @@ import numpy as np
 
 __all__ = ["BootstrapAccumulator", "PermutationCounter"]
 
-# Replicates are folded into the percentile tails this many at a time: enough
-# to amortise np.partition over the tails, few enough that the pending block
-# stays far smaller than storing every replicate.
+# Replicates are folded into the percentile tails at least this many at a
+# time: enough to amortise np.partition over short tails, few enough that the
+# pending block stays far smaller than storing every replicate. Longer tails
+# (k > FOLD_EVERY) are folded every k replicates, so that each replicate costs
+# at most two rows of partitioning per tail whatever B (see _fold_size).
 FOLD_EVERY = 64
+
+# Deviations from a block's mean are squared a slice of rows of about this
+# size at a time: a temporary as large as the block is mapped afresh on every
+# update, and its page faults made the update twice as slow.
+DEVIATION_SLICE_BYTES = 2**20
 
 _INTERVAL_METHODS = ("percentile", "basic")
 _FLOAT_BYTES = np.dtype(np.float64).itemsize
@@ -81,6 +88,17 @@ def _percentile_plan(n_total, confidence_level):
     return virtual_indexes, int(k)
 
 
+def _fold_size(k):
+    """Pending replicates that trigger a fold into tails of k rows.
+
+    A fold partitions the k tail rows with the pending ones; folding every
+    FOLD_EVERY replicates would cost B * k / FOLD_EVERY rows in all, quadratic
+    in B since k grows with B. Waiting for k pending rows bounds it by 2 * B,
+    for a pending block no larger than the tails.
+    """
+    return max(FOLD_EVERY, k)
+
+
 def _lerp(a, b, t):
     # numpy's _lerp, switching formula at t >= 0.5, so results agree bitwise.
     diff = b - a
@@ -102,7 +120,13 @@ class _RunningMoments:
 
     def update(self, block):
         block_mean = block.mean(axis=0)
-        self._combine(len(block), block_mean, ((block - block_mean) ** 2).sum(axis=0))
+        m2 = np.zeros_like(block_mean)
+        step = max(1, DEVIATION_SLICE_BYTES // max(block_mean.nbytes, 1))
+        for start in range(0, len(block), step):
+            deviations = block[start : start + step] - block_mean
+            np.square(deviations, out=deviations)
+            m2 += deviations.sum(axis=0)
+        self._combine(len(block), block_mean, m2)
 
     def merge(self, other):
         self._combine(other.count, other.mean, other.m2)
@@ -166,8 +190,9 @@ class BootstrapAccumulator:
     smallest and k largest replicates, where k is the smallest count that
     contains the order statistics ``np.percentile`` interpolates between:
     ``ceil((B - 1) * (1 - c) / 2) + 1`` (26 for B=1000, c=0.95), one more when
-    that position falls exactly on an integer. Memory is O(k + FOLD_EVERY) per
-    element, not O(B), unless ``keep_samples=True``.
+    that position falls exactly on an integer. Memory is O(max(k, 64)) per
+    element, not O(B), unless ``keep_samples=True``: replicates are folded into
+    the tails every max(k, 64).
 
     Parameters
     ----------
@@ -220,12 +245,13 @@ class BootstrapAccumulator:
         self.keep_samples = keep_samples
         self.n_seen = 0
         self._virtual_indexes, self._k = _percentile_plan(n_total, confidence_level)
+        self._fold_size = _fold_size(self._k)
         self._moments = _RunningMoments(self.shape)
         # Rows [0, n_tail) hold the tail, the next n_pending rows the replicates
         # not folded in yet, so folding partitions in place without a copy.
         # The upper tail is stored negated: its k largest are then k smallest.
-        self._low = np.empty((self._k + FOLD_EVERY, *self.shape))
-        self._high = np.empty((self._k + FOLD_EVERY, *self.shape))
+        self._low = np.empty((self._k + self._fold_size, *self.shape))
+        self._high = np.empty((self._k + self._fold_size, *self.shape))
         self._n_tail = 0
         self._n_pending = 0
         self._nan = np.zeros(self.shape, dtype=bool)
@@ -249,7 +275,7 @@ class BootstrapAccumulator:
         """
         size = shape if isinstance(shape, numbers.Integral) else math.prod(shape)
         k = _percentile_plan(n_total, confidence_level)[1]
-        tails = 2 * (k + FOLD_EVERY) * _FLOAT_BYTES
+        tails = 2 * (k + _fold_size(k)) * _FLOAT_BYTES
         nbytes = size * (2 * _FLOAT_BYTES + tails + _BOOL_BYTES)
         if keep_samples:
             nbytes += n_total * (size * _FLOAT_BYTES + _BOOL_BYTES)
@@ -285,7 +311,7 @@ class BootstrapAccumulator:
         start = 0
         while start < n_new:
             # Blocks end where the pending buffer fills, bounding temporaries.
-            stop = min(n_new, start + FOLD_EVERY - self._n_pending)
+            stop = min(n_new, start + self._fold_size - self._n_pending)
             self._push(samples[start:stop])
             start = stop
         self.n_seen += n_new
@@ -298,7 +324,7 @@ class BootstrapAccumulator:
         self._low[start : start + len(block)] = block
         np.negative(block, out=self._high[start : start + len(block)])
         self._n_pending += len(block)
-        if self._n_pending == FOLD_EVERY:
+        if self._n_pending == self._fold_size:
             self._fold()
 
     def _fold(self):
