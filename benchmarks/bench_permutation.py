@@ -122,6 +122,7 @@ def run_tiny(name, quick):
     from sklearn.linear_model import Ridge
     from sklearn.model_selection import KFold, permutation_test_score
 
+    import skbatch._ridge.problems
     import skbatch.permutation
     from skbatch import PermutationScorer, resolve_backend
     from skbatch.random import permutation_indices, resolve_entropy
@@ -141,9 +142,11 @@ def run_tiny(name, quick):
     elif kind == "skbatch" or kind == "precomputed":
         if kind == "precomputed":
             # Every call, the fit's own check included, looks its rows up.
-            skbatch.permutation.permutation_indices = lambda _, ids, *a, **k: indices[
-                np.asarray(ids)
-            ]
+            def lookup(_, ids, *args, **kwargs):
+                return indices[np.asarray(ids)]
+
+            skbatch.permutation.permutation_indices = lookup
+            skbatch._ridge.problems.permutation_indices = lookup
 
         def run(b=n_permutations):
             return scorer.set_params(n_permutations=b).fit(X, y).pvalue_
@@ -153,15 +156,25 @@ def run_tiny(name, quick):
             rng = np.random.default_rng(0)
             return [rng.permutation(n) for _ in range(b)]
     else:
+        from skbatch._ridge import PermutedRidgeProblem, cv_scheme, ridge_spec
+
         backend = resolve_backend("cpu")
-        spec = skbatch.permutation._ridge_spec(Ridge(alpha=1.0))
-        Y = y.reshape(n, 1)
-        folds = skbatch.permutation._RidgeFolds(
-            X, Y, Y, list(KFold(5).split(X)), spec, backend, np.float64, None
+        spec = ridge_spec(Ridge(alpha=1.0))
+        problem = PermutedRidgeProblem(
+            X,
+            y.reshape(n, 1),
+            list(KFold(5).split(X)),
+            spec,
+            lambda X_train, Y_train: cv_scheme(spec.cv).split(X_train, Y_train),
+            backend,
+            np.float64,
+            None,
+            n_permutations=n_permutations,
+            permutation={},
         )
 
         def run(b=n_permutations):
-            return folds.scores(indices[:b])
+            return problem.scores(indices[:b])
 
     # Warm-up: imports, first calls.
     run(2)
