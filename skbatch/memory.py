@@ -1,9 +1,16 @@
-"""Memory budgets and batch sizes: the one place a batch size is decided.
+"""Memory budgets and batch sizes.
 
 Inside skbatch memory is counted in bytes; public parameters take decimal
 gigabytes (1 GB = 1e9 bytes) and are converted once, here. The host (RAM)
 and the device (GPU memory) are separate budgets: results retained on the
 host are charged to RAM, working sets of kernels to the device.
+
+skbatch's own loops size their batches with :func:`memory_budget` and
+:func:`auto_batch_size`, through the engine (``skbatch._engine.plan_batches``,
+from what each problem states). :func:`get_available_memory_gb` and
+:func:`compute_batch_size` keep the signatures known from JAX statistics
+code, for callers outside skbatch that batch a ``jax.lax.map`` themselves;
+skbatch does not call them.
 """
 
 import math

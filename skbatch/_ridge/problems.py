@@ -52,10 +52,15 @@ __all__ = [
 MAX_TARGETS_PER_BATCH = 2048
 MAX_TARGETS_PER_BATCH_TORCH_CPU = 512
 # Temporaries of the ridge CV kernels beyond the arrays counted per target
-# (copies made by casts, centring, broadcasting).
+# (copies made by casts, centring, broadcasting). With it, numpy peaks at
+# 0.23-0.73 of the planned bytes per item (benchmarks/bench_memory.py,
+# benchmarks/RESULTS.md "Memory model"): the rest is room for the GPU
+# libraries' allocators, which that benchmark cannot see.
 CV_WORKSPACE_OVERHEAD = 2.0
 # Temporaries of the bootstrap kernel beyond the arrays counted per replicate
-# (copies made by broadcasting, transposes and LAPACK's Fortran-order inputs).
+# (copies made by broadcasting, transposes and LAPACK's Fortran-order
+# inputs). With it, numpy peaks at 0.29-0.39 of the planned bytes per
+# replicate (same benchmark).
 BOOTSTRAP_WORKSPACE_OVERHEAD = 1.5
 # Largest working set of one bootstrap batch. The batch GEMM runs at the BLAS
 # rate long before this (n=1000, p=100, 1000 targets: 28 replicates; the
