@@ -19,7 +19,7 @@ replicates), and the size actually run is printed. The table gives the time,
 the rate of the dominant GEMM work (a model of the kernels' flops, stated
 per row) as a fraction of the measured GEMM rate, the peak device memory
 (``torch.cuda.max_memory_allocated``) and the engine's out-of-memory
-recoveries and kernel calls (from the returned plans).
+recoveries and kernel calls (from each fit's ``fit_report_``).
 
 Without CUDA the GPU rows are skipped and a tiny CPU (numpy) version of each
 row runs instead, so the script is exercised anywhere.
@@ -28,7 +28,6 @@ row runs instead, so the script is exercised anywhere.
 """
 
 import argparse
-import contextlib
 import dataclasses
 import importlib.util
 import math
@@ -40,10 +39,6 @@ from pathlib import Path
 import numpy as np
 from sklearn.linear_model import Ridge
 
-import skbatch._engine
-import skbatch.bootstrap
-import skbatch.permutation
-import skbatch.ridge
 from skbatch import BatchedRidge, BootstrapEstimator, PermutationScorer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -145,26 +140,6 @@ CPU_ROWS = [
 ]
 
 
-@contextlib.contextmanager
-def recorded_plans():
-    """Plans returned by the engine to the estimators, for OOM and call counts."""
-    plans = []
-    modules = (skbatch.ridge, skbatch.bootstrap, skbatch.permutation)
-
-    def recording(*args, **kwargs):
-        plan = skbatch._engine.run_batched(*args, **kwargs)
-        plans.append(plan)
-        return plan
-
-    for module in modules:
-        module.run_batched = recording
-    try:
-        yield plans
-    finally:
-        for module in modules:
-            module.run_batched = skbatch._engine.run_batched
-
-
 def cuda_available():
     if importlib.util.find_spec("torch") is None:
         return False
@@ -234,12 +209,13 @@ def fit_once(workload, size, device, X, Y):
         torch.cuda.reset_peak_memory_stats()
     if workload.knob == "targets":
         Y = np.ascontiguousarray(Y[:, :size])
-    with recorded_plans() as plans:
-        synchronize(device)
-        start = time.perf_counter()
-        estimator.fit(X, Y)
-        synchronize(device)
-        elapsed = time.perf_counter() - start
+    synchronize(device)
+    start = time.perf_counter()
+    estimator.fit(X, Y)
+    synchronize(device)
+    elapsed = time.perf_counter() - start
+    # The engine loops of the fit, its nested fit on all data included.
+    plans = estimator.fit_report_.stages
     peak = None
     if device.startswith("cuda"):
         import torch
@@ -273,8 +249,8 @@ def run_row(workload, device, budget_s, rates):
         "gflops": rate / 1e9,
         "fraction": rate / rates["float32"],
         "peak": "-" if peak is None else f"{peak / 1e9:.2f} GB",
-        "oom": sum(plan.n_oom_recoveries for plan in plans),
-        "calls": sum(plan.n_kernel_calls for plan in plans),
+        "oom": sum(stage.n_oom_splits for stage in plans),
+        "calls": sum(stage.n_batches_run for stage in plans),
     }
 
 
