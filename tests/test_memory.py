@@ -333,7 +333,7 @@ def available_gb(host_ram):
 
 
 def _rule(available_gb, max_mem):
-    """DESIGN.md's rule: floor the available memory, then fraction and margin."""
+    """compute_batch_size: floor the available memory, then fraction, margin."""
     fraction = 0.5 if max_mem is None else min(max(max_mem, 0.01), 1.0)
     return max(available_gb, 0.5) * fraction * (1 - 0.3)
 

@@ -24,8 +24,7 @@ from item i's seed stream alone.
 
 The memory multipliers below are checked by ``benchmarks/bench_memory.py``
 (measured peaks over planned bytes, ``benchmarks/RESULTS.md``) and by the
-peak-memory tests of ``tests/test_ridge.py``, ``tests/test_permutation.py``
-and ``tests/test_bootstrap.py``.
+peak-memory tests of ``tests/test_bootstrap.py``.
 """
 
 import math
@@ -261,7 +260,7 @@ def check_solver_memory(
     device, and the results of all ``n_targets`` on the host, which on a
     device computing in host memory share one budget. Against the full
     budget: the 8 GB cap of ``memory_budget(for_batching=True)`` bounds one
-    target batch, not the data (DESIGN.md, Memory).
+    target batch, not the data (see skbatch.memory.memory_budget).
     """
     needed = RidgeSolver.nbytes(n_samples, n_features, scheme, np.dtype(dtype).itemsize)
     results = results_bytes(n_targets, n_features, n_alphas)
