@@ -628,7 +628,11 @@ default=None
             writer.write(int(ids[0]), block.T)
 
         self._predict_batches(
-            X, reduce, out_of_core=writer.out_of_core, chunk_width=writer.chunk_width
+            X,
+            reduce,
+            out_of_core=writer.out_of_core,
+            chunk_width=writer.chunk_width,
+            reader_bytes_per_item=writer.host_bytes_per_column,
         )
         if out is None and one_target:
             result = result[:, 0]

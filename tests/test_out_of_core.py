@@ -80,6 +80,94 @@ def test_fit_on_disk_equals_fit_in_memory(kind, cv, tmp_path):
     assert_same_fit(model, reference)
 
 
+def memmap_layout(layout, values, path):
+    """A memmap holding ``values``, laid out in its file as ``layout`` says."""
+    n, t = values.shape
+    file = path / f"{layout}.dat"
+    if layout in ("C", "F"):
+        Y = np.memmap(file, dtype=values.dtype, mode="w+", shape=(n, t), order=layout)
+        Y[:] = values
+        return Y
+    if layout == "offset":
+        Y = np.memmap(file, dtype=values.dtype, mode="w+", shape=(n, t), offset=12)
+        Y[:] = values
+        return np.memmap(file, dtype=values.dtype, mode="r+", shape=(n, t), offset=12)
+    if layout == "copy-on-write":
+        np.memmap(file, dtype=values.dtype, mode="w+", shape=(n, t))[:] = -1.0
+        Y = np.memmap(file, dtype=values.dtype, mode="c", shape=(n, t))
+        Y[:] = values  # private to this mapping: the file keeps -1
+        return Y
+    # A slice of a bigger array on disk: the file holds other columns/rows.
+    wide = layout == "columns of a wider file"
+    shape = (n, t + 7) if wide else (n + 5, t)
+    order = "C" if wide else "F"
+    big = np.memmap(file, dtype=values.dtype, mode="w+", shape=shape, order=order)
+    big[:] = -1.0
+    view = big[:, 3 : 3 + t] if wide else big[2 : 2 + n]
+    view[:] = values
+    return view
+
+
+MEMMAP_LAYOUTS = [
+    "C",
+    "F",
+    "offset",
+    "copy-on-write",
+    "columns of a wider file",
+    "rows of a longer file",
+]
+
+
+@pytest.mark.parametrize("layout", MEMMAP_LAYOUTS)
+def test_memmaps_are_read_as_laid_out_in_their_file(layout, tmp_path):
+    X, Y = make_data()
+    on_disk = memmap_layout(layout, Y, tmp_path)
+    columns = TargetColumns(on_disk)
+    for start, stop in ((0, 300), (7, 91), (299, 300)):
+        np.testing.assert_array_equal(columns.read(start, stop), Y[:, start:stop])
+    reference = BatchedRidge(alphas=ALPHAS).fit(X, Y)
+    model = BatchedRidge(alphas=ALPHAS, max_memory_gb=5e-4).fit(X, on_disk)
+    assert_same_fit(model, reference)
+
+
+def peak_rss_since_reset(reset=False):
+    if reset:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if "VmHWM" in line)
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="reads the peak RSS from /proc"
+)
+def test_reading_a_memmap_holds_only_the_block(tmp_path):
+    # Read through a mapping, each row of a block of a C-order file would
+    # also map the pages around it: 150 MB for these blocks of 7 MB.
+    n, t, width = 2000, 30_000, 868
+    Y = np.memmap(tmp_path / "y.dat", dtype=np.float32, mode="w+", shape=(n, t))
+    Y[:] = 1.0
+    Y.flush()
+    del Y
+    columns = TargetColumns(
+        np.memmap(tmp_path / "y.dat", dtype=np.float32, mode="r", shape=(n, t))
+    )
+    start = peak_rss_since_reset(reset=True)
+    for first in range(0, t - width, width):
+        block = columns.read(first, first + width)
+    assert block.shape == (n, width)
+    assert peak_rss_since_reset() - start < 3 * block.nbytes + 10e6
+
+
+@pytest.mark.parametrize("layout", MEMMAP_LAYOUTS)
+def test_predict_into_memmaps_as_laid_out_in_their_file(layout, tmp_path):
+    X, Y = make_data()
+    model = BatchedRidge(alphas=ALPHAS, max_memory_gb=5e-4).fit(X, Y)
+    out = memmap_layout(layout, np.zeros(Y.shape), tmp_path)
+    model.predict(X, out=out)
+    np.testing.assert_allclose(out, model.predict(X), rtol=1e-12)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_one_alpha_for_all_targets_and_stored_scores(kind, tmp_path):
     X, Y = make_data()
