@@ -168,6 +168,17 @@ def test_predict_into_memmaps_as_laid_out_in_their_file(layout, tmp_path):
     np.testing.assert_allclose(out, model.predict(X), rtol=1e-12)
 
 
+@pytest.mark.parametrize("kind", ["memmap", "zarr"])
+def test_weighted_fit_on_disk_equals_fit_in_memory(kind, tmp_path):
+    X, Y = make_data()
+    weights = np.random.default_rng(2).uniform(0.0, 3.0, X.shape[0])
+    reference = BatchedRidge(alphas=ALPHAS).fit(X, Y, sample_weight=weights)
+    model = BatchedRidge(alphas=ALPHAS, max_memory_gb=5e-4).fit(
+        X, store(kind, Y, tmp_path), sample_weight=weights
+    )
+    assert_same_fit(model, reference)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_one_alpha_for_all_targets_and_stored_scores(kind, tmp_path):
     X, Y = make_data()
