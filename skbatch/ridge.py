@@ -1,5 +1,6 @@
 """BatchedRidge: ridge regression for one to hundreds of thousands of targets."""
 
+import functools
 import numbers
 import warnings
 
@@ -30,9 +31,16 @@ from ._ridge.problems import (
     PredictionProblem,
     RidgeSolver,
     check_solver_memory,
+    chunk_batch_size,
     fit_targets,
 )
 from ._ridge.spec import SCORINGS, batched_ridge_spec, check_alphas, resolve_dtype
+from ._targets import (
+    ColumnWriter,
+    TargetColumns,
+    check_target_array,
+    out_of_core_kind,
+)
 from .backend import resolve_backend
 
 __all__ = ["BatchedRidge"]
@@ -129,17 +137,13 @@ def _column_magnitudes(A):
     return np.maximum(np.max(A, axis=0), -np.min(A, axis=0))
 
 
-def _check_magnitudes(X, Y, dtype, *, chooses_alpha):
-    """Refuse data whose scale the computation cannot represent.
+def _check_magnitudes(X, dtype):
+    """Refuse an X whose scale the computation cannot represent.
 
     The SVD path never squares X (see ``skbatch._linalg._ridge_factors``):
     X only has to fit the compute dtype, with room for its column sums (the
     means), and no column may be subnormal there (the cast to float32 would
-    flush it to zero). When alphas are chosen, the CV scores square the
-    errors of y (in the compute dtype before they are summed in float64):
-    squares that overflow make every score inf or NaN, squares that
-    underflow make them noise, and either way the alpha choice would be
-    arbitrary.
+    flush it to zero).
     """
     finfo = np.finfo(dtype)
     n_samples = X.shape[0]
@@ -161,8 +165,21 @@ def _check_magnitudes(X, Y, dtype, *, chooses_alpha):
             f"magnitude (the largest of them {float(tiny.max()):.3g}), which "
             f"{finfo.dtype} cannot hold without losing them; {fix}."
         )
-    if not chooses_alpha:
-        return
+
+
+def _check_target_magnitudes(Y, start=0, *, dtype):
+    """Refuse targets (columns ``start`` on of y) that would make alphas arbitrary.
+
+    When alphas are chosen, the CV scores square the errors of y (in the
+    compute dtype before they are summed in float64): squares that overflow
+    make every score inf or NaN, squares that underflow make them noise, and
+    either way the alpha choice would be arbitrary. The error names the
+    first target at fault.
+    """
+    finfo = np.finfo(dtype)
+    n_samples = Y.shape[0]
+    largest_sum = float(finfo.max) / n_samples
+    smallest = float(finfo.smallest_normal)
     fix = (
         "rescale y, e.g. with sklearn.compose.TransformedTargetRegressor and a "
         "StandardScaler"
@@ -171,17 +188,21 @@ def _check_magnitudes(X, Y, dtype, *, chooses_alpha):
     columns = _column_magnitudes(Y)
     largest = float(columns.max())
     if largest > high:
+        first = start + int(np.argmax(columns > high))
         raise ValueError(
-            f"y has values up to {largest:.3g} in magnitude: the squared errors "
-            f"that choose alpha would overflow {finfo.dtype} (the limit is "
-            f"{high:.3g} for {n_samples} samples); {fix}."
+            f"y has values up to {largest:.3g} in magnitude (target {first} is "
+            f"the first): the squared errors that choose alpha would overflow "
+            f"{finfo.dtype} (the limit is {high:.3g} for {n_samples} samples); "
+            f"{fix}."
         )
-    tiny = columns[(columns > 0) & (columns < low)]
-    if tiny.size:
+    tiny = (columns > 0) & (columns < low)
+    if tiny.any():
+        first = start + int(np.argmax(tiny))
         raise ValueError(
             f"y has targets whose values are all below {low:.3g} in magnitude "
-            f"(the largest of them {float(tiny.max()):.3g}): the squared errors "
-            f"that choose alpha would underflow {finfo.dtype}; {fix}."
+            f"(the largest of them {float(columns[tiny].max()):.3g}; target "
+            f"{first} is the first): the squared errors that choose alpha "
+            f"would underflow {finfo.dtype}; {fix}."
         )
 
 
@@ -307,6 +328,14 @@ default=None
     changes nothing (equal weights are no weights), whereas ``Ridge`` itself
     reads weights times c as alpha divided by c.
 
+    **Targets larger than memory.** A 2-D ``y`` on disk is never held
+    whole: its shape, dtype and number of rows are checked first, and each
+    batch of targets read is checked for NaN, infinity and magnitudes (the
+    error names the first target at fault; the fit is atomic, so nothing is
+    published). The fitted arrays stay host numpy, 8 x n_targets x
+    (n_features + n_alphas + 3) bytes in all, counted against the memory
+    budget before any target is read; past it, fit the targets in parts.
+
     **Scale.** Nothing squares X, so an X of entries near 1e155 (or 1e-160)
     gives what ``Ridge`` gives in exact arithmetic; data the compute dtype
     cannot represent (an X beyond float32, a y whose squared errors would
@@ -410,7 +439,10 @@ default=None
         X : array-like of shape (n_samples, n_features)
             Training data (numpy, torch or jax arrays are accepted).
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
-            Targets.
+            Targets. 2-D targets on disk (``numpy.memmap``, ``h5py.Dataset``,
+            ``zarr`` or ``dask`` array) are read one batch of targets at a
+            time, in whole chunks of their columns, and their values are
+            checked as they are read (see Notes).
         sample_weight : float or array-like of shape (n_samples,), default=None
             Non-negative sample weights, not all 0; see Notes for how each
             ``cv`` uses them.
@@ -423,14 +455,23 @@ default=None
         alphas, scheme = self._check_params()
         X, _ = host_input(X)
         y, _ = host_input(y)
-        X, y = validate_data(
-            self,
-            X,
-            y,
-            multi_output=True,
-            y_numeric=True,
-            dtype=[np.float64, np.float32],
-        )
+        # 2-D targets on disk are read one batch at a time, checked as they
+        # are read; a single target is read whole, like any array-like.
+        out_of_core = out_of_core_kind(y) is not None and len(y.shape) != 1
+        if out_of_core:
+            X = validate_data(self, X, dtype=[np.float64, np.float32])
+            check_target_array(y, X.shape[0])
+            Y = y
+        else:
+            X, y = validate_data(
+                self,
+                X,
+                y,
+                multi_output=True,
+                y_numeric=True,
+                dtype=[np.float64, np.float32],
+            )
+            Y = y.reshape(X.shape[0], -1) if y.ndim == 1 else y
         n_samples, n_features = X.shape
         if n_samples < MIN_SAMPLES:
             raise ValueError(
@@ -439,9 +480,10 @@ default=None
             )
         if sample_weight is not None:
             sample_weight = _check_weights(host_input(sample_weight)[0], n_samples)
-        Y = y.reshape(n_samples, -1) if y.ndim == 1 else y
         n_targets = Y.shape[1]
-        scheme.split(X, y, sample_weight, self.scoring)
+        # Splitters that read y (stratified ones) cannot split continuous
+        # targets anyway; targets on disk are not read for them.
+        scheme.split(X, None if out_of_core else y, sample_weight, self.scoring)
         rank = min(n_samples, n_features)
         n_fits = 1 + len(getattr(scheme, "splits", None) or ())
         flops = (
@@ -454,7 +496,16 @@ default=None
         )
         self.backend_ = resolve_backend(self.device, flops=flops)
         self.dtype_ = resolve_dtype(self.dtype, self.backend_, X.dtype)
-        _check_magnitudes(X, Y, self.dtype_, chooses_alpha=alphas.size > 1)
+        _check_magnitudes(X, self.dtype_)
+        check_y = None
+        if alphas.size > 1:
+            check_y = functools.partial(_check_target_magnitudes, dtype=self.dtype_)
+        if out_of_core:
+            targets = TargetColumns(Y, check_y)
+        else:
+            if check_y is not None:
+                check_y(Y)
+            targets = TargetColumns(Y)
         check_solver_memory(
             n_samples,
             n_features,
@@ -479,18 +530,30 @@ default=None
             )
             results = fit_targets(
                 solver,
-                Y,
+                targets,
                 alpha_per_target=self.alpha_per_target,
                 batch_size=self.n_targets_batch,
                 max_memory_gb=self.max_memory_gb,
                 verbose=self.verbose,
             )
-        coef, intercept, best, best_score, scores = results
+        coef, intercept, best, best_score, scores, batch_size = results
 
         def no_model(columns):
-            return scheme.no_model_score(
-                Y[:, columns], sample_weight, self.scoring, self.fit_intercept
-            )
+            def score(block):
+                return scheme.no_model_score(
+                    block, sample_weight, self.scoring, self.fit_intercept
+                )
+
+            if not out_of_core:
+                return score(Y[:, columns])
+            # Another pass over the targets, in the fit's batches.
+            parts = []
+            for block in targets.blocks(np.arange(n_targets)[columns], batch_size):
+                part = score(block)
+                if part is None:
+                    return None
+                parts.append(part)
+            return np.concatenate(parts)
 
         if self.alpha_per_target:
             _warn_at_grid_edges(alphas, best, scores, no_model)
@@ -503,7 +566,7 @@ default=None
             _warn_at_grid_edges(
                 alphas, best[:1], np.nanmean(scores, axis=0)[None], mean_no_model
             )
-        one_target = y.ndim == 1
+        one_target = not out_of_core and y.ndim == 1
         if not self.alpha_per_target or one_target:
             self.alpha_ = float(alphas[best[0]])
             self.best_score_ = float(np.mean(best_score))
@@ -521,32 +584,61 @@ default=None
             }
         return self
 
-    def _predict_host(self, X):
+    def _validated_X(self, X):
+        """Host X checked against the fit, and the backend it came from."""
         check_is_fitted(self)
         self.backend_.check_available()
         X, source = host_input(X)
         check_input_device(source, self.backend_)
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        return X, source
+
+    def _predict_batches(self, X, reduce, **problem_args):
+        """Predict every target in batches, ``reduce(ids, block)`` on each.
+
+        ``block`` is of shape (len(ids), n_rows); ``problem_args`` describe
+        the reducer (see :class:`~skbatch._ridge.problems.PredictionProblem`).
+        """
         coef = np.atleast_2d(self.coef_)
         intercept = np.atleast_1d(np.asarray(self.intercept_, dtype=np.float64))
-        out_dtype = np.result_type(X.dtype, self.dtype_)
-        out = np.empty((X.shape[0], coef.shape[0]), dtype=out_dtype)
-
-        def reduce(ids, block):
-            out[:, ids] = block.T
-
+        problem = PredictionProblem(
+            X, coef, intercept, self.backend_, self.dtype_, **problem_args
+        )
+        batch_size = chunk_batch_size(problem, self.n_targets_batch, self.max_memory_gb)
         with self.backend_.context():
             run_problem(
-                PredictionProblem(X, coef, intercept, self.backend_, self.dtype_),
-                reduce,
-                max_memory_gb=self.max_memory_gb,
-                batch_size=self.n_targets_batch,
+                problem, reduce, max_memory_gb=self.max_memory_gb, batch_size=batch_size
             )
-        if np.ndim(self.coef_) == 1:
-            out = out[:, 0]
-        return out, source
 
-    def predict(self, X):
+    def _predict_host(self, X, out=None):
+        X, source = self._validated_X(X)
+        n_targets = np.atleast_2d(self.coef_).shape[0]
+        one_target = np.ndim(self.coef_) == 1
+        dtype = np.result_type(X.dtype, self.dtype_)
+        shape = (X.shape[0],) if one_target else (X.shape[0], n_targets)
+        if out is None:
+            result = np.empty((X.shape[0], n_targets), dtype=dtype)
+        else:
+            _check_out(out, shape, dtype)
+            result = out
+        writer = ColumnWriter(result)
+
+        def reduce(ids, block):
+            # The engine's batches are consecutive ids: one slice of columns.
+            writer.write(int(ids[0]), block.T)
+
+        self._predict_batches(
+            X,
+            reduce,
+            out_of_core=writer.out_of_core,
+            chunk_width=writer.chunk_width,
+            reader_bytes_per_item=writer.host_bytes_per_column,
+        )
+        if out is None and one_target:
+            result = result[:, 0]
+        return result, source
+
+    def predict(self, X, out=None):
         """Predict with the fitted coefficients, batched over targets.
 
         Parameters
@@ -554,15 +646,36 @@ default=None
         X : array-like of shape (n_samples, n_features)
             numpy, torch or jax array. A torch or jax array must sit on the
             model's device (else ValueError: nothing moves silently).
+        out : ndarray, numpy.memmap, h5py.Dataset or zarr array, default=None
+            Writable array of shape (n_samples, n_targets) (or (n_samples,)
+            for a model of one target) and a floating dtype that the
+            predictions cast to as numpy's ``out=`` allows (``same_kind``),
+            written one batch of targets at a time: predictions larger than
+            memory go to disk. Checked before any prediction is computed.
 
         Returns
         -------
         y_pred : array of shape (n_samples,) or (n_samples, n_targets)
-            numpy for numpy input; otherwise the input's library, on its
-            device.
+            ``out`` when given. Otherwise numpy for numpy input, or the
+            input's library, on its device.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from skbatch import BatchedRidge
+        >>> rng = np.random.default_rng(0)
+        >>> X, Y = rng.standard_normal((30, 4)), rng.standard_normal((30, 3))
+        >>> model = BatchedRidge(alphas=1.0).fit(X, Y)
+        >>> out = np.empty((30, 3))
+        >>> model.predict(X, out=out) is out
+        True
+        >>> bool(np.allclose(out, model.predict(X)))
+        True
         """
-        out, source = self._predict_host(X)
-        return as_output(out, source)
+        result, source = self._predict_host(X, out)
+        if out is not None:
+            return out
+        return as_output(result, source)
 
     def score(self, X, y, sample_weight=None):
         """Uniform average of the per-target R^2, so that GridSearchCV works.
@@ -582,6 +695,8 @@ default=None
             Mean over targets of R^2.
         """
         y, _ = host_input(y)
+        if out_of_core_kind(y) is not None and len(y.shape) != 1:
+            return float(np.mean(self.score_per_target(X, y, sample_weight)))
         predictions, _ = self._predict_host(X)
         return float(r2_score(y, predictions, sample_weight=sample_weight))
 
@@ -593,7 +708,8 @@ default=None
         X : array-like of shape (n_samples, n_features)
             Test samples.
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
-            True values.
+            True values; 2-D ``y`` on disk (``numpy.memmap``, ``h5py.Dataset``,
+            ``zarr`` or ``dask`` array) is read one batch of targets at a time.
         sample_weight : array-like of shape (n_samples,), default=None
             Sample weights, in every mean of the score.
         scoring : {"r2", "correlation", "neg_mean_squared_error"}, default="r2"
@@ -628,6 +744,8 @@ default=None
                 f"scoring must be one of {_linalg._SCORINGS}, got {scoring!r}"
             )
         y, _ = host_input(y)
+        if out_of_core_kind(y) is not None and len(y.shape) != 1:
+            return self._score_out_of_core(X, y, sample_weight, scoring)
         predictions, _ = self._predict_host(X)
         n_samples = predictions.shape[0]
         predictions = predictions.reshape(n_samples, -1).astype(np.float64)
@@ -649,3 +767,72 @@ default=None
         return _linalg.score_per_target(
             Y, predictions, scoring, sample_weight=sample_weight
         )
+
+    def _score_out_of_core(self, X, y, sample_weight, scoring):
+        """:meth:`score_per_target` of targets read from disk, batch by batch."""
+        X, _ = self._validated_X(X)
+        n_samples = X.shape[0]
+        n_targets = np.atleast_2d(self.coef_).shape[0]
+        check_target_array(y, n_samples)
+        if y.shape[1] != n_targets:
+            raise ValueError(
+                f"y must have one column per target, shape ({n_samples}, "
+                f"{n_targets}), got {tuple(y.shape)}"
+            )
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(
+                host_input(sample_weight)[0],
+                X,
+                dtype=np.float64,
+                ensure_non_negative=True,
+            )
+        targets = TargetColumns(y)
+        scores = np.empty(n_targets)
+
+        def reduce(ids, block):
+            start, stop = int(ids[0]), int(ids[-1]) + 1
+            scores[start:stop] = _linalg.score_per_target(
+                targets.read(start, stop).astype(np.float64),
+                block.T.astype(np.float64),
+                scoring,
+                sample_weight=sample_weight,
+            )
+
+        self._predict_batches(
+            X,
+            reduce,
+            out_of_core=True,
+            chunk_width=targets.chunk_width,
+            # The targets as read and their float64 copy, and that of the
+            # predictions.
+            reader_bytes_per_item=targets.host_bytes_per_column + 16 * n_samples,
+        )
+        return scores
+
+
+def _check_out(out, shape, dtype):
+    """Refuse an ``out`` of predictions that cannot take them, before any work."""
+    kind = out_of_core_kind(out)
+    if not isinstance(out, np.ndarray) and kind not in ("h5py", "zarr"):
+        raise TypeError(
+            f"out must be a numpy array (or memmap), an h5py.Dataset or a zarr "
+            f"array, got {type(out).__name__}"
+        )
+    if tuple(out.shape) != shape:
+        raise ValueError(
+            f"out must have shape {shape}, one row per sample of X and one "
+            f"column per target, got shape {tuple(out.shape)}"
+        )
+    out_dtype = np.dtype(out.dtype)
+    if out_dtype.kind != "f" or not np.can_cast(dtype, out_dtype, "same_kind"):
+        raise ValueError(
+            f"out must have a floating dtype that {dtype} predictions cast to, "
+            f"got dtype {out_dtype}"
+        )
+    read_only = (
+        not out.flags.writeable
+        if isinstance(out, np.ndarray)
+        else (out.file.mode == "r" if kind == "h5py" else bool(out.read_only))
+    )
+    if read_only:
+        raise ValueError("out must be writable, got a read-only array")

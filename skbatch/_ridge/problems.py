@@ -33,6 +33,7 @@ import numpy as np
 from array_api_compat import device as array_device
 
 from .. import _linalg
+from .._targets import TargetColumns, chunk_aligned
 from ..memory import GB, memory_budget
 from ..random import bootstrap_counts, permutation_indices
 
@@ -41,6 +42,7 @@ __all__ = [
     "PermutedRidgeProblem",
     "RidgeSolver",
     "TargetProblem",
+    "chunk_batch_size",
     "fit_targets",
 ]
 
@@ -299,7 +301,9 @@ class TargetProblem:
 
     ``problem(ids)`` gives coefficients, intercepts, the best alpha's index,
     its score and the scores of every alpha of targets ``ids``; with a fixed
-    ``alpha``, only coefficients and intercepts.
+    ``alpha``, only coefficients and intercepts. ``Y`` is a host ndarray or
+    a :class:`~skbatch._targets.TargetColumns` (targets read from disk one
+    batch at a time, whose ``chunk_width`` batches follow).
     """
 
     desc = "targets"
@@ -307,9 +311,12 @@ class TargetProblem:
     threads = True
 
     def __init__(self, solver, Y, alpha=None):
+        if not isinstance(Y, TargetColumns):
+            Y = TargetColumns(Y)
         self.solver, self.Y, self.alpha = solver, Y, alpha
         self.backend = solver.backend
         self.n_items = Y.shape[1]
+        self.out_of_core, self.chunk_width = Y.out_of_core, Y.chunk_width
         n, p, r = solver.n_samples, solver.n_features, solver.s.shape[0]
         n_alphas = solver.alphas.size
         itemsize = np.dtype(solver.dtype).itemsize
@@ -322,8 +329,9 @@ class TargetProblem:
         self.device_bytes_per_item = (
             CV_WORKSPACE_OVERHEAD * itemsize * (4 * n + r + p + 2 * n_alphas)
         )
-        # Its coefficients, intercept, best alpha and score, and all scores.
-        self.host_bytes_per_item = 8 * (p + 3 + n_alphas)
+        # Its coefficients, intercept, best alpha and score, and all scores,
+        # and its column as read from disk.
+        self.host_bytes_per_item = 8 * (p + 3 + n_alphas) + Y.host_bytes_per_column
         backend = self.backend
         self.max_batch_size = (
             MAX_TARGETS_PER_BATCH_TORCH_CPU
@@ -334,10 +342,11 @@ class TargetProblem:
     def _to_device(self, ids):
         # The engine hands out consecutive ids: a slice is a view, where a
         # gather would copy every target once more before centring copies it.
-        Y, solver = self.Y, self.solver
-        if ids[-1] - ids[0] + 1 == len(ids):
-            return solver.backend.asarray(Y[:, ids[0] : ids[-1] + 1], solver.dtype)
-        return solver.backend.asarray(Y[:, ids], solver.dtype)
+        start, stop = int(ids[0]), int(ids[-1]) + 1
+        block = self.Y.read(start, stop)
+        if stop - start != len(ids):
+            block = block[:, ids - start]
+        return self.solver.backend.asarray(block, self.solver.dtype)
 
     def __call__(self, ids):
         Y = self._to_device(ids)
@@ -346,14 +355,47 @@ class TargetProblem:
         return self.solver.fit_fixed(Y, self.alpha)
 
 
+def chunk_batch_size(problem, batch_size, max_memory_gb):
+    """The batch size of a problem that reads or writes an out-of-core array.
+
+    ``problem.out_of_core`` says whether it does, and ``problem.chunk_width``
+    how many columns make one chunk of that array (None: no chunks). An
+    "auto" batch size is then the engine's plan, rounded to whole chunks
+    (:func:`skbatch._targets.chunk_aligned`); an explicit one is the
+    caller's and is kept, and so is "auto" for in-memory data.
+    """
+    if batch_size != "auto" or not problem.out_of_core:
+        return batch_size
+    from .._engine import cpu_workers, plan_batches
+
+    figures = dict(
+        backend=problem.backend,
+        device_bytes_per_item=problem.device_bytes_per_item,
+        host_bytes_per_item=problem.host_bytes_per_item,
+        fixed_bytes=problem.fixed_bytes,
+        max_memory_gb=max_memory_gb,
+        n_workers=cpu_workers(problem.backend) if problem.threads else 1,
+    )
+    size = plan_batches(
+        problem.n_items, max_batch_size=problem.max_batch_size, **figures
+    ).batch_size
+    room = plan_batches(problem.n_items, **figures).batch_size
+    return chunk_aligned(size, room, problem.chunk_width)
+
+
 def fit_targets(solver, Y, *, alpha_per_target, batch_size, max_memory_gb, verbose):
-    """Choose alphas and fit all targets of ``Y`` (host, n_samples x t).
+    """Choose alphas and fit all targets of ``Y`` (n_samples x t).
+
+    ``Y`` is a host ndarray or a :class:`~skbatch._targets.TargetColumns`.
 
     Returns
     -------
     coef, intercept, best, best_score, scores : ndarrays
         Of shapes (t, p), (t,), (t,) (indices into the alphas), (t,) and
         (t, n_alphas).
+    batch_size : int or "auto"
+        The batch size the targets were read in: an int for targets read
+        from disk (:func:`chunk_batch_size`).
     """
     from .._engine import run_problem
 
@@ -371,15 +413,17 @@ def fit_targets(solver, Y, *, alpha_per_target, batch_size, max_memory_gb, verbo
     def reduce_coef(ids, result):
         coef[ids], intercept[ids] = result
 
+    problem = TargetProblem(solver, Y)
+    batch_size = chunk_batch_size(problem, batch_size, max_memory_gb)
     run_args = dict(max_memory_gb=max_memory_gb, batch_size=batch_size, verbose=verbose)
-    run_problem(TargetProblem(solver, Y), reduce_all, **run_args)
+    run_problem(problem, reduce_all, **run_args)
     if not alpha_per_target and n_targets > 1:
         shared = int(np.argmax(np.nan_to_num(scores.mean(axis=0), nan=-np.inf)))
         alpha = float(solver.alphas[shared])
         run_problem(TargetProblem(solver, Y, alpha), reduce_coef, **run_args)
         best[:] = shared
         best_score[:] = scores[:, shared]
-    return coef, intercept, best, best_score, scores
+    return coef, intercept, best, best_score, scores, batch_size
 
 
 def device_scores(y_true, y_pred, scoring, xp):
@@ -735,14 +779,32 @@ class PredictionProblem:
 
     ``problem(ids)`` gives the predictions (len(ids), n_rows) of targets
     ``ids`` for the rows of ``X``.
+
+    ``out_of_core`` (whether the reducer writes the predictions to, or
+    compares them with, an out-of-core array), ``chunk_width`` (columns per
+    chunk of that array) and ``reader_bytes_per_item`` (host bytes the
+    reducer holds per target beyond the predictions) describe what the
+    reducer does with each batch.
     """
 
     desc = "predicted targets"
     threads = True
     max_batch_size = None
 
-    def __init__(self, X, coef, intercept, backend, dtype):
+    def __init__(
+        self,
+        X,
+        coef,
+        intercept,
+        backend,
+        dtype,
+        *,
+        out_of_core=False,
+        chunk_width=None,
+        reader_bytes_per_item=0,
+    ):
         self.backend, self.dtype = backend, dtype
+        self.out_of_core, self.chunk_width = out_of_core, chunk_width
         self.coef, self.intercept = coef, intercept
         self.n_items = coef.shape[0]
         self.X = backend.asarray(X, dtype)
@@ -752,7 +814,7 @@ class PredictionProblem:
         # A target's coefficients and its predictions, on the device...
         self.device_bytes_per_item = itemsize * (X.shape[0] + X.shape[1])
         # ... and its predictions on the host.
-        self.host_bytes_per_item = out_itemsize * X.shape[0]
+        self.host_bytes_per_item = out_itemsize * X.shape[0] + reader_bytes_per_item
 
     def __call__(self, ids):
         backend, dtype = self.backend, self.dtype

@@ -1,0 +1,541 @@
+"""Targets larger than memory: BatchedRidge reading y from disk, batch by batch.
+
+Every fit on an out-of-core ``y`` (numpy.memmap, h5py, zarr, dask) is
+compared with the same estimator fit on the same values in memory.
+"""
+
+import json
+import pickle
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.exceptions import NotFittedError
+from sklearn.utils.validation import check_is_fitted
+
+import skbatch.ridge
+from skbatch import BatchedRidge
+from skbatch._targets import ColumnWriter, TargetColumns, chunk_aligned
+
+da = pytest.importorskip("dask.array")
+h5py = pytest.importorskip("h5py")
+zarr = pytest.importorskip("zarr")
+
+ALPHAS = [0.1, 1.0, 10.0, 100.0, 1e3, 1e4, 1e5]
+# Columns per chunk of the chunked arrays below.
+WIDTH = 40
+
+
+def make_data(n=60, p=5, t=300, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, p))
+    Y = X @ rng.standard_normal((p, t)) + rng.standard_normal((n, t)) * np.linspace(
+        0.1, 10.0, t
+    )
+    return X, Y.astype(np.float32)
+
+
+def store(kind, Y, path, width=WIDTH):
+    """``Y`` written to disk as ``kind``, chunked by ``width`` columns."""
+    if kind == "memmap":
+        out = np.memmap(path / "y.dat", dtype=Y.dtype, mode="w+", shape=Y.shape)
+        out[:] = Y
+        out.flush()
+        return np.memmap(path / "y.dat", dtype=Y.dtype, mode="r", shape=Y.shape)
+    if kind == "zarr":
+        out = zarr.create_array(
+            store=str(path / "y.zarr"),
+            shape=Y.shape,
+            chunks=(Y.shape[0], width),
+            dtype=Y.dtype,
+        )
+        out[:] = Y
+        return out
+    if kind == "h5py":
+        return h5py.File(path / "y.h5", "w").create_dataset(
+            "y", data=Y, chunks=(Y.shape[0], width)
+        )
+    return da.from_array(Y, chunks=(Y.shape[0] // 2, width))
+
+
+KINDS = ["memmap", "zarr", "h5py", "dask"]
+
+
+def assert_same_fit(model, reference, rtol=1e-6):
+    np.testing.assert_array_equal(model.alpha_, reference.alpha_)
+    np.testing.assert_allclose(model.coef_, reference.coef_, rtol=rtol, atol=1e-9)
+    np.testing.assert_allclose(model.intercept_, reference.intercept_, rtol=rtol)
+    np.testing.assert_allclose(model.best_score_, reference.best_score_, rtol=rtol)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("cv", [None, "gcv", 3])
+def test_fit_on_disk_equals_fit_in_memory(kind, cv, tmp_path):
+    X, Y = make_data()
+    reference = BatchedRidge(alphas=ALPHAS, cv=cv).fit(X, Y)
+    model = BatchedRidge(alphas=ALPHAS, cv=cv).fit(X, store(kind, Y, tmp_path))
+    assert_same_fit(model, reference)
+
+
+def memmap_layout(layout, values, path):
+    """A memmap holding ``values``, laid out in its file as ``layout`` says."""
+    n, t = values.shape
+    file = path / f"{layout}.dat"
+    if layout in ("C", "F"):
+        Y = np.memmap(file, dtype=values.dtype, mode="w+", shape=(n, t), order=layout)
+        Y[:] = values
+        return Y
+    if layout == "offset":
+        Y = np.memmap(file, dtype=values.dtype, mode="w+", shape=(n, t), offset=12)
+        Y[:] = values
+        return np.memmap(file, dtype=values.dtype, mode="r+", shape=(n, t), offset=12)
+    if layout == "copy-on-write":
+        np.memmap(file, dtype=values.dtype, mode="w+", shape=(n, t))[:] = -1.0
+        Y = np.memmap(file, dtype=values.dtype, mode="c", shape=(n, t))
+        Y[:] = values  # private to this mapping: the file keeps -1
+        return Y
+    # A slice of a bigger array on disk: the file holds other columns/rows.
+    wide = layout == "columns of a wider file"
+    shape = (n, t + 7) if wide else (n + 5, t)
+    order = "C" if wide else "F"
+    big = np.memmap(file, dtype=values.dtype, mode="w+", shape=shape, order=order)
+    big[:] = -1.0
+    view = big[:, 3 : 3 + t] if wide else big[2 : 2 + n]
+    view[:] = values
+    return view
+
+
+MEMMAP_LAYOUTS = [
+    "C",
+    "F",
+    "offset",
+    "copy-on-write",
+    "columns of a wider file",
+    "rows of a longer file",
+]
+
+
+@pytest.mark.parametrize("layout", MEMMAP_LAYOUTS)
+def test_memmaps_are_read_as_laid_out_in_their_file(layout, tmp_path):
+    X, Y = make_data()
+    on_disk = memmap_layout(layout, Y, tmp_path)
+    columns = TargetColumns(on_disk)
+    for start, stop in ((0, 300), (7, 91), (299, 300)):
+        np.testing.assert_array_equal(columns.read(start, stop), Y[:, start:stop])
+    reference = BatchedRidge(alphas=ALPHAS).fit(X, Y)
+    model = BatchedRidge(alphas=ALPHAS, max_memory_gb=5e-4).fit(X, on_disk)
+    assert_same_fit(model, reference)
+
+
+def peak_rss_since_reset(reset=False):
+    if reset:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if "VmHWM" in line)
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="reads the peak RSS from /proc"
+)
+def test_reading_a_memmap_holds_only_the_block(tmp_path):
+    # Read through a mapping, each row of a block of a C-order file would
+    # also map the pages around it: 150 MB for these blocks of 7 MB.
+    n, t, width = 2000, 30_000, 868
+    Y = np.memmap(tmp_path / "y.dat", dtype=np.float32, mode="w+", shape=(n, t))
+    Y[:] = 1.0
+    Y.flush()
+    del Y
+    columns = TargetColumns(
+        np.memmap(tmp_path / "y.dat", dtype=np.float32, mode="r", shape=(n, t))
+    )
+    start = peak_rss_since_reset(reset=True)
+    for first in range(0, t - width, width):
+        block = columns.read(first, first + width)
+    assert block.shape == (n, width)
+    assert peak_rss_since_reset() - start < 3 * block.nbytes + 10e6
+
+
+@pytest.mark.parametrize("layout", MEMMAP_LAYOUTS)
+def test_predict_into_memmaps_as_laid_out_in_their_file(layout, tmp_path):
+    X, Y = make_data()
+    model = BatchedRidge(alphas=ALPHAS, max_memory_gb=5e-4).fit(X, Y)
+    out = memmap_layout(layout, np.zeros(Y.shape), tmp_path)
+    model.predict(X, out=out)
+    np.testing.assert_allclose(out, model.predict(X), rtol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["memmap", "zarr"])
+def test_weighted_fit_on_disk_equals_fit_in_memory(kind, tmp_path):
+    X, Y = make_data()
+    weights = np.random.default_rng(2).uniform(0.0, 3.0, X.shape[0])
+    reference = BatchedRidge(alphas=ALPHAS).fit(X, Y, sample_weight=weights)
+    model = BatchedRidge(alphas=ALPHAS, max_memory_gb=5e-4).fit(
+        X, store(kind, Y, tmp_path), sample_weight=weights
+    )
+    assert_same_fit(model, reference)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_one_alpha_for_all_targets_and_stored_scores(kind, tmp_path):
+    X, Y = make_data()
+    params = dict(alphas=ALPHAS, alpha_per_target=False, store_cv_results=True)
+    reference = BatchedRidge(**params).fit(X, Y)
+    model = BatchedRidge(**params).fit(X, store(kind, Y, tmp_path))
+    assert_same_fit(model, reference)
+    np.testing.assert_allclose(
+        model.cv_results_["scores"], reference.cv_results_["scores"], rtol=1e-6
+    )
+
+
+@pytest.mark.parametrize("kind", ["zarr", "h5py", "dask"])
+def test_batches_are_whole_chunks(kind, tmp_path):
+    X, Y = make_data(t=1000)
+    model = BatchedRidge(alphas=ALPHAS).fit(X, store(kind, Y, tmp_path))
+    (stage,) = model.fit_report_.stages
+    assert stage.batch_size % WIDTH == 0
+    assert stage.n_batches == -(-Y.shape[1] // stage.batch_size)
+
+
+@pytest.mark.parametrize("kind", ["zarr", "h5py", "dask"])
+def test_a_chunk_wider_than_the_budget_is_read_in_equal_parts(kind, tmp_path):
+    # About 20 targets fit this budget: chunks of 40 columns are read in
+    # halves or smaller, never in a part that straddles two chunks.
+    X, Y = make_data(t=400)
+    model = BatchedRidge(alphas=ALPHAS, max_memory_gb=2.4e-4).fit(
+        X, store(kind, Y, tmp_path)
+    )
+    (stage,) = model.fit_report_.stages
+    assert stage.batch_size < WIDTH
+    assert WIDTH % stage.batch_size == 0
+    reference = BatchedRidge(alphas=ALPHAS).fit(X, Y)
+    assert_same_fit(model, reference)
+
+
+def test_in_memory_targets_keep_the_engine_plan(tmp_path):
+    # A budget that plans batches of no multiple of the chunk width: numpy
+    # targets keep that plan, chunked targets round it to whole chunks.
+    X, Y = make_data(t=400)
+    params = dict(alphas=ALPHAS, max_memory_gb=6e-4)
+    (in_memory,) = BatchedRidge(**params).fit(X, Y).fit_report_.stages
+    (on_disk,) = (
+        BatchedRidge(**params).fit(X, store("zarr", Y, tmp_path)).fit_report_.stages
+    )
+    assert in_memory.batch_size % WIDTH != 0
+    assert on_disk.batch_size % WIDTH == 0
+    assert on_disk.batch_size <= in_memory.batch_size
+
+
+@pytest.mark.parametrize(
+    ("size", "room", "width"),
+    [(s, r, w) for w in (1, 7, 40, 97) for s in (1, 5, 40, 100) for r in (s, 3 * s)],
+)
+def test_chunk_aligned_batch_sizes(size, room, width):
+    aligned = chunk_aligned(size, room, width)
+    if size >= width:
+        # The most whole chunks the planned batch holds.
+        assert aligned == max(k * width for k in range(1, size // width + 1))
+    elif room >= width:
+        assert aligned == width
+    else:
+        # The largest equal part of a chunk that the budget holds.
+        assert aligned == max(d for d in range(1, room + 1) if width % d == 0)
+    assert chunk_aligned(size, room, None) == size
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(
+    ("value", "match"), [(np.nan, "NaN"), (np.inf, "infinity"), (-np.inf, "infinity")]
+)
+def test_a_bad_value_names_its_target_and_leaves_the_model_unfitted(
+    kind, value, match, tmp_path
+):
+    X, Y = make_data(t=300)
+    Y[17, 213] = value
+    Y[3, 250] = value
+    model = BatchedRidge(alphas=ALPHAS, max_memory_gb=5e-4)
+    with pytest.raises(ValueError, match=rf"contains {match}: target 213 \("):
+        model.fit(X, store(kind, Y, tmp_path))
+    with pytest.raises(NotFittedError):
+        check_is_fitted(model)
+    assert not hasattr(model, "fit_report_")
+
+
+def test_a_failed_refit_keeps_the_previous_model(tmp_path):
+    X, Y = make_data()
+    model = BatchedRidge(alphas=ALPHAS).fit(X, Y)
+    coef = model.coef_.copy()
+    Y[0, 299] = np.nan
+    with pytest.raises(ValueError, match="target 299"):
+        model.fit(X, store("zarr", Y, tmp_path))
+    np.testing.assert_array_equal(model.coef_, coef)
+
+
+def test_magnitudes_are_checked_per_batch_naming_the_target(tmp_path):
+    X, Y = make_data()
+    Y = Y.astype(np.float64)
+    Y[5, 123] = 1e160
+    on_disk = store("memmap", Y, tmp_path)
+    with pytest.raises(ValueError, match=r"up to 1e\+160.*target 123 is the first"):
+        BatchedRidge(alphas=ALPHAS, max_memory_gb=5e-4).fit(X, on_disk)
+    # The in-memory check names it too.
+    with pytest.raises(ValueError, match="target 123 is the first"):
+        BatchedRidge(alphas=ALPHAS).fit(X, Y)
+
+
+@pytest.mark.parametrize(
+    ("make_y", "error", "match"),
+    [
+        (lambda n: np.zeros((n + 1, 3)), ValueError, "inconsistent numbers of samples"),
+        (lambda n: np.zeros((n, 0)), ValueError, "at least one target"),
+        (lambda n: np.zeros((n, 2, 2)), ValueError, r"must be 2-D.*\(60, 2, 2\)"),
+        (lambda n: np.zeros((n, 3), dtype=np.complex64), ValueError, "complex64"),
+    ],
+)
+def test_targets_on_disk_are_validated_from_their_metadata(
+    make_y, error, match, tmp_path, monkeypatch
+):
+    X, _ = make_data()
+    values = make_y(X.shape[0])
+    Y = np.memmap(tmp_path / "y.dat", dtype=values.dtype, mode="w+", shape=values.shape)
+
+    def no_read(self, start, stop):
+        raise AssertionError("targets were read before they were validated")
+
+    monkeypatch.setattr(TargetColumns, "read", no_read)
+    with pytest.raises(error, match=match):
+        BatchedRidge(alphas=ALPHAS).fit(X, Y)
+
+
+def test_dask_targets_of_unknown_shape_are_refused():
+    X, Y = make_data()
+    lazy = da.from_array(Y, chunks=(60, WIDTH))
+    lazy = lazy[lazy[:, 0] > -np.inf]
+    with pytest.raises(ValueError, match="compute_chunk_sizes"):
+        BatchedRidge(alphas=ALPHAS).fit(X, lazy)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_grid_edge_warnings_match_in_memory(kind, tmp_path):
+    # Noise targets sit at the largest alpha without warning; signal targets
+    # wanting a smaller alpha than the grid has warn. The no-model score that
+    # tells them apart is read batch by batch.
+    X, Y = make_data(t=300)
+    alphas = [10.0, 100.0, 1000.0]
+
+    def messages(y):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            BatchedRidge(alphas=alphas, max_memory_gb=5e-4).fit(X, y)
+        return [str(w.message) for w in caught]
+
+    expected = messages(Y)
+    assert expected
+    assert messages(store(kind, Y, tmp_path)) == expected
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_score_per_target_reads_targets_batch_by_batch(kind, tmp_path):
+    X, Y = make_data()
+    model = BatchedRidge(alphas=ALPHAS, max_memory_gb=5e-4).fit(X, Y)
+    weights = np.random.default_rng(1).uniform(0.5, 2.0, X.shape[0])
+    on_disk = store(kind, Y, tmp_path)
+    for scoring in ("r2", "correlation", "neg_mean_squared_error"):
+        np.testing.assert_allclose(
+            model.score_per_target(X, on_disk, weights, scoring=scoring),
+            model.score_per_target(X, Y, weights, scoring=scoring),
+            rtol=1e-10,
+        )
+    assert model.score(X, on_disk) == pytest.approx(model.score(X, Y), rel=1e-10)
+    fewer = tmp_path / "fewer"
+    fewer.mkdir()
+    with pytest.raises(ValueError, match=r"one column per target.*\(60, 299\)"):
+        model.score_per_target(X, store(kind, Y[:, :-1], fewer))
+
+
+def new_out(kind, shape, path, dtype=np.float64, width=WIDTH):
+    if kind == "numpy":
+        return np.zeros(shape, dtype=dtype)
+    if kind == "memmap":
+        return np.memmap(path / "out.dat", dtype=dtype, mode="w+", shape=shape)
+    if kind == "zarr":
+        return zarr.create_array(
+            store=str(path / "out.zarr"),
+            shape=shape,
+            chunks=(shape[0], width)[: len(shape)],
+            dtype=dtype,
+        )
+    return h5py.File(path / "out.h5", "w").create_dataset(
+        "out", shape=shape, dtype=dtype, chunks=(shape[0], width)
+    )
+
+
+@pytest.mark.parametrize("kind", ["numpy", "memmap", "zarr", "h5py"])
+def test_predict_into_out_equals_predict(kind, tmp_path):
+    X, Y = make_data()
+    model = BatchedRidge(alphas=ALPHAS, max_memory_gb=5e-4).fit(X, Y)
+    out = new_out(kind, Y.shape, tmp_path)
+    assert model.predict(X, out=out) is out
+    np.testing.assert_allclose(np.asarray(out[:]), model.predict(X), rtol=1e-12)
+
+
+def test_predict_casts_into_a_narrower_out_as_numpy_does(tmp_path):
+    X, Y = make_data()
+    model = BatchedRidge(alphas=ALPHAS).fit(X, Y.astype(np.float64))
+    out = new_out("zarr", Y.shape, tmp_path, dtype=np.float32)
+    model.predict(X, out=out)
+    np.testing.assert_allclose(out[:], model.predict(X).astype(np.float32), rtol=1e-6)
+
+
+def test_predict_one_target_into_out(tmp_path):
+    X, Y = make_data()
+    model = BatchedRidge(alphas=ALPHAS).fit(X, Y[:, 0])
+    out = new_out("zarr", (X.shape[0],), tmp_path)
+    model.predict(X, out=out)
+    np.testing.assert_allclose(out[:], model.predict(X), rtol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["zarr", "h5py"])
+def test_predict_writes_whole_chunks_of_out(kind, tmp_path, monkeypatch):
+    X, Y = make_data(t=1000)
+    model = BatchedRidge(alphas=ALPHAS).fit(X, Y)
+    written = []
+    real = ColumnWriter.write
+
+    def write(self, start, block):
+        written.append((start, block.shape[1]))
+        real(self, start, block)
+
+    monkeypatch.setattr(ColumnWriter, "write", write)
+    out = new_out(kind, Y.shape, tmp_path)
+    model.predict(X, out=out)
+    starts, widths = np.array(written).T
+    assert np.all(starts % WIDTH == 0)
+    assert np.all(widths[:-1] % WIDTH == 0)
+    np.testing.assert_allclose(out[:], model.predict(X), rtol=1e-12)
+
+
+def read_only_memmap(shape, path):
+    np.memmap(path / "ro.dat", dtype=np.float64, mode="w+", shape=shape).flush()
+    return np.memmap(path / "ro.dat", dtype=np.float64, mode="r", shape=shape)
+
+
+@pytest.mark.parametrize(
+    ("make_out", "error", "match"),
+    [
+        (lambda s, p: np.zeros((s[0], s[1] + 1)), ValueError, r"out must have shape"),
+        (lambda s, p: np.zeros(s, dtype=np.int64), ValueError, "floating dtype"),
+        (lambda s, p: np.zeros(s, dtype=np.complex128), ValueError, "floating dtype"),
+        (lambda s, p: np.zeros(s).tolist(), TypeError, "got list"),
+        (lambda s, p: da.zeros(s), TypeError, "got Array"),
+        (read_only_memmap, ValueError, "writable"),
+    ],
+)
+def test_out_is_checked_before_any_prediction(
+    make_out, error, match, tmp_path, monkeypatch
+):
+    X, Y = make_data()
+    model = BatchedRidge(alphas=ALPHAS).fit(X, Y.astype(np.float64))
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("predictions were computed before out was checked")
+
+    monkeypatch.setattr(skbatch.ridge, "run_problem", no_run)
+    with pytest.raises(error, match=match):
+        model.predict(X, out=make_out(Y.shape, tmp_path))
+
+
+def test_memmap_targets_pickle_by_file_name(tmp_path):
+    _, Y = make_data(t=3000)
+    columns = TargetColumns(store("memmap", Y, tmp_path))
+    payload = pickle.dumps(columns)
+    assert len(payload) < 1000 < Y.nbytes
+    np.testing.assert_array_equal(pickle.loads(payload).read(100, 140), Y[:, 100:140])
+    columns = TargetColumns(store("h5py", Y, tmp_path))
+    payload = pickle.dumps(columns)
+    assert len(payload) < 1000
+    np.testing.assert_array_equal(pickle.loads(payload).read(100, 140), Y[:, 100:140])
+
+
+def test_importing_skbatch_imports_no_array_library():
+    code = (
+        "import sys, skbatch; "
+        "print([m for m in ('zarr', 'h5py', 'dask') if m in sys.modules])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"
+
+
+# The large fit runs in its own process, whose peak resident memory above
+# its start is the fit's alone (as benchmarks/bench_ridge.py measures it).
+LARGE_FIT = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    from skbatch import BatchedRidge
+
+    path, n, p, t, columns = sys.argv[1], *map(int, sys.argv[2:5]), sys.argv[5]
+    X = np.random.default_rng(0).standard_normal((n, p)).astype(np.float32)
+    Y = np.memmap(path, dtype=np.float32, mode="r", shape=(n, t))
+    BatchedRidge(alphas=[1.0, 10.0]).fit(X[:, :2], Y[:, :10])  # imports, warm-up
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    def status(field):
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    start = status("VmRSS")
+    model = BatchedRidge(alphas=[10.0, 100.0, 1000.0], max_memory_gb=0.5).fit(X, Y)
+    keep = np.load(columns)
+    np.savez(
+        columns + ".out.npz",
+        coef=model.coef_[keep],
+        alpha=model.alpha_[keep],
+        score=model.best_score_[keep],
+    )
+    print(json.dumps({"work_bytes": status("VmHWM") - start}))
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="reads the peak RSS from /proc"
+)
+def test_targets_four_times_the_budget_fit_within_it(tmp_path):
+    n, p, t = 2000, 50, 200_000
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((n, p)).astype(np.float32)
+    path = tmp_path / "y.dat"
+    Y = np.memmap(path, dtype=np.float32, mode="w+", shape=(n, t))
+    block = 10_000
+    for start in range(0, t, block):
+        W = rng.standard_normal((p, block)).astype(np.float32)
+        noise = rng.standard_normal((n, block), dtype=np.float32)
+        Y[:, start : start + block] = X @ W + 10 * noise
+    Y.flush()
+    del Y
+    keep = np.r_[0:300, 99_900:100_100, t - 300 : t]
+    np.save(tmp_path / "keep.npy", keep)
+    run = subprocess.run(
+        [sys.executable, "-c", LARGE_FIT, str(path), str(n), str(p), str(t)]
+        + [str(tmp_path / "keep.npy")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    work = json.loads(run.stdout.strip().splitlines()[-1])["work_bytes"]
+    assert work < 0.8e9, f"the fit took {work / 1e9:.2f} GB above its start"
+
+    result = np.load(tmp_path / "keep.npy.out.npz")
+    Y = np.memmap(path, dtype=np.float32, mode="r", shape=(n, t))
+    reference = BatchedRidge(alphas=[10.0, 100.0, 1000.0]).fit(X, np.array(Y[:, keep]))
+    np.testing.assert_array_equal(result["alpha"], reference.alpha_)
+    np.testing.assert_allclose(result["coef"], reference.coef_, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(result["score"], reference.best_score_, rtol=1e-4)
