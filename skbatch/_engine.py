@@ -1080,7 +1080,8 @@ desc :
         (sent,), _ = data.sent
         return client.submit(_run_batch, sent, ids, pure=False)
 
-    with _progress(n_items, verbose, desc) as bar:
+    # Current, so that dask's wait finds the client of joblib's dask backend.
+    with _progress(n_items, verbose, desc) as bar, client.as_current():
         while batches or pending:
             while batches and len(pending) < in_flight:
                 ids = batches.popleft()
