@@ -69,8 +69,9 @@ class FitStage:
         Batches that ran out of memory and were split in halves.
     planned_peak_bytes : float
         Memory the plan allows: ``fixed_bytes`` plus a batch of items per
-        worker (batched path) or on each worker (cluster path); the window's results plus the copies of the
-        data the local workers hold (parallel path).
+        worker (batched path) or on each worker (cluster path); the window's
+        results plus the copies of the data the local workers hold (parallel
+        path).
     budget_gb : float
         Memory budget one batch (or window) was sized against, in GB.
     device_bytes_per_item, host_bytes_per_item : float

@@ -41,6 +41,7 @@ distributed = pytest.importorskip("distributed")
 ALPHAS = np.logspace(-2, 3, 6)
 # A fit that runs past this on a two-worker cluster is hung, not slow.
 FIT_TIMEOUT_S = 120
+KILL_IN_50_MS = "import os, threading; threading.Timer(0.05, os._exit, (1,)).start()"
 
 
 def make_data(n_samples=120, n_features=8, n_targets=3, seed=0):
@@ -112,9 +113,7 @@ def cluster_stage(model):
 @pytest.mark.slow
 @pytest.mark.parametrize("cv", [None, "gcv", 4])
 @pytest.mark.parametrize("alpha_per_target", [True, False])
-def test_batched_ridge_on_a_cluster_equals_the_serial_fit(
-    client, cv, alpha_per_target
-):
+def test_batched_ridge_on_a_cluster_equals_the_serial_fit(client, cv, alpha_per_target):
     X, Y = make_data(n_samples=80, n_features=6, n_targets=300, seed=1)
     X_new = make_data(n_samples=20, n_features=6, seed=2)[0]
 
@@ -234,8 +233,7 @@ def test_a_worker_killed_mid_fit_leaves_the_result_unchanged(monkeypatch):
             if len(n_submits) == 3:
                 # Dies 50 ms later, while it computes a batch: builtins only,
                 # so that the worker unpickles the call without this module.
-                code = "import os, threading; threading.Timer(0.05, os._exit, (1,)).start()"
-                client.run(exec, code, workers=[victim])
+                client.run(exec, KILL_IN_50_MS, workers=[victim])
             return submit(*args, **kwargs)
 
         monkeypatch.setattr(client, "submit", submit_then_kill)
@@ -256,7 +254,9 @@ def _lose_the_data_every_time(monkeypatch):
 
     monkeypatch.setattr(engine, "_run_batch", fail)
     monkeypatch.setattr(engine._TaskData, "any_lost", lambda self: True)
-    monkeypatch.setattr(engine._TaskData, "scatter_lost", lambda self: resends.append(1))
+    monkeypatch.setattr(
+        engine._TaskData, "scatter_lost", lambda self: resends.append(1)
+    )
     return resends
 
 
