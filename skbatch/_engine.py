@@ -1016,6 +1016,7 @@ desc :
     from distributed import wait
 
     timeout = dask_timeout()
+    n_side_by_side = cpu_workers(backend) if threads else 1
     plan = plan_batches(
         n_items,
         backend=backend,
@@ -1025,7 +1026,7 @@ desc :
         max_memory_gb=max_memory_gb,
         batch_size=batch_size,
         max_batch_size=max_batch_size,
-        n_workers=cpu_workers(backend) if threads else 1,
+        n_workers=n_side_by_side,
     )
     n_threads = _cluster_threads(client, timeout)
     result_bytes = plan.batch_size * host_bytes_per_item
@@ -1078,7 +1079,7 @@ desc :
 
     def submit(ids):
         (sent,), _ = data.sent
-        return client.submit(_run_batch, sent, ids, pure=False)
+        return client.submit(_run_batch, sent, ids, n_side_by_side > 1, pure=False)
 
     # Current, so that dask's wait finds the client of joblib's dask backend.
     with _progress(n_items, verbose, desc) as bar, client.as_current():
@@ -1162,8 +1163,12 @@ def _cluster_threads(client, timeout):
     return max(n_threads, 1)
 
 
-def _run_batch(problem, ids):
+def _run_batch(problem, ids, one_thread):
     """One batch on a dask worker: ``problem(ids)`` under OOM recovery.
+
+    With ``one_thread``, on one thread of the library, as :func:`run_batched`
+    runs batches side by side: a product's rounding can depend on the
+    threads that compute it.
 
     Returns
     -------
@@ -1184,7 +1189,11 @@ def _run_batch(problem, ids):
         calls.append(len(chunk))
         return problem(chunk)
 
-    with backend.context():
+    library = _backends.get(backend.library)
+    with (
+        backend.context(),
+        library.one_thread() if one_thread else contextlib.nullcontext(),
+    ):
         pieces = [
             (lo, hi, _to_host(result)) for lo, hi, result in runner.run(counted, ids)
         ]

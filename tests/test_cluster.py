@@ -210,6 +210,23 @@ def test_verbose_says_the_fit_runs_on_the_cluster(client, capsys):
     assert "targets: done in" in out
 
 
+def test_workers_sharing_this_process_give_the_serial_result(in_process_client):
+    # Worker threads in this process see BLAS on all its threads; a batch that
+    # the serial run computes on one thread (side by side) must too, or its
+    # products round differently.
+    X, Y = make_data(n_samples=200, n_features=20, n_targets=1000, seed=8)
+
+    def make():
+        return BatchedRidge(alphas=ALPHAS, device="cpu")
+
+    with no_client():
+        serial = make().fit(X, Y)
+    on_cluster = make().fit(X, Y)
+    assert cluster_stage(on_cluster).n_workers == 1
+    assert_array_equal(serial.coef_, on_cluster.coef_)
+    assert_array_equal(serial.best_score_, on_cluster.best_score_)
+
+
 # --- faults -------------------------------------------------------------------
 
 
@@ -249,7 +266,7 @@ def _lose_the_data_every_time(monkeypatch):
     """Every batch fails and the data is lost each time: counts resends."""
     resends = []
 
-    def fail(problem, ids):
+    def fail(problem, ids, one_thread):
         raise OSError("the worker holding the data died")
 
     monkeypatch.setattr(engine, "_run_batch", fail)
