@@ -717,13 +717,17 @@ def _run_window(parallel, function, data, chunks):
             if not data.any_lost():
                 raise
             if attempt == DATA_LOSS_RETRIES:
-                raise RuntimeError(
-                    f"The dask workers holding the data of this fit were lost "
-                    f"{attempt + 1} times (the data sent to the cluster is gone "
-                    "with them). Check the workers' logs for why they died (often "
-                    "their memory limit); give them more memory, or run without "
-                    "joblib.parallel_config(backend='dask')."
-                ) from exc
+                raise _data_lost_error(attempt + 1) from exc
+
+
+def _data_lost_error(n_losses):
+    return RuntimeError(
+        f"The dask workers holding the data of this fit were lost {n_losses} "
+        "times (the data sent to the cluster is gone with them). Check the "
+        "workers' logs for why they died (often their memory limit); give them "
+        "more memory, or fit without a dask client and without "
+        "joblib.parallel_config(backend='dask')."
+    )
 
 
 def _resolved(function, *args, **kwargs):
@@ -1079,54 +1083,48 @@ desc :
 
     def submit(ids):
         (sent,), _ = data.sent
-        return client.submit(_run_batch, sent, ids, n_side_by_side > 1, pure=False)
+        future = client.submit(_run_batch, sent, ids, n_side_by_side > 1, pure=False)
+        return _Task(ids, future)
 
     # Current, so that dask's wait finds the client of joblib's dask backend.
     with _progress(n_items, verbose, desc) as bar, client.as_current():
         while batches or pending:
             while batches and len(pending) < in_flight:
-                ids = batches.popleft()
-                pending.append([ids, submit(ids), False])
+                pending.append(submit(batches.popleft()))
             try:
-                done = wait(
-                    [future for _, future, _ in pending],
+                wait(
+                    [task.future for task in pending],
                     timeout=timeout,
                     return_when="FIRST_COMPLETED",
-                ).done
+                )
             except TimeoutError:
                 # Batches may compute for longer than the timeout; a cluster
                 # without workers would wait for ever.
                 _cluster_threads(client, timeout)
                 continue
             for task in pending:
-                if task[1] in done and not task[2]:
-                    task[2] = True
-                    if task[1].status == "finished":
-                        bar.update(len(task[0]))
-            while pending and pending[0][2]:
-                ids, future, _ = pending[0]
+                if not task.counted and task.future.status == "finished":
+                    task.counted = True
+                    bar.update(len(task.ids))
+            while pending and pending[0].future.done():
+                task = pending[0]
                 try:
-                    pieces, n_calls, n_splits = future.result(timeout=timeout)
+                    pieces, n_calls, n_splits = task.future.result(timeout=timeout)
                 except Exception as exc:
                     if not data.any_lost():
                         raise
                     n_losses += 1
                     if n_losses > DATA_LOSS_RETRIES:
-                        raise RuntimeError(
-                            f"The dask workers holding the data of this fit were "
-                            f"lost {n_losses} times (the data sent to the cluster "
-                            "is gone with them). Check the workers' logs for why "
-                            "they died (often their memory limit), and give them "
-                            "more memory, or fit without a dask client."
-                        ) from exc
+                        raise _data_lost_error(n_losses) from exc
                     data.scatter_lost()
-                    for task in pending:
-                        if task[1].status != "finished":
-                            task[1], task[2] = submit(task[0]), False
+                    pending = deque(
+                        task if task.future.status == "finished" else submit(task.ids)
+                        for task in pending
+                    )
                     break
                 pending.popleft()
                 for lo, hi, result in pieces:
-                    reduce(ids[lo:hi], result)
+                    reduce(task.ids[lo:hi], result)
                 plan.n_kernel_calls += n_calls
                 plan.n_oom_recoveries += n_splits
     stage = replace(
@@ -1147,6 +1145,15 @@ desc :
     )
     record_stage(stage)
     return plan
+
+
+@dataclass
+class _Task:
+    """A batch sent to the cluster; ``counted`` once the progress bar has it."""
+
+    ids: np.ndarray
+    future: object
+    counted: bool = False
 
 
 def _cluster_threads(client, timeout):
