@@ -16,6 +16,8 @@ targets, n=1,000, p=200, with a ``distributed.Client`` active, so that its
 target batches run as tasks on the workers (``X``'s SVD and the targets sent
 once to each); the same 1 vs 2 single-threaded workers, the same target of
 >= 1.6x, and the same check that every run equals the fit in this process.
+The fit in this process on one core, then two, bounds what a second worker
+can give: its elementwise passes share the host's memory bandwidth.
 
     python benchmarks/bench_scale.py [--quick] [--only generic|cluster]
 """
@@ -30,6 +32,7 @@ import numpy as np
 import psutil
 from distributed import Client, LocalCluster
 from sklearn.ensemble import GradientBoostingRegressor
+from threadpoolctl import threadpool_limits
 
 from skbatch import BatchedRidge, BootstrapEstimator
 
@@ -160,6 +163,10 @@ def cluster(quick):
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
     )
     serial, serial_model = timed_ridge(X, Y)
+    # The same fit in this process on one core: what the second core gives
+    # in process bounds what a second worker can give.
+    with threadpool_limits(1):
+        one_core, _ = timed_ridge(X, Y)
     *one, one_model = ridge_on_cluster(1, X, Y)
     *two, two_model = ridge_on_cluster(2, X, Y)
     same = all(
@@ -167,7 +174,7 @@ def cluster(quick):
         for other in (one_model, two_model)
         for name in ("coef_", "intercept_", "alpha_", "best_score_")
     )
-    print(f"serial, in process : {serial:7.2f} s")
+    print(f"serial, in process : {serial:7.2f} s  (1 core: {one_core:.2f} s)")
     report(one, two)
     print(f"identical results  : {same}")
     print(f"load average now   : {os.getloadavg()[0]:.1f}")
