@@ -1,6 +1,6 @@
 """The batching engine: plan, batch, recover, reduce.
 
-Every heavy loop of skbatch goes through one of two functions here.
+Every heavy loop of skbatch goes through one of the functions here.
 
 - :func:`run_batched` runs a device kernel over items (targets, replicates,
   permutations) in batches sized from the memory budgets, under OOM
@@ -76,7 +76,8 @@ DASK_TIMEOUT_ENV = "SKBATCH_DASK_TIMEOUT"
 # Batches per dask worker thread in flight at once: one computing, one queued,
 # so that no worker waits for the client; more would only hold more results.
 TASKS_IN_FLIGHT_PER_WORKER = 2
-# Times a window runs again after the dask workers holding its data died.
+# Times the data is sent again, and the tasks that needed it rerun, after the
+# dask workers holding every copy of it died.
 DATA_LOSS_RETRIES = 2
 # Task arguments bigger than this (dask's sizeof) go to a dask cluster once,
 # scattered, instead of inside every task: joblib's dask backend scatters from
