@@ -17,9 +17,12 @@ target batches run as tasks on the workers (``X``'s SVD and the targets sent
 once to each); the same 1 vs 2 single-threaded workers, the same target of
 >= 1.6x, and the same check that every run equals the fit in this process.
 The fit in this process on one core, then two, bounds what a second worker
-can give: its elementwise passes share the host's memory bandwidth.
+can give: its elementwise passes share the host's memory bandwidth. With
+``--tuned``, the two settings of docs/user_guide/scaling.rst for large numpy
+batches: the client sends the data straight to the workers, and the workers
+keep glibc's own trim threshold instead of the 64 kB that dask's nanny sets.
 
-    python benchmarks/bench_scale.py [--quick] [--only generic|cluster]
+    python benchmarks/bench_scale.py [--quick] [--only generic|cluster] [--tuned]
 """
 
 import argparse
@@ -27,6 +30,7 @@ import os
 import statistics
 import time
 
+import dask
 import joblib
 import numpy as np
 import psutil
@@ -97,9 +101,16 @@ def timed_ridge(X, Y):
     return time.perf_counter() - start, model
 
 
-def ridge_on_cluster(n_workers, X, Y):
+def ridge_on_cluster(n_workers, X, Y, tuned):
     """Median time and cores of REPEATS ridge fits on a fresh cluster; the last fit."""
-    with local_cluster(n_workers) as cluster, Client(cluster) as client:
+    environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ"))
+    if tuned:
+        environ.pop("MALLOC_TRIM_THRESHOLD_", None)
+    with (
+        dask.config.set({"distributed.nanny.pre-spawn-environ": environ}),
+        local_cluster(n_workers) as cluster,
+        Client(cluster, direct_to_workers=tuned) as client,
+    ):
         # Imports and first-call costs on the workers, not timed.
         timed_ridge(X[:, :10], Y[:, :100])
         times, cores = [], []
@@ -151,7 +162,7 @@ def generic(quick):
     print(f"load average now   : {os.getloadavg()[0]:.1f}")
 
 
-def cluster(quick):
+def cluster(quick, tuned):
     n_targets = 4_000 if quick else 40_000
     rng = np.random.default_rng(0)
     X = rng.standard_normal((1_000, 200))
@@ -159,16 +170,17 @@ def cluster(quick):
         (1_000, n_targets)
     )
     print(
-        f"BatchedRidge (leave-one-out), {n_targets:,} targets, X {X.shape}; "
-        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
+        f"BatchedRidge (leave-one-out), {n_targets:,} targets, X {X.shape}"
+        f"{', tuned cluster' if tuned else ''}; {os.cpu_count()} CPUs, load "
+        f"average {os.getloadavg()[0]:.1f}"
     )
     serial, serial_model = timed_ridge(X, Y)
     # The same fit in this process on one core: what the second core gives
     # in process bounds what a second worker can give.
     with threadpool_limits(1):
         one_core, _ = timed_ridge(X, Y)
-    *one, one_model = ridge_on_cluster(1, X, Y)
-    *two, two_model = ridge_on_cluster(2, X, Y)
+    *one, one_model = ridge_on_cluster(1, X, Y, tuned)
+    *two, two_model = ridge_on_cluster(2, X, Y, tuned)
     same = all(
         np.array_equal(getattr(serial_model, name), getattr(other, name))
         for other in (one_model, two_model)
@@ -186,11 +198,14 @@ def main():
     parser.add_argument(
         "--only", choices=["generic", "cluster"], help="one section (default: both)"
     )
+    parser.add_argument(
+        "--tuned", action="store_true", help="cluster: the settings for large data"
+    )
     args = parser.parse_args()
     if args.only in (None, "generic"):
         generic(args.quick)
     if args.only in (None, "cluster"):
-        cluster(args.quick)
+        cluster(args.quick, args.tuned)
 
 
 if __name__ == "__main__":
