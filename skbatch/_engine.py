@@ -1,6 +1,6 @@
 """The batching engine: plan, batch, recover, reduce.
 
-Every heavy loop of skbatch goes through one of two functions here.
+Every heavy loop of skbatch goes through one of the functions here.
 
 - :func:`run_batched` runs a device kernel over items (targets, replicates,
   permutations) in batches sized from the memory budgets, under OOM
@@ -9,6 +9,9 @@ Every heavy loop of skbatch goes through one of two functions here.
   through ``sklearn.utils.parallel`` in windows sized so that results in
   flight stay bounded. Wrapping ``fit`` in ``joblib.parallel_config`` picks
   the joblib backend (loky, threading, dask, ray).
+- :func:`run_problem` runs a problem object (``skbatch/_ridge/problems.py``)
+  through :func:`run_batched`, or, when a dask client is active, its batches
+  as tasks on the cluster's workers (:func:`run_on_cluster`).
 
 Reducers always receive results in item order, whatever the batch size, OOM
 splits or number of workers, so results do not depend on them.
@@ -17,11 +20,14 @@ splits or number of workers, so results do not depend on them.
 import contextlib
 import contextvars
 import functools
+import importlib
 import logging
 import math
+import os
 import sys
 import threading
 import time
+import types
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -39,7 +45,7 @@ from tqdm.auto import tqdm
 
 from . import _backends
 from ._report import FitStage, _count, record_stage, stages_not_collected
-from .backend import to_numpy
+from .backend import Backend, backend_of_array, to_numpy
 from .memory import (
     GB,
     _check_n_items,
@@ -63,9 +69,15 @@ MAX_WINDOW = 4096
 # or the size of the tasks.
 REDUCE_BLOCK = 64
 # Seconds any exchange with a dask scheduler (sending the data, asking who
-# holds it) may take before it fails, instead of hanging a fit.
+# holds it, waiting for a worker) may take before it fails, instead of
+# hanging a fit; the environment variable DASK_TIMEOUT_ENV overrides it.
 DASK_TIMEOUT_S = 60
-# Times a window runs again after the dask workers holding its data died.
+DASK_TIMEOUT_ENV = "SKBATCH_DASK_TIMEOUT"
+# Batches per dask worker thread in flight at once: one computing, one queued,
+# so that no worker waits for the client; more would only hold more results.
+TASKS_IN_FLIGHT_PER_WORKER = 2
+# Times the data is sent again, and the tasks that needed it rerun, after the
+# dask workers holding every copy of it died.
 DATA_LOSS_RETRIES = 2
 # Task arguments bigger than this (dask's sizeof) go to a dask cluster once,
 # scattered, instead of inside every task: joblib's dask backend scatters from
@@ -580,7 +592,7 @@ def run_parallel(
     # The fits the tasks run are not stages of this fit, whichever the worker.
     with _progress(n_items, verbose, desc) as bar, parallel, stages_not_collected():
         # Held until every window is done: the cluster keeps the data as long.
-        data = _TaskData(args, kwargs, n_workers)
+        data = _TaskData(args, kwargs, _dask_client() if n_workers > 1 else None)
         for start in range(0, n_items, window):
             window_ids = all_ids[start : start + window]
             chunks = [
@@ -706,13 +718,17 @@ def _run_window(parallel, function, data, chunks):
             if not data.any_lost():
                 raise
             if attempt == DATA_LOSS_RETRIES:
-                raise RuntimeError(
-                    f"The dask workers holding the data of this fit were lost "
-                    f"{attempt + 1} times (the data sent to the cluster is gone "
-                    "with them). Check the workers' logs for why they died (often "
-                    "their memory limit); give them more memory, or run without "
-                    "joblib.parallel_config(backend='dask')."
-                ) from exc
+                raise _data_lost_error(attempt + 1) from exc
+
+
+def _data_lost_error(n_losses):
+    return RuntimeError(
+        f"The dask workers holding the data of this fit were lost {n_losses} "
+        "times (the data sent to the cluster is gone with them). Check the "
+        "workers' logs for why they died (often their memory limit); give them "
+        "more memory, or fit without a dask client and without "
+        "joblib.parallel_config(backend='dask')."
+    )
 
 
 def _resolved(function, *args, **kwargs):
@@ -729,7 +745,7 @@ def _resolved(function, *args, **kwargs):
 
     def value(argument):
         if isinstance(argument, distributed.Future):
-            return argument.result(timeout=DASK_TIMEOUT_S)
+            return argument.result(timeout=dask_timeout())
         return argument
 
     args = [value(argument) for argument in args]
@@ -738,28 +754,34 @@ def _resolved(function, *args, **kwargs):
 
 
 class _TaskData:
-    """Task arguments, the large ones sent once to the active dask cluster.
+    """Task arguments, the large ones sent once to a dask cluster.
 
-    Arguments bigger than ``SCATTER_MIN_BYTES`` are replaced by their dask
-    futures, which a worker resolves to the data it received once. If the
-    workers holding a copy die, the cluster cannot recompute it:
-    :meth:`scatter_lost` sends it again from this process. For any other
-    joblib backend, and for one worker (joblib then runs the tasks in this
-    process), the arguments are kept as they are.
+    Arguments bigger than ``min_bytes`` (dask's sizeof) are replaced by their
+    dask futures, which a worker resolves to the data it received once. If
+    the workers holding a copy die, the cluster cannot recompute it:
+    :meth:`scatter_lost` sends it again from this process. Without a client
+    (another joblib backend, or one worker, when joblib runs the tasks in
+    this process), the arguments are kept as they are.
 
     Parameters
     ----------
     args : tuple
     kwargs : dict
-    n_workers : int
-        Workers of the active joblib backend.
+    client : distributed.Client or None
+    min_bytes : float, default=SCATTER_MIN_BYTES
+    broadcast : bool, default=False
+        Send a copy to every worker, which then all compute without fetching
+        it, and any of which can recompute the tasks of one that dies.
     """
 
-    def __init__(self, args, kwargs, n_workers):
+    def __init__(
+        self, args, kwargs, client, *, min_bytes=SCATTER_MIN_BYTES, broadcast=False
+    ):
         self._values = [*args, *kwargs.values()]
         self._n_args = len(args)
         self._names = list(kwargs)
-        self._client = _dask_client() if n_workers > 1 else None
+        self._client = client
+        self._broadcast = broadcast
         self._large = []
         if self._client is not None:
             from dask.sizeof import sizeof
@@ -768,7 +790,7 @@ class _TaskData:
             self._large = [
                 i
                 for i, value in enumerate(self._values)
-                if not isinstance(value, Future) and sizeof(value) > SCATTER_MIN_BYTES
+                if not isinstance(value, Future) and sizeof(value) > min_bytes
             ]
         self._sent = list(self._values)
         self._scatter(self._large)
@@ -794,7 +816,10 @@ class _TaskData:
         # hash=False, as joblib does: hashed keys are unreliable when a task
         # on a worker scatters again (nested parallelism).
         futures = self._client.scatter(
-            [self._values[i] for i in indices], hash=False, timeout=DASK_TIMEOUT_S
+            [self._values[i] for i in indices],
+            hash=False,
+            broadcast=self._broadcast,
+            timeout=dask_timeout(),
         )
         for i, future in zip(indices, futures):
             self._sent[i] = future
@@ -806,7 +831,7 @@ class _TaskData:
         keys = [self._sent[i].key for i in self._large]
         # Client.who_has takes no timeout: the scheduler is asked directly.
         holders = self._client.sync(
-            self._client.scheduler.who_has, keys=keys, callback_timeout=DASK_TIMEOUT_S
+            self._client.scheduler.who_has, keys=keys, callback_timeout=dask_timeout()
         )
         return [
             i
@@ -853,7 +878,7 @@ def _block_result(results, chunk, lo, hi):
 
 
 def run_problem(problem, reduce, *, max_memory_gb=None, batch_size="auto", verbose=0):
-    """Run a problem object over all its items: :func:`run_batched` on what it states.
+    """Run a problem object over all its items, here or on the active dask cluster.
 
     A problem (see :mod:`skbatch._ridge.problems`) is a kernel of item ids
     that states its memory (``fixed_bytes``, ``device_bytes_per_item``,
@@ -861,11 +886,18 @@ def run_problem(problem, reduce, *, max_memory_gb=None, batch_size="auto", verbo
     whether its batches may run side by side (``threads``), ``n_items``,
     ``backend`` and ``desc``; the caller never does memory arithmetic.
 
+    With a dask client active (see :func:`active_dask_client`) the batches
+    run as tasks on the cluster's workers (:func:`run_on_cluster`), else in
+    this process (:func:`run_batched`); the batches, and so the results, are
+    the same.
+
     Returns
     -------
     Plan
     """
-    return run_batched(
+    client = active_dask_client()
+    run = run_batched if client is None else functools.partial(run_on_cluster, client)
+    return run(
         problem,
         reduce,
         n_items=problem.n_items,
@@ -880,3 +912,360 @@ def run_problem(problem, reduce, *, max_memory_gb=None, batch_size="auto", verbo
         verbose=verbose,
         desc=problem.desc,
     )
+
+
+def dask_timeout():
+    """Seconds an exchange with a dask cluster may take before a fit fails.
+
+    ``DASK_TIMEOUT_S``, unless the environment variable ``SKBATCH_DASK_TIMEOUT``
+    gives another number of seconds (read at every use, so that it can be set
+    in a job script, or in ``os.environ`` before a fit).
+
+    Raises
+    ------
+    ValueError
+        If the variable is not a number of seconds > 0.
+    """
+    value = os.environ.get(DASK_TIMEOUT_ENV)
+    if value is None:
+        return DASK_TIMEOUT_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise ValueError(
+            f"The environment variable {DASK_TIMEOUT_ENV} must be a number of "
+            f"seconds > 0, got {value!r}."
+        )
+    return seconds
+
+
+def active_dask_client():
+    """The dask client batched work goes to, or None to run in this process.
+
+    The client of ``joblib.parallel_config(backend="dask")`` when that is
+    active, else dask's default client (the last ``distributed.Client``
+    made in this process, or the one of ``client.as_current()``). None when
+    dask's ``distributed`` was never imported (no client can exist), and
+    inside a task on a dask worker, whose fits run where they are.
+    """
+    distributed = sys.modules.get("distributed")
+    if distributed is None:
+        return None
+    try:
+        distributed.get_worker()
+    except ValueError:
+        pass
+    else:
+        return None
+    client = _dask_client()
+    if client is None:
+        try:
+            client = distributed.default_client()
+        except ValueError:
+            return None
+    return client if client.status == "running" else None
+
+
+def run_on_cluster(
+    client,
+    problem,
+    reduce,
+    *,
+    n_items,
+    backend,
+    device_bytes_per_item,
+    host_bytes_per_item=0.0,
+    fixed_bytes=0.0,
+    max_memory_gb=None,
+    batch_size="auto",
+    max_batch_size=None,
+    threads=False,
+    verbose=0,
+    desc="items",
+):
+    """Run a problem's batches as tasks on the workers of a dask cluster.
+
+    The problem (the data and its decompositions) is sent to every worker
+    once; each batch of item ids is a task calling ``problem(ids)`` under the
+    worker's own out-of-memory recovery, whose numpy results come back and
+    are reduced in item order. The batches are those :func:`run_batched`
+    plans in this process, so the results are the same. At most
+    ``TASKS_IN_FLIGHT_PER_WORKER`` batches per worker thread, and no more
+    than the host budget holds, are in flight.
+
+    A worker that dies mid-fit is replaced by dask, which recomputes its
+    batches from another worker's copy of the problem; if every copy was
+    lost, the problem is sent again, up to ``DATA_LOSS_RETRIES`` times. No
+    wait lasts longer than :func:`dask_timeout` without a worker in the
+    cluster.
+
+    Parameters
+    ----------
+    client : distributed.Client
+    problem : object
+        A picklable problem (see :func:`run_problem`), called as
+        ``problem(ids)`` on the workers.
+    reduce, n_items, backend, device_bytes_per_item, host_bytes_per_item, \
+fixed_bytes, max_memory_gb, batch_size, max_batch_size, threads, verbose, \
+desc :
+        See :func:`run_batched`; ``backend`` is where each worker computes (a
+        GPU backend: the worker's own card, for workers that see one each,
+        as dask-cuda's do).
+
+    Returns
+    -------
+    Plan
+    """
+    from distributed import wait
+
+    timeout = dask_timeout()
+    n_side_by_side = cpu_workers(backend) if threads else 1
+    plan = plan_batches(
+        n_items,
+        backend=backend,
+        device_bytes_per_item=device_bytes_per_item,
+        host_bytes_per_item=host_bytes_per_item,
+        fixed_bytes=fixed_bytes,
+        max_memory_gb=max_memory_gb,
+        batch_size=batch_size,
+        max_batch_size=max_batch_size,
+        n_workers=n_side_by_side,
+    )
+    n_threads = _cluster_threads(client, timeout)
+    result_bytes = plan.batch_size * host_bytes_per_item
+    host_room = memory_budget(None, max_memory_gb) * GB
+    in_flight = min(
+        TASKS_IN_FLIGHT_PER_WORKER * n_threads,
+        max(1, int(host_room // result_bytes)) if result_bytes else math.inf,
+    )
+    stage = FitStage(
+        name=desc,
+        path="cluster",
+        runs_on=backend.name,
+        n_items=n_items,
+        batch_size=plan.batch_size,
+        n_batches=plan.n_batches,
+        n_workers=n_threads,
+        n_batches_run=0,
+        n_oom_splits=0,
+        planned_peak_bytes=fixed_bytes
+        + plan.batch_size * (device_bytes_per_item + host_bytes_per_item),
+        budget_gb=plan.budget_gb,
+        device_bytes_per_item=device_bytes_per_item,
+        host_bytes_per_item=host_bytes_per_item,
+        fixed_bytes=fixed_bytes,
+        seconds=0.0,
+    )
+    _say(verbose, stage.format_plan())
+    started = time.perf_counter()
+    log_level = logging.INFO if verbose >= 2 else logging.DEBUG
+    logger.log(
+        log_level,
+        "%s: %d %s in batches of %d (%d batches) on %d dask worker threads, "
+        "%d in flight",
+        desc,
+        n_items,
+        desc,
+        plan.batch_size,
+        plan.n_batches,
+        n_threads,
+        in_flight,
+    )
+    all_ids = np.arange(n_items, dtype=np.int64)
+    batches = deque(
+        all_ids[start : start + plan.batch_size]
+        for start in range(0, n_items, plan.batch_size)
+    )
+    data = _TaskData((problem,), {}, client, min_bytes=0, broadcast=True)
+    pending = deque()
+    n_losses = 0
+
+    def submit(ids):
+        (sent,), _ = data.sent
+        future = client.submit(_run_batch, sent, ids, n_side_by_side > 1, pure=False)
+        return _Task(ids, future)
+
+    # Current, so that dask's wait finds the client of joblib's dask backend.
+    with _progress(n_items, verbose, desc) as bar, client.as_current():
+        while batches or pending:
+            while batches and len(pending) < in_flight:
+                pending.append(submit(batches.popleft()))
+            try:
+                wait(
+                    [task.future for task in pending],
+                    timeout=timeout,
+                    return_when="FIRST_COMPLETED",
+                )
+            except TimeoutError:
+                # Batches may compute for longer than the timeout; a cluster
+                # without workers would wait for ever.
+                _cluster_threads(client, timeout)
+                continue
+            for task in pending:
+                if not task.counted and task.future.status == "finished":
+                    task.counted = True
+                    bar.update(len(task.ids))
+            while pending and pending[0].future.done():
+                task = pending[0]
+                try:
+                    pieces, n_calls, n_splits = task.future.result(timeout=timeout)
+                except Exception as exc:
+                    if not data.any_lost():
+                        raise
+                    n_losses += 1
+                    if n_losses > DATA_LOSS_RETRIES:
+                        raise _data_lost_error(n_losses) from exc
+                    data.scatter_lost()
+                    pending = deque(
+                        task if task.future.status == "finished" else submit(task.ids)
+                        for task in pending
+                    )
+                    break
+                pending.popleft()
+                for lo, hi, result in pieces:
+                    reduce(task.ids[lo:hi], result)
+                plan.n_kernel_calls += n_calls
+                plan.n_oom_recoveries += n_splits
+    stage = replace(
+        stage,
+        n_batches_run=plan.n_kernel_calls,
+        n_oom_splits=plan.n_oom_recoveries,
+        seconds=time.perf_counter() - started,
+    )
+    _say(verbose, stage.format_summary())
+    logger.log(
+        log_level,
+        "%s: done in %d kernel calls, %d out-of-memory recoveries on %d dask "
+        "worker threads",
+        desc,
+        plan.n_kernel_calls,
+        plan.n_oom_recoveries,
+        n_threads,
+    )
+    record_stage(stage)
+    return plan
+
+
+@dataclass
+class _Task:
+    """A batch sent to the cluster; ``counted`` once the progress bar has it."""
+
+    ids: np.ndarray
+    future: object
+    counted: bool = False
+
+
+def _cluster_threads(client, timeout):
+    """Threads of the cluster's workers, waiting up to ``timeout`` for one."""
+    try:
+        client.wait_for_workers(1, timeout=timeout)
+        n_threads = sum(client.nthreads(callback_timeout=timeout).values())
+    except TimeoutError as exc:
+        raise RuntimeError(
+            f"The dask cluster had no worker for {timeout:g} s; start workers "
+            f"(or wait for the ones requested to start), or raise the "
+            f"environment variable {DASK_TIMEOUT_ENV}."
+        ) from exc
+    return max(n_threads, 1)
+
+
+def _run_batch(problem, ids, one_thread):
+    """One batch on a dask worker: ``problem(ids)`` under OOM recovery.
+
+    With ``one_thread``, on one thread of the library, as :func:`run_batched`
+    runs batches side by side: a product's rounding can depend on the
+    threads that compute it.
+
+    Returns
+    -------
+    pieces : list of (start, stop, numpy result)
+        Consecutive pieces of ``ids``, more than one after out-of-memory
+        splits, each as :func:`run_batched` hands it to the reducer.
+    n_calls, n_splits : int
+        Kernel calls and out-of-memory splits.
+    """
+    backend = problem.backend
+    runner = ChunkRunner(
+        backend=backend,
+        hint="lower max_memory_gb, or the batch size, or the data size",
+    )
+    calls = []
+
+    def counted(chunk):
+        calls.append(len(chunk))
+        return problem(chunk)
+
+    library = _backends.get(backend.library)
+    with (
+        backend.context(),
+        library.one_thread() if one_thread else contextlib.nullcontext(),
+    ):
+        pieces = [
+            (lo, hi, _to_host(result)) for lo, hi, result in runner.run(counted, ids)
+        ]
+    return pieces, len(calls), runner.n_recoveries
+
+
+class Portable:
+    """Pickles with host arrays and device strings; unpickles on its backend.
+
+    For the problems that :func:`run_on_cluster` sends to dask workers. A
+    problem holds device arrays and its array namespace: a namespace (a
+    module) does not pickle, and a device array would come back on the
+    device it was made on rather than the receiving worker's own (on
+    dask-cuda, each worker's ``cuda:0`` is its card). Pickled, every device
+    array becomes a host numpy array and its backend's strings, the
+    namespace its module's name; unpickling re-creates them there.
+    """
+
+    def __getstate__(self):
+        return {name: _portable(value) for name, value in vars(self).items()}
+
+    def __setstate__(self, state):
+        # Arrays first: re-creating a jax array configures jax before its
+        # namespace is imported (skbatch/_backends/jax.py).
+        restored = {name: _restored(value) for name, value in state.items()}
+        vars(self).update(restored)
+        vars(self).update(
+            {
+                name: importlib.import_module(value.name)
+                for name, value in state.items()
+                if isinstance(value, _Namespace)
+            }
+        )
+
+
+@dataclass(frozen=True)
+class _Namespace:
+    name: str
+
+
+@dataclass(frozen=True)
+class _DeviceArray:
+    array: np.ndarray
+    backend: Backend
+
+
+def _portable(value):
+    if isinstance(value, types.ModuleType):
+        return _Namespace(value.__name__)
+    if isinstance(value, list | tuple):
+        return type(value)(_portable(item) for item in value)
+    if isinstance(value, dict):
+        return {key: _portable(item) for key, item in value.items()}
+    backend = backend_of_array(value)
+    if backend is None:
+        return value
+    return _DeviceArray(to_numpy(value), backend)
+
+
+def _restored(value):
+    if isinstance(value, list | tuple):
+        return type(value)(_restored(item) for item in value)
+    if isinstance(value, dict):
+        return {key: _restored(item) for key, item in value.items()}
+    if isinstance(value, _DeviceArray):
+        return value.backend.asarray(value.array)
+    return value

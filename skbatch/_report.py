@@ -33,23 +33,25 @@ class FitStage:
     """One loop of a fit: what the engine planned, and what happened.
 
     Every heavy loop of a fit (over targets, permutations, bootstrap
-    replicates) is one stage. It runs on one of two paths: ``"batched"``,
+    replicates) is one stage. It runs on one of three paths: ``"batched"``,
     where a device kernel processes batches of items sized from the memory
-    budget, or ``"parallel"``, where refits of an arbitrary estimator run as
-    joblib tasks in windows sized so that the results in flight fit the
-    host budget.
+    budget; ``"cluster"``, the same batches run as tasks on the workers of
+    an active dask cluster; or ``"parallel"``, where refits of an arbitrary
+    estimator run as joblib tasks in windows sized so that the results in
+    flight fit the host budget.
 
     Attributes
     ----------
     name : str
         What the items are: ``"targets"``, ``"permutations"``,
         ``"replicates"``...
-    path : {"batched", "parallel"}
-        The device engine, or joblib windows.
+    path : {"batched", "cluster", "parallel"}
+        The device engine here, the device engine on dask workers, or joblib
+        windows.
     runs_on : str
         The backend's name (``"numpy"``, ``"torch-cuda"``...) on the batched
-        path; the joblib backend (``"loky"``, ``"threading"``, ``"dask"``...)
-        on the parallel path.
+        and cluster paths (on the cluster, each worker's); the joblib backend
+        (``"loky"``, ``"threading"``, ``"dask"``...) on the parallel path.
     n_items : int
         Items processed.
     batch_size : int
@@ -58,8 +60,8 @@ class FitStage:
     n_batches : int
         Batches (or windows) planned.
     n_workers : int
-        Batches run side by side (batched path), or joblib workers (parallel
-        path).
+        Batches run side by side (batched path), threads of the dask workers
+        (cluster path), or joblib workers (parallel path).
     n_batches_run : int
         Batches actually run: more than ``n_batches`` after out-of-memory
         splits, a batch that ran out of memory counted too.
@@ -67,8 +69,9 @@ class FitStage:
         Batches that ran out of memory and were split in halves.
     planned_peak_bytes : float
         Memory the plan allows: ``fixed_bytes`` plus a batch of items per
-        worker (batched path); the window's results plus the copies of the
-        data the local workers hold (parallel path).
+        worker (batched path) or on each worker (cluster path); the window's
+        results plus the copies of the data the local workers hold (parallel
+        path).
     budget_gb : float
         Memory budget one batch (or window) was sized against, in GB.
     device_bytes_per_item, host_bytes_per_item : float
@@ -131,6 +134,10 @@ class FitStage:
                 f"{_count(self.n_workers, 'joblib workers')}"
             )
         side_by_side = f", {self.n_workers} side by side" if self.n_workers > 1 else ""
+        if self.path == "cluster":
+            side_by_side = (
+                f" on a dask cluster of {_count(self.n_workers, 'worker threads')}"
+            )
         return (
             f"{items} {_count(self.n_batches, 'batches')} of up to "
             f"{self.batch_size:,} on {self.runs_on}{side_by_side}; planned peak "

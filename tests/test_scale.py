@@ -113,7 +113,10 @@ def dask_client():
             host="127.0.0.1",
             dashboard_address=None,
         ) as cluster,
-        distributed.Client(cluster) as client,
+        # Not the default client: the tests after this module's dask tests
+        # compute in this process (fitting with a default client runs the
+        # batched paths on the cluster, tests/test_cluster.py).
+        distributed.Client(cluster, set_as_default=False) as client,
     ):
         yield client
 
@@ -140,8 +143,12 @@ def _walk(obj, seen=None):
 
 
 @contextlib.contextmanager
-def watch_client(client, monkeypatch):
-    """Record what the client scatters and what every submitted task carries."""
+def watch_client(client, monkeypatch, *, current=True):
+    """Record what the client scatters and what every submitted task carries.
+
+    With ``current``, the client is dask's default inside the block, where
+    ``joblib.parallel_config(backend="dask")`` finds it.
+    """
     from distributed import Future
 
     log = {"scattered": [], "task_arrays": [], "task_futures": 0, "n_submits": 0}
@@ -162,7 +169,8 @@ def watch_client(client, monkeypatch):
 
     monkeypatch.setattr(client, "scatter", recording_scatter)
     monkeypatch.setattr(client, "submit", recording_submit)
-    yield log
+    with client.as_current() if current else contextlib.nullcontext():
+        yield log
 
 
 @pytest.mark.slow
@@ -254,7 +262,7 @@ def doomed_dask_client():
             host="127.0.0.1",
             dashboard_address=None,
         ) as cluster,
-        distributed.Client(cluster) as client,
+        distributed.Client(cluster, set_as_default=False) as client,
     ):
         client.wait_for_workers(2, timeout=60)
         yield client
@@ -377,16 +385,19 @@ def test_a_task_error_without_lost_data_is_not_retried(monkeypatch):
 
 
 @pytest.mark.slow
-def test_batched_paths_fit_identically_inside_a_dask_context(dask_client, monkeypatch):
-    # No joblib work: nothing is sent to the cluster, results do not change.
+def test_batched_paths_inside_a_joblib_dask_context_run_on_the_cluster(
+    dask_client, monkeypatch
+):
+    # The client of joblib's dask backend counts as active, as for the generic
+    # paths: the batches go to its workers, and the results do not change.
     X, Y = make_data()
     ridge = BatchedRidge(alphas=ALPHAS, device="cpu").fit(X, Y)
     boot = BootstrapEstimator(
         Ridge(), n_bootstrap=40, random_state=0, device="cpu", return_samples=True
     ).fit(X, Y)
     with (
-        watch_client(dask_client, monkeypatch) as log,
-        joblib.parallel_config(backend="dask"),
+        watch_client(dask_client, monkeypatch, current=False) as log,
+        joblib.parallel_config(backend="dask", client=dask_client),
     ):
         ridge_dask = BatchedRidge(alphas=ALPHAS, device="cpu").fit(X, Y)
         boot_dask = BootstrapEstimator(
@@ -395,7 +406,12 @@ def test_batched_paths_fit_identically_inside_a_dask_context(dask_client, monkey
     for name in ("coef_", "intercept_", "alpha_", "best_score_"):
         assert_array_equal(getattr(ridge, name), getattr(ridge_dask, name))
     assert_same_bootstrap(boot, boot_dask)
-    assert log["n_submits"] == 0 and log["scattered"] == []
+    stages = [*ridge_dask.fit_report_.stages, *boot_dask.fit_report_.stages]
+    assert [stage.path for stage in stages] == ["cluster"] * len(stages)
+    # One problem sent per loop; each batch a task holding its ids, not data.
+    assert len(log["scattered"]) == len(stages)
+    assert log["n_submits"] == sum(stage.n_batches for stage in stages)
+    assert max(a.nbytes for a in log["task_arrays"]) < X.nbytes
 
 
 def test_generic_path_results_do_not_depend_on_task_size(monkeypatch):

@@ -26,7 +26,7 @@ from sklearn.model_selection import check_cv
 from sklearn.utils._param_validation import InvalidParameterError
 
 from .. import _linalg
-from .._engine import map_threads
+from .._engine import Portable, map_threads
 from .._linalg import MIN_SCORED_ROWS
 
 __all__ = ["CV_SCHEMES", "GeneralizedCV", "KFold", "LeaveOneOut", "cv_scheme"]
@@ -304,7 +304,7 @@ def _row_runs(indices):
     ]
 
 
-class _Fold:
+class _Fold(Portable):
     """One train/test split: its training rows decomposed, its rows located."""
 
     def __init__(self, X, weight, train, test, backend, *, fit_intercept):

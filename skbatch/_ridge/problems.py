@@ -33,6 +33,7 @@ import numpy as np
 from array_api_compat import device as array_device
 
 from .. import _linalg
+from .._engine import Portable
 from .._targets import TargetColumns, chunk_aligned
 from ..memory import GB, memory_budget
 from ..random import bootstrap_counts, permutation_indices
@@ -78,7 +79,7 @@ MAX_BOOTSTRAP_BATCH_BYTES = 256e6
 SIDE_BY_SIDE_MIN_FLOPS = 1e7
 
 
-class RidgeSolver:
+class RidgeSolver(Portable):
     """A design matrix decomposed once for a CV scheme, taking device targets.
 
     Parameters
@@ -450,7 +451,7 @@ DEVICE_SCORINGS = (
 )
 
 
-class PermutedRidgeProblem:
+class PermutedRidgeProblem(Portable):
     """Outer folds decomposed once, scoring batches of permuted targets.
 
     A permutation k of the rows of ``Y`` (n x t) becomes t target columns
@@ -624,7 +625,7 @@ def check_replicate_weights(ids, weights):
         )
 
 
-class BootstrapRidgeProblem:
+class BootstrapRidgeProblem(Portable):
     """Data on the device, solving batches of bootstrap replicates as weights.
 
     ``problem(ids)`` returns the coefficients, of shape (batch, n_targets,

@@ -1,0 +1,480 @@
+"""The batched paths on a dask cluster (``skbatch._engine.run_on_cluster``).
+
+- With a ``distributed.Client`` active, BatchedRidge (LOO, GCV, K-fold) and
+  its predictions, the ridge fast path of PermutationScorer and the linear
+  path of BootstrapEstimator run their batches on a two-process
+  ``LocalCluster`` and give the serial results bit for bit.
+- A worker killed mid-fit leaves the result unchanged; data lost for good
+  fails saying so; a cluster without workers fails within the timeout.
+- Problems pickle as host arrays and device strings, never device arrays.
+"""
+
+import contextlib
+import pickle
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from numpy.testing import assert_array_equal
+from sklearn.linear_model import Ridge, RidgeCV
+
+import skbatch._backends.torch as torch_backend
+import skbatch._engine as engine
+from skbatch import (
+    Backend,
+    BatchedRidge,
+    BootstrapEstimator,
+    PermutationScorer,
+    memory,
+)
+from skbatch._ridge import cv_scheme
+from skbatch._ridge.problems import (
+    BootstrapRidgeProblem,
+    PermutedRidgeProblem,
+    RidgeSolver,
+    TargetProblem,
+)
+from skbatch._ridge.spec import ridge_spec
+
+distributed = pytest.importorskip("distributed")
+
+ALPHAS = np.logspace(-2, 3, 6)
+# A fit that runs past this on a two-worker cluster is hung, not slow.
+FIT_TIMEOUT_S = 120
+KILL_IN_50_MS = "import os, threading; threading.Timer(0.05, os._exit, (1,)).start()"
+
+
+def make_data(n_samples=120, n_features=8, n_targets=3, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n_samples, n_features))
+    Y = X @ rng.standard_normal((n_features, n_targets))
+    return X, Y + rng.standard_normal((n_samples, n_targets))
+
+
+def two_process_cluster():
+    return distributed.LocalCluster(
+        n_workers=2,
+        processes=True,
+        threads_per_worker=1,
+        host="127.0.0.1",
+        dashboard_address=None,
+    )
+
+
+@pytest.fixture(scope="module")
+def client():
+    with two_process_cluster() as cluster, distributed.Client(cluster) as client:
+        client.wait_for_workers(2, timeout=60)
+        yield client
+
+
+@pytest.fixture
+def in_process_client():
+    with distributed.Client(
+        processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None
+    ) as client:
+        yield client
+
+
+def fit_serial_and_on(client, make, *args):
+    """``make().fit(*args)`` without the client, and with its tasks recorded."""
+    # The module's client is the default one: step outside it for the serial fit.
+    with no_client():
+        serial = make().fit(*args)
+    with distributed.get_task_stream(client=client) as stream:
+        on_cluster = make().fit(*args)
+    # One task per batch, each run by a worker of the cluster.
+    batches = [task for task in stream.data if task["key"].startswith("_run_batch")]
+    stages = [stage for stage in on_cluster.fit_report_.stages]
+    assert {stage.path for stage in stages} == {"cluster"}
+    assert len(batches) == sum(stage.n_batches for stage in stages)
+    assert {task["worker"] for task in batches} <= set(
+        client.scheduler_info()["workers"]
+    )
+    return serial, on_cluster
+
+
+@contextlib.contextmanager
+def no_client():
+    """No dask client is active inside: the engine runs in this process."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engine, "active_dask_client", lambda: None)
+        yield
+
+
+def cluster_stage(model):
+    (stage, *_) = [s for s in model.fit_report_.stages if s.path == "cluster"]
+    return stage
+
+
+# --- results identical to a serial fit ----------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cv", [None, "gcv", 4])
+@pytest.mark.parametrize("alpha_per_target", [True, False])
+def test_batched_ridge_on_a_cluster_equals_the_serial_fit(client, cv, alpha_per_target):
+    X, Y = make_data(n_samples=80, n_features=6, n_targets=300, seed=1)
+    X_new = make_data(n_samples=20, n_features=6, seed=2)[0]
+
+    def make():
+        return BatchedRidge(
+            alphas=ALPHAS,
+            cv=cv,
+            alpha_per_target=alpha_per_target,
+            n_targets_batch=64,
+            device="cpu",
+        )
+
+    serial, on_cluster = fit_serial_and_on(client, make, X, Y)
+    for name in ("coef_", "intercept_", "alpha_", "best_score_"):
+        assert_array_equal(getattr(serial, name), getattr(on_cluster, name), name)
+    with no_client():
+        expected = serial.predict(X_new)
+    assert_array_equal(on_cluster.predict(X_new), expected)
+    stage = cluster_stage(on_cluster)
+    (serial_stage,) = serial.fit_report_.stages[:1]
+    # The batches of the serial plan: the same boundaries, the same sums.
+    assert (stage.n_items, stage.batch_size, stage.n_batches) == (300, 64, 5)
+    assert (serial_stage.batch_size, serial_stage.n_batches) == (64, 5)
+    assert (stage.runs_on, stage.n_workers) == ("numpy", 2)
+
+
+@pytest.mark.slow
+def test_permutation_ridge_path_on_a_cluster_equals_the_serial_fit(client):
+    X, Y = make_data(n_samples=60, n_features=5, n_targets=4, seed=3)
+
+    def make():
+        return PermutationScorer(
+            Ridge(alpha=3.0),
+            n_permutations=99,
+            cv=3,
+            multioutput="raw_values",
+            return_null=True,
+            random_state=0,
+            device="cpu",
+        )
+
+    serial, on_cluster = fit_serial_and_on(client, make, X, Y)
+    for name in ("score_", "pvalue_", "pvalue_fwer_", "null_mean_", "null_std_"):
+        assert_array_equal(getattr(serial, name), getattr(on_cluster, name), name)
+    assert_array_equal(serial.permutation_scores_, on_cluster.permutation_scores_)
+    assert cluster_stage(on_cluster).name == "permutations"
+
+
+@pytest.mark.slow
+def test_bootstrap_linear_path_on_a_cluster_equals_the_serial_fit(client):
+    X, Y = make_data(n_samples=50, n_features=4, n_targets=2, seed=4)
+
+    def make():
+        return BootstrapEstimator(
+            Ridge(alpha=1.0),
+            n_bootstrap=200,
+            return_samples=True,
+            random_state=0,
+            device="cpu",
+            max_memory_gb=0.002,
+        )
+
+    serial, on_cluster = fit_serial_and_on(client, make, X, Y)
+    for name, result in serial.results_.items():
+        for field, value in result._asdict().items():
+            assert_array_equal(value, getattr(on_cluster.results_[name], field), field)
+    assert cluster_stage(on_cluster).n_batches > 1
+
+
+@pytest.mark.slow
+def test_a_problem_above_the_batching_cap_is_planned_not_refused(client, monkeypatch):
+    # The cap bounds one batch, not the data: X's decomposition, far above
+    # this cap, is held by every worker while targets run one batch at a time.
+    monkeypatch.setattr(memory, "BATCHING_CAP_GB", 1e-5)
+    X, Y = make_data(n_samples=100, n_features=10, n_targets=40, seed=5)
+
+    def make():
+        return BatchedRidge(alphas=ALPHAS, device="cpu")
+
+    serial, on_cluster = fit_serial_and_on(client, make, X, Y)
+    assert_array_equal(serial.coef_, on_cluster.coef_)
+    stage = cluster_stage(on_cluster)
+    assert stage.fixed_bytes > memory.BATCHING_CAP_GB * memory.GB
+    assert stage.batch_size < 40 and stage.n_batches_run == stage.n_batches
+
+
+@pytest.mark.slow
+def test_verbose_says_the_fit_runs_on_the_cluster(client, capsys):
+    X, Y = make_data(n_targets=10)
+    BatchedRidge(alphas=ALPHAS, n_targets_batch=10, device="cpu", verbose=1).fit(X, Y)
+    out = capsys.readouterr().out
+    assert "targets: 10 targets in 1 batch of up to 10 on numpy on a dask " in out
+    assert "cluster of 2 worker threads" in out
+    assert "targets: done in" in out
+
+
+def test_workers_sharing_this_process_give_the_serial_result(in_process_client):
+    # Worker threads in this process see BLAS on all its threads; a batch that
+    # the serial run computes on one thread (side by side) must too, or its
+    # products round differently.
+    X, Y = make_data(n_samples=200, n_features=20, n_targets=1000, seed=8)
+
+    def make():
+        return BatchedRidge(alphas=ALPHAS, device="cpu")
+
+    with no_client():
+        serial = make().fit(X, Y)
+    on_cluster = make().fit(X, Y)
+    assert cluster_stage(on_cluster).n_workers == 1
+    assert_array_equal(serial.coef_, on_cluster.coef_)
+    assert_array_equal(serial.best_score_, on_cluster.best_score_)
+
+
+# --- faults -------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_fit_leaves_the_result_unchanged(monkeypatch):
+    X, Y = make_data(n_samples=1000, n_features=100, n_targets=8000, seed=6)
+
+    def make():
+        return BatchedRidge(alphas=ALPHAS, n_targets_batch=250, device="cpu")
+
+    with no_client():
+        serial = make().fit(X, Y)
+    with two_process_cluster() as cluster, distributed.Client(cluster) as client:
+        client.wait_for_workers(2, timeout=60)
+        victim = sorted(client.scheduler_info()["workers"])[0]
+        submit = client.submit
+        n_submits = []
+
+        def submit_then_kill(*args, **kwargs):
+            n_submits.append(1)
+            if len(n_submits) == 3:
+                # Dies 50 ms later, while it computes a batch: builtins only,
+                # so that the worker unpickles the call without this module.
+                client.run(exec, KILL_IN_50_MS, workers=[victim])
+            return submit(*args, **kwargs)
+
+        monkeypatch.setattr(client, "submit", submit_then_kill)
+        with ThreadPoolExecutor(1) as pool:
+            on_cluster = pool.submit(make().fit, X, Y).result(timeout=FIT_TIMEOUT_S)
+        assert len(n_submits) >= 32
+        assert victim not in client.scheduler_info()["workers"]
+    assert_array_equal(serial.coef_, on_cluster.coef_)
+    assert_array_equal(serial.alpha_, on_cluster.alpha_)
+
+
+def _lose_the_data_every_time(monkeypatch):
+    """Every batch fails and the data is lost each time: counts resends."""
+    resends = []
+
+    def fail(problem, ids, one_thread):
+        raise OSError("the worker holding the data died")
+
+    monkeypatch.setattr(engine, "_run_batch", fail)
+    monkeypatch.setattr(engine._TaskData, "any_lost", lambda self: True)
+    monkeypatch.setattr(
+        engine._TaskData, "scatter_lost", lambda self: resends.append(1)
+    )
+    return resends
+
+
+def test_data_lost_for_good_fails_saying_so(in_process_client, monkeypatch):
+    resends = _lose_the_data_every_time(monkeypatch)
+    X, Y = make_data()
+    with pytest.raises(
+        RuntimeError, match=r"dask workers holding the data .* were lost 3 times"
+    ) as info:
+        BatchedRidge(alphas=ALPHAS, device="cpu").fit(X, Y)
+    assert isinstance(info.value.__cause__, OSError)
+    assert len(resends) == engine.DATA_LOSS_RETRIES
+
+
+def test_a_task_error_without_lost_data_is_raised_as_is(in_process_client, monkeypatch):
+    resends = _lose_the_data_every_time(monkeypatch)
+    monkeypatch.setattr(engine._TaskData, "any_lost", lambda self: False)
+    X, Y = make_data()
+    with pytest.raises(OSError, match="the worker holding the data died"):
+        BatchedRidge(alphas=ALPHAS, device="cpu").fit(X, Y)
+    assert resends == []
+
+
+def test_a_cluster_without_workers_fails_within_the_timeout(monkeypatch):
+    monkeypatch.setenv(engine.DASK_TIMEOUT_ENV, "0.5")
+    X, Y = make_data()
+    with (
+        distributed.LocalCluster(
+            n_workers=0, processes=False, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster),
+        pytest.raises(RuntimeError, match=r"no worker for 0.5 s.*SKBATCH_DASK_TIMEOUT"),
+    ):
+        BatchedRidge(alphas=ALPHAS, device="cpu").fit(X, Y)
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "soon", "inf", "nan"])
+def test_a_bad_timeout_is_refused_before_any_work(
+    in_process_client, monkeypatch, value
+):
+    monkeypatch.setenv("SKBATCH_DASK_TIMEOUT", value)
+    scattered = []
+    monkeypatch.setattr(in_process_client, "scatter", scattered.append)
+    with pytest.raises(ValueError, match=rf"SKBATCH_DASK_TIMEOUT .* got '{value}'"):
+        BatchedRidge(alphas=ALPHAS, device="cpu").fit(*make_data())
+    assert scattered == []
+
+
+def test_the_timeout_is_read_from_the_environment(monkeypatch):
+    monkeypatch.delenv("SKBATCH_DASK_TIMEOUT", raising=False)
+    assert engine.dask_timeout() == engine.DASK_TIMEOUT_S
+    monkeypatch.setenv("SKBATCH_DASK_TIMEOUT", "2.5")
+    assert engine.dask_timeout() == 2.5
+
+
+# --- where the engine runs ----------------------------------------------------
+
+
+def test_fits_inside_a_dask_task_run_where_they_are(in_process_client):
+    assert engine.active_dask_client() is in_process_client
+    on_worker = in_process_client.submit(engine.active_dask_client, pure=False)
+    assert on_worker.result(timeout=FIT_TIMEOUT_S) is None
+
+
+def test_the_latest_client_is_active_until_closed():
+    with distributed.Client(
+        processes=False, n_workers=1, dashboard_address=None
+    ) as client:
+        assert engine.active_dask_client() is client
+    assert engine.active_dask_client() is not client
+
+
+# --- problems travel as host arrays and device strings -------------------------
+
+
+def _problems(backend):
+    """One problem of each class, on ``backend``, with their inputs."""
+    X, Y = make_data(n_samples=40, n_features=5, n_targets=3, seed=7)
+    dtype = np.float64
+    kfold = cv_scheme(3).split(X, Y)
+    solver = RidgeSolver(
+        X, None, ALPHAS, kfold, backend, dtype, fit_intercept=True, scoring=None
+    )
+    spec = ridge_spec(RidgeCV(alphas=ALPHAS))
+
+    def inner(X_train, Y_train):
+        return cv_scheme(spec.cv, spec.scoring).split(X_train, Y_train)
+
+    splits = [(np.arange(20, 40), np.arange(20)), (np.arange(20), np.arange(20, 40))]
+    permutation = dict(
+        entropy=1, groups=None, permutation_type="shuffle", block_size=None
+    )
+    return [
+        TargetProblem(solver, Y),
+        PermutedRidgeProblem(
+            X,
+            Y,
+            splits,
+            spec,
+            inner,
+            backend,
+            dtype,
+            None,
+            n_permutations=10,
+            permutation=permutation,
+        ),
+        BootstrapRidgeProblem(
+            X,
+            Y,
+            1.0,
+            fit_intercept=True,
+            sample_weight=None,
+            groups=None,
+            block_size=None,
+            entropy=2,
+            backend=backend,
+            dtype=dtype,
+            n_bootstrap=10,
+        ),
+    ]
+
+
+def _host(result):
+    return [np.asarray(part) for part in engine._to_host(result)]
+
+
+@pytest.mark.parametrize(
+    "backend", [Backend("numpy"), Backend("torch"), Backend("jax")], ids=str
+)
+def test_every_problem_computes_the_same_after_a_round_trip(backend):
+    pytest.importorskip(backend.library)
+    ids = np.arange(2, 7)
+    with backend.context():
+        for problem in _problems(backend):
+            copy = pickle.loads(pickle.dumps(problem))
+            assert copy.backend == backend
+            for got, expected in zip(_host(copy(ids)), _host(problem(ids))):
+                assert_array_equal(got, expected)
+
+
+def test_a_cuda_problem_pickles_without_device_arrays(fake_cuda, monkeypatch):
+    """On a dask-cuda cluster, arrays are re-created on each worker's card.
+
+    CUDA is faked: "cuda:0" arrays live on torch's CPU, and the test checks
+    that no tensor is pickled and that unpickling asks the backend, by its
+    device string, for every array.
+    """
+    import torch
+
+    real_native_device = Backend.native_device
+    asked = []
+
+    def native_device(self):
+        if self.device.startswith("cuda"):
+            asked.append(self.device)
+            return torch.device("cpu")
+        return real_native_device(self)
+
+    monkeypatch.setattr(Backend, "native_device", native_device)
+    # Every tensor of this test stands for one on the card.
+    monkeypatch.setattr(torch_backend, "device_of", lambda array: "cuda:0")
+    backend = Backend("torch", "cuda")
+    problems = _problems(backend)
+
+    def refuse(self, protocol):
+        raise AssertionError("a device tensor was pickled")
+
+    monkeypatch.setattr(torch.Tensor, "__reduce_ex__", refuse)
+    for problem in problems:
+        payload = pickle.dumps(problem)
+        asked.clear()
+        copy = pickle.loads(payload)
+        assert copy.backend == backend and asked and set(asked) == {"cuda:0"}
+
+
+class Holder(engine.Portable):
+    """Module level, so that pickle finds it."""
+
+
+def test_portable_restores_nested_arrays_and_namespaces():
+    torch = pytest.importorskip("torch")
+    holder = Holder()
+    holder.xp = Backend("torch").xp
+    holder.pairs = [(torch.arange(3.0), np.arange(2)), {"a": torch.ones(2)}]
+    holder.plain = 3
+    state = holder.__getstate__()
+    assert not any(isinstance(v, torch.Tensor) for v in _leaves(state))
+    copy = pickle.loads(pickle.dumps(holder))
+    assert copy.xp is holder.xp and copy.plain == 3
+    (first, host), mapping = copy.pairs
+    assert isinstance(first, torch.Tensor) and first.dtype == torch.float32
+    assert_array_equal(first.numpy(), [0.0, 1.0, 2.0])
+    assert isinstance(host, np.ndarray) and isinstance(mapping["a"], torch.Tensor)
+
+
+def _leaves(value):
+    if isinstance(value, list | tuple):
+        for item in value:
+            yield from _leaves(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _leaves(item)
+    else:
+        yield value
