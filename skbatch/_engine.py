@@ -1082,9 +1082,15 @@ desc :
     pending = deque()
     n_losses = 0
 
+    # A problem whose items have data of their own (the targets' columns)
+    # sends each task its batch's share, not all of it to every worker.
+    task_inputs = getattr(problem, "task_inputs", lambda ids: None)
+
     def submit(ids):
         (sent,), _ = data.sent
-        future = client.submit(_run_batch, sent, ids, n_side_by_side > 1, pure=False)
+        future = client.submit(
+            _run_batch, sent, ids, n_side_by_side > 1, task_inputs(ids), pure=False
+        )
         return _Task(ids, future)
 
     # Current, so that dask's wait finds the client of joblib's dask backend.
@@ -1171,8 +1177,11 @@ def _cluster_threads(client, timeout):
     return max(n_threads, 1)
 
 
-def _run_batch(problem, ids, one_thread):
+def _run_batch(problem, ids, one_thread, inputs=None):
     """One batch on a dask worker: ``problem(ids)`` under OOM recovery.
+
+    ``inputs``, when the problem gives them (``problem.task_inputs(ids)``),
+    are the batch's own data, bound to the problem here (``problem.bind``).
 
     With ``one_thread``, on one thread of the library, as :func:`run_batched`
     runs batches side by side: a product's rounding can depend on the
@@ -1186,6 +1195,8 @@ def _run_batch(problem, ids, one_thread):
     n_calls, n_splits : int
         Kernel calls and out-of-memory splits.
     """
+    if inputs is not None:
+        problem = problem.bind(*inputs)
     backend = problem.backend
     runner = ChunkRunner(
         backend=backend,

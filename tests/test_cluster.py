@@ -266,7 +266,7 @@ def _lose_the_data_every_time(monkeypatch):
     """Every batch fails and the data is lost each time: counts resends."""
     resends = []
 
-    def fail(problem, ids, one_thread):
+    def fail(problem, ids, one_thread, inputs=None):
         raise OSError("the worker holding the data died")
 
     monkeypatch.setattr(engine, "_run_batch", fail)
@@ -410,6 +410,9 @@ def test_every_problem_computes_the_same_after_a_round_trip(backend):
         for problem in _problems(backend):
             copy = pickle.loads(pickle.dumps(problem))
             assert copy.backend == backend
+            if hasattr(problem, "task_inputs"):
+                # Data of the items themselves travels with each task.
+                copy = copy.bind(*problem.task_inputs(ids))
             for got, expected in zip(_host(copy(ids)), _host(problem(ids))):
                 assert_array_equal(got, expected)
 
@@ -478,3 +481,30 @@ def _leaves(value):
             yield from _leaves(item)
     else:
         yield value
+
+
+def test_the_problem_sent_to_every_worker_leaves_the_targets_behind():
+    # Each task carries its own batch's columns: a worker receives its share
+    # of Y, not all of it.
+    from skbatch._ridge import RidgeSolver, TargetProblem, cv_scheme
+
+    X, Y = make_data()
+    Y = np.tile(Y, (1, 50))
+    solver = RidgeSolver(
+        X,
+        None,
+        np.asarray(ALPHAS, dtype=float),
+        cv_scheme(None),
+        Backend("numpy"),
+        np.float64,
+        fit_intercept=True,
+        scoring=None,
+    )
+    problem = TargetProblem(solver, Y)
+    assert len(pickle.dumps(problem)) < Y.nbytes / 10
+    ids = np.arange(3, 9)
+    first, block = problem.task_inputs(ids)
+    assert block.shape == (Y.shape[0], len(ids))
+    bound = pickle.loads(pickle.dumps(problem)).bind(first, block)
+    for got, expected in zip(bound(ids), problem(ids)):
+        assert_array_equal(got, expected)

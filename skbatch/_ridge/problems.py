@@ -27,6 +27,7 @@ The memory multipliers below are checked by ``benchmarks/bench_memory.py``
 peak-memory tests of ``tests/test_bootstrap.py``.
 """
 
+import copy
 import math
 
 import numpy as np
@@ -340,14 +341,38 @@ class TargetProblem:
             else MAX_TARGETS_PER_BATCH
         )
 
+    # Id of the first column of Y: 0, or the first target of a batch that a
+    # task on another process received alone (task_inputs, bind).
+    first = 0
+
     def _to_device(self, ids):
         # The engine hands out consecutive ids: a slice is a view, where a
         # gather would copy every target once more before centring copies it.
-        start, stop = int(ids[0]), int(ids[-1]) + 1
+        start, stop = int(ids[0]) - self.first, int(ids[-1]) + 1 - self.first
         block = self.Y.read(start, stop)
         if stop - start != len(ids):
-            block = block[:, ids - start]
+            block = block[:, ids - self.first - start]
         return self.solver.backend.asarray(block, self.solver.dtype)
+
+    def task_inputs(self, ids):
+        """The columns of targets ``ids``, read here, for a task elsewhere.
+
+        The problem sent to a dask worker leaves the targets behind
+        (``__getstate__``): each task carries the columns of its own batch
+        (``skbatch._engine.run_on_cluster``), so a worker receives its share
+        of ``Y`` rather than all of it, and files on this host are read here.
+        """
+        start, stop = int(ids[0]), int(ids[-1]) + 1
+        return start, np.ascontiguousarray(self.Y.read(start, stop))
+
+    def bind(self, first, block):
+        """This problem on the columns ``block`` of targets ``first`` on."""
+        bound = copy.copy(self)
+        bound.Y, bound.first = TargetColumns(block), first
+        return bound
+
+    def __getstate__(self):
+        return {name: value for name, value in vars(self).items() if name != "Y"}
 
     def __call__(self, ids):
         Y = self._to_device(ids)
