@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 import types
+import warnings
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -1088,9 +1089,17 @@ desc :
 
     def submit(ids):
         (sent,), _ = data.sent
-        future = client.submit(
-            _run_batch, sent, ids, n_side_by_side > 1, task_inputs(ids), pure=False
-        )
+        with warnings.catch_warnings():
+            # The batch's columns travel inside its task, so that the
+            # scheduler can run the task again elsewhere if its worker dies
+            # (data scattered on its own would die with that worker); dask
+            # warns of any task over 10 MB.
+            warnings.filterwarnings(
+                "ignore", message="Sending large graph", category=UserWarning
+            )
+            future = client.submit(
+                _run_batch, sent, ids, n_side_by_side > 1, task_inputs(ids), pure=False
+            )
         return _Task(ids, future)
 
     # Current, so that dask's wait finds the client of joblib's dask backend.
