@@ -347,9 +347,8 @@ default="shuffle"
         fast path runs on ``device`` and ignores it.
     device : str or Backend, default="auto"
         Where the ridge fast path computes; see
-        :func:`skbatch.resolve_backend`. In the estimator's own precision:
-        float32 for float32 ``X`` (as scikit-learn's ``Ridge``) or as a
-        ``BatchedRidge``'s ``dtype`` says, float32 on MPS, float64 otherwise.
+        :func:`skbatch.resolve_backend`. Float64 unless the estimator is a
+        ``BatchedRidge`` whose ``dtype`` says otherwise (float32 on MPS).
     max_memory_gb : float or None, default=None
         Memory budget in GB, for device batches, generic-path windows and
         the retained null; None measures free memory.
@@ -692,7 +691,12 @@ default="shuffle"
         rank = min(n_samples, n_features)
         flops = 2.0 * len(splits) * n_samples * rank * columns * (spec.alphas.size + 2)
         backend = resolve_backend(self.device, flops=flops)
-        dtype = resolve_dtype(spec.dtype, backend, input_dtype)
+        # scikit-learn's estimators in float64 whatever X (float32 on MPS):
+        # ties with the observed score are judged at the compute precision
+        # (TIE_ULPS), so the null is computed as precisely as the device
+        # allows. A BatchedRidge computes in its own dtype.
+        own_dtype = spec.dtype != "input"
+        dtype = resolve_dtype(spec.dtype, backend, input_dtype if own_dtype else None)
 
         def inner_scheme(X_train, Y_train):
             return cv_scheme(spec.cv, spec.scoring).split(X_train, Y_train)
