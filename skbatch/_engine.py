@@ -46,6 +46,7 @@ from tqdm.auto import tqdm
 
 from . import _backends
 from ._report import FitStage, _count, record_stage, stages_not_collected
+from ._targets import chunk_aligned
 from .backend import Backend, backend_of_array, to_numpy
 from .memory import (
     GB,
@@ -115,6 +116,7 @@ def plan_batches(
     batch_size="auto",
     max_batch_size=None,
     n_workers=1,
+    chunk_width=None,
 ):
     """Choose a batch size from the device and host budgets.
 
@@ -141,6 +143,10 @@ def plan_batches(
         Batches in flight at once: an "auto" plan gives each its share of the
         budget, and makes at least that many batches when there are items
         enough.
+    chunk_width : int or None, default=None
+        Items per chunk of the array the items are read from or written to
+        (the column chunks of out-of-core targets): an "auto" plan then
+        follows the chunks (:func:`skbatch._targets.chunk_aligned`).
 
     Returns
     -------
@@ -196,9 +202,11 @@ def plan_batches(
         size = _batch_size(
             n_items, device_bytes_per_item + host_bytes_per_item, room, batching_room
         )
+    size = min(size, math.ceil(n_items / n_workers))
+    room = size
     if max_batch_size is not None:
         size = min(size, int(max_batch_size))
-    size = min(size, math.ceil(n_items / n_workers))
+    size = chunk_aligned(size, room, chunk_width)
     return Plan(n_items, size, math.ceil(n_items / size), device_batching)
 
 
@@ -257,6 +265,7 @@ def run_batched(
     max_memory_gb=None,
     batch_size="auto",
     max_batch_size=None,
+    chunk_width=None,
     threads=False,
     verbose=0,
     desc="items",
@@ -273,7 +282,7 @@ def run_batched(
     reduce : callable
         ``reduce(ids, host_result)`` receives numpy results in item order.
     n_items, backend, device_bytes_per_item, host_bytes_per_item, \
-fixed_bytes, max_memory_gb, batch_size, max_batch_size :
+fixed_bytes, max_memory_gb, batch_size, max_batch_size, chunk_width :
         See :func:`plan_batches`.
     threads : bool, default=False
         On a numpy backend, run as many batches side by side as BLAS has
@@ -302,6 +311,7 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size :
         batch_size=batch_size,
         max_batch_size=max_batch_size,
         n_workers=n_workers,
+        chunk_width=chunk_width,
     )
     n_workers = min(n_workers, plan.n_batches)
     stage = FitStage(
@@ -909,6 +919,8 @@ def run_problem(problem, reduce, *, max_memory_gb=None, batch_size="auto", verbo
         max_memory_gb=max_memory_gb,
         batch_size=batch_size,
         max_batch_size=problem.max_batch_size,
+        # Targets read from (or predictions written to) a chunked array.
+        chunk_width=getattr(problem, "chunk_width", None),
         threads=problem.threads,
         verbose=verbose,
         desc=problem.desc,
@@ -982,6 +994,7 @@ def run_on_cluster(
     max_memory_gb=None,
     batch_size="auto",
     max_batch_size=None,
+    chunk_width=None,
     threads=False,
     verbose=0,
     desc="items",
@@ -1009,8 +1022,8 @@ def run_on_cluster(
         A picklable problem (see :func:`run_problem`), called as
         ``problem(ids)`` on the workers.
     reduce, n_items, backend, device_bytes_per_item, host_bytes_per_item, \
-fixed_bytes, max_memory_gb, batch_size, max_batch_size, threads, verbose, \
-desc :
+fixed_bytes, max_memory_gb, batch_size, max_batch_size, chunk_width, threads, \
+verbose, desc :
         See :func:`run_batched`; ``backend`` is where each worker computes (a
         GPU backend: the worker's own card, for workers that see one each,
         as dask-cuda's do).
@@ -1033,6 +1046,7 @@ desc :
         batch_size=batch_size,
         max_batch_size=max_batch_size,
         n_workers=n_side_by_side,
+        chunk_width=chunk_width,
     )
     n_threads = _cluster_threads(client, timeout)
     result_bytes = plan.batch_size * host_bytes_per_item

@@ -31,7 +31,6 @@ from ._ridge.problems import (
     PredictionProblem,
     RidgeSolver,
     check_solver_memory,
-    chunk_batch_size,
     fit_targets,
 )
 from ._ridge.spec import SCORINGS, batched_ridge_spec, check_alphas, resolve_dtype
@@ -604,10 +603,12 @@ default=None
         problem = PredictionProblem(
             X, coef, intercept, self.backend_, self.dtype_, **problem_args
         )
-        batch_size = chunk_batch_size(problem, self.n_targets_batch, self.max_memory_gb)
         with self.backend_.context():
             run_problem(
-                problem, reduce, max_memory_gb=self.max_memory_gb, batch_size=batch_size
+                problem,
+                reduce,
+                max_memory_gb=self.max_memory_gb,
+                batch_size=self.n_targets_batch,
             )
 
     def _predict_host(self, X, out=None):

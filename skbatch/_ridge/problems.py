@@ -35,7 +35,7 @@ from array_api_compat import device as array_device
 
 from .. import _linalg
 from .._engine import Portable
-from .._targets import TargetColumns, chunk_aligned
+from .._targets import TargetColumns
 from ..memory import GB, memory_budget
 from ..random import bootstrap_counts, permutation_indices
 
@@ -44,7 +44,6 @@ __all__ = [
     "PermutedRidgeProblem",
     "RidgeSolver",
     "TargetProblem",
-    "chunk_batch_size",
     "fit_targets",
 ]
 
@@ -381,34 +380,6 @@ class TargetProblem:
         return self.solver.fit_fixed(Y, self.alpha)
 
 
-def chunk_batch_size(problem, batch_size, max_memory_gb):
-    """The batch size of a problem that reads or writes an out-of-core array.
-
-    ``problem.out_of_core`` says whether it does, and ``problem.chunk_width``
-    how many columns make one chunk of that array (None: no chunks). An
-    "auto" batch size is then the engine's plan, rounded to whole chunks
-    (:func:`skbatch._targets.chunk_aligned`); an explicit one is the
-    caller's and is kept, and so is "auto" for in-memory data.
-    """
-    if batch_size != "auto" or not problem.out_of_core:
-        return batch_size
-    from .._engine import cpu_workers, plan_batches
-
-    figures = dict(
-        backend=problem.backend,
-        device_bytes_per_item=problem.device_bytes_per_item,
-        host_bytes_per_item=problem.host_bytes_per_item,
-        fixed_bytes=problem.fixed_bytes,
-        max_memory_gb=max_memory_gb,
-        n_workers=cpu_workers(problem.backend) if problem.threads else 1,
-    )
-    size = plan_batches(
-        problem.n_items, max_batch_size=problem.max_batch_size, **figures
-    ).batch_size
-    room = plan_batches(problem.n_items, **figures).batch_size
-    return chunk_aligned(size, room, problem.chunk_width)
-
-
 def fit_targets(solver, Y, *, alpha_per_target, batch_size, max_memory_gb, verbose):
     """Choose alphas and fit all targets of ``Y`` (n_samples x t).
 
@@ -419,9 +390,9 @@ def fit_targets(solver, Y, *, alpha_per_target, batch_size, max_memory_gb, verbo
     coef, intercept, best, best_score, scores : ndarrays
         Of shapes (t, p), (t,), (t,) (indices into the alphas), (t,) and
         (t, n_alphas).
-    batch_size : int or "auto"
-        The batch size the targets were read in: an int for targets read
-        from disk (:func:`chunk_batch_size`).
+    batch_size : int
+        The batch size the targets were read in (for targets read from
+        disk, whole chunks of theirs).
     """
     from .._engine import run_problem
 
@@ -440,16 +411,15 @@ def fit_targets(solver, Y, *, alpha_per_target, batch_size, max_memory_gb, verbo
         coef[ids], intercept[ids] = result
 
     problem = TargetProblem(solver, Y)
-    batch_size = chunk_batch_size(problem, batch_size, max_memory_gb)
     run_args = dict(max_memory_gb=max_memory_gb, batch_size=batch_size, verbose=verbose)
-    run_problem(problem, reduce_all, **run_args)
+    plan = run_problem(problem, reduce_all, **run_args)
     if not alpha_per_target and n_targets > 1:
         shared = int(np.argmax(np.nan_to_num(scores.mean(axis=0), nan=-np.inf)))
         alpha = float(solver.alphas[shared])
         run_problem(TargetProblem(solver, Y, alpha), reduce_coef, **run_args)
         best[:] = shared
         best_score[:] = scores[:, shared]
-    return coef, intercept, best, best_score, scores, batch_size
+    return coef, intercept, best, best_score, scores, plan.batch_size
 
 
 def device_scores(y_true, y_pred, scoring, xp):
