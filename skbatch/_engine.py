@@ -314,24 +314,12 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size, chunk_width :
         chunk_width=chunk_width,
     )
     n_workers = min(n_workers, plan.n_batches)
-    stage = FitStage(
-        name=desc,
-        path="batched",
-        runs_on=backend.name,
-        n_items=n_items,
-        batch_size=plan.batch_size,
-        n_batches=plan.n_batches,
-        n_workers=n_workers,
-        n_batches_run=0,
-        n_oom_splits=0,
-        planned_peak_bytes=fixed_bytes
-        + n_workers * plan.batch_size * (device_bytes_per_item + host_bytes_per_item),
-        budget_gb=plan.budget_gb,
+    memory = dict(
         device_bytes_per_item=device_bytes_per_item,
         host_bytes_per_item=host_bytes_per_item,
         fixed_bytes=fixed_bytes,
-        seconds=0.0,
     )
+    stage = _planned_stage(desc, "batched", backend, plan, n_workers, n_workers, memory)
     _say(verbose, stage.format_plan())
     started = time.perf_counter()
     # The plan is always logged: at DEBUG for whoever configures the
@@ -405,13 +393,7 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size, chunk_width :
             finish(ids_done, task.result())
     plan.n_oom_recoveries = runner.n_recoveries
     plan.n_kernel_calls = calls[0]
-    stage = replace(
-        stage,
-        n_batches_run=plan.n_kernel_calls,
-        n_oom_splits=plan.n_oom_recoveries,
-        seconds=time.perf_counter() - started,
-    )
-    _say(verbose, stage.format_summary())
+    stage = _finished_stage(stage, plan, started, verbose)
     logger.log(
         log_level,
         "%s: done in %d kernel calls, %d out-of-memory recoveries on %s",
@@ -422,6 +404,45 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size, chunk_width :
     )
     record_stage(stage)
     return plan
+
+
+def _planned_stage(desc, path, backend, plan, n_workers, n_in_flight, memory):
+    """The :class:`~skbatch.FitStage` of a loop of batches, as planned.
+
+    ``n_in_flight`` batches at once on the memory ``memory`` (the problem's
+    ``device_bytes_per_item``, ``host_bytes_per_item`` and ``fixed_bytes``)
+    make its planned peak.
+    """
+    per_item = memory["device_bytes_per_item"] + memory["host_bytes_per_item"]
+    return FitStage(
+        name=desc,
+        path=path,
+        runs_on=backend.name,
+        n_items=plan.n_items,
+        batch_size=plan.batch_size,
+        n_batches=plan.n_batches,
+        n_workers=n_workers,
+        n_batches_run=0,
+        n_oom_splits=0,
+        planned_peak_bytes=memory["fixed_bytes"]
+        + n_in_flight * plan.batch_size * per_item,
+        budget_gb=plan.budget_gb,
+        seconds=0.0,
+        **memory,
+    )
+
+
+def _finished_stage(stage, plan, started, verbose):
+    """``stage`` with what the loop did (batches run, OOM splits, seconds),
+    printed at ``verbose >= 1``."""
+    stage = replace(
+        stage,
+        n_batches_run=plan.n_kernel_calls,
+        n_oom_splits=plan.n_oom_recoveries,
+        seconds=time.perf_counter() - started,
+    )
+    _say(verbose, stage.format_summary())
+    return stage
 
 
 def cpu_workers(backend):
@@ -1055,24 +1076,13 @@ verbose, desc :
         TASKS_IN_FLIGHT_PER_WORKER * n_threads,
         max(1, int(host_room // result_bytes)) if result_bytes else math.inf,
     )
-    stage = FitStage(
-        name=desc,
-        path="cluster",
-        runs_on=backend.name,
-        n_items=n_items,
-        batch_size=plan.batch_size,
-        n_batches=plan.n_batches,
-        n_workers=n_threads,
-        n_batches_run=0,
-        n_oom_splits=0,
-        planned_peak_bytes=fixed_bytes
-        + plan.batch_size * (device_bytes_per_item + host_bytes_per_item),
-        budget_gb=plan.budget_gb,
+    memory = dict(
         device_bytes_per_item=device_bytes_per_item,
         host_bytes_per_item=host_bytes_per_item,
         fixed_bytes=fixed_bytes,
-        seconds=0.0,
     )
+    # One batch in flight per worker, on the worker's own memory.
+    stage = _planned_stage(desc, "cluster", backend, plan, n_threads, 1, memory)
     _say(verbose, stage.format_plan())
     started = time.perf_counter()
     log_level = logging.INFO if verbose >= 2 else logging.DEBUG
@@ -1157,13 +1167,7 @@ verbose, desc :
                     reduce(task.ids[lo:hi], result)
                 plan.n_kernel_calls += n_calls
                 plan.n_oom_recoveries += n_splits
-    stage = replace(
-        stage,
-        n_batches_run=plan.n_kernel_calls,
-        n_oom_splits=plan.n_oom_recoveries,
-        seconds=time.perf_counter() - started,
-    )
-    _say(verbose, stage.format_summary())
+    stage = _finished_stage(stage, plan, started, verbose)
     logger.log(
         log_level,
         "%s: done in %d kernel calls, %d out-of-memory recoveries on %d dask "
