@@ -205,6 +205,15 @@ def _check_target_magnitudes(Y, start=0, *, dtype):
         )
 
 
+def _score_weights(sample_weight, rows):
+    """Weights of the rows of ``rows`` in a score, checked; None stays None."""
+    if sample_weight is None:
+        return None
+    return _check_sample_weight(
+        host_input(sample_weight)[0], rows, dtype=np.float64, ensure_non_negative=True
+    )
+
+
 class BatchedRidge(DeviceMixin, MultiOutputMixin, RegressorMixin, BaseEstimator):
     """Ridge regression for many targets, with a per-target alpha chosen by CV.
 
@@ -758,13 +767,7 @@ default=None
                 f"shape {predictions.shape} (or ({n_samples},) for one target), "
                 f"got {y.shape}"
             )
-        if sample_weight is not None:
-            sample_weight = _check_sample_weight(
-                host_input(sample_weight)[0],
-                Y,
-                dtype=np.float64,
-                ensure_non_negative=True,
-            )
+        sample_weight = _score_weights(sample_weight, Y)
         return _linalg.score_per_target(
             Y, predictions, scoring, sample_weight=sample_weight
         )
@@ -780,13 +783,7 @@ default=None
                 f"y must have one column per target, shape ({n_samples}, "
                 f"{n_targets}), got {tuple(y.shape)}"
             )
-        if sample_weight is not None:
-            sample_weight = _check_sample_weight(
-                host_input(sample_weight)[0],
-                X,
-                dtype=np.float64,
-                ensure_non_negative=True,
-            )
+        sample_weight = _score_weights(sample_weight, X)
         targets = TargetColumns(y)
         scores = np.empty(n_targets)
 
