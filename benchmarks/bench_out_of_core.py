@@ -30,6 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
+# Run as a script: benchmarks/ is on sys.path, and bench_ridge.py measures
+# the resident set the same way.
+from bench_ridge import proc_status_bytes, reset_peak_rss
+
 SIZES = (2000, 500, 200_000)
 QUICK = (200, 20, 5_000)
 ALPHAS = np.logspace(-2, 6, 20)
@@ -91,24 +95,6 @@ def one(name, path, n, p, t):
             }
         )
     )
-
-
-def reset_peak_rss():
-    """Reset VmHWM (Linux >= 4.0); False where that is not possible."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        return False
-    return True
-
-
-def proc_status_bytes(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise KeyError(field)
 
 
 def run_subprocess(name, path, sizes):
