@@ -545,6 +545,7 @@ SURFACE = [
     "threads",
     "one_thread",
     "ELEMENTWISE_ON_ONE_THREAD",
+    "COMPILES_PER_SHAPE",
     "linalg_errors",
     "out_namespace",
     "solves_by_cholesky",

@@ -743,3 +743,38 @@ def test_alpha_zero_is_least_squares_without_warnings():
     ols = LinearRegression().fit(X, Y)
     assert_matches_ridge(coef, intercept, ols)
     assert np.isfinite(scores).all()
+
+
+@pytest.mark.parametrize(
+    "min_flops, gather_bytes", [(np.inf, None), (0, None), (0, 8 * 40 * 3)]
+)
+def test_weighted_products_equal_dense_weighted_products(
+    backend, min_flops, gather_bytes, monkeypatch
+):
+    """X' W X and X' W Y of each replicate, over its drawn rows or all rows.
+
+    Bootstrap counts leave rows out (weight 0): the CPU kernels skip them for
+    replicates of enough work (every replicate with a threshold of 0 here),
+    gathering Y's drawn rows a block of columns at a time (a tiny block in
+    the last case), and must equal the products over every row.
+    """
+    from skbatch import _linalg
+
+    library, to_backend, to_numpy = backend
+    monkeypatch.setattr(_linalg, "GATHER_MIN_FLOPS", min_flops)
+    if gather_bytes is not None:
+        monkeypatch.setattr(_linalg, "MAX_GATHER_BYTES", gather_bytes)
+    rng = np.random.default_rng(3)
+    X = np.asfortranarray(rng.standard_normal((40, 6)))
+    Y = rng.standard_normal((40, 11))
+    counts = rng.multinomial(40, np.full(40, 1 / 40), size=5).astype(np.float64)
+    counts[1] = 0.0
+    counts[1, 7] = 40.0  # one row drawn 40 times
+    xp = array_namespace(to_backend(X))
+    gram, rhs = _linalg._weighted_products(
+        to_backend(X), to_backend(Y), to_backend(counts), xp
+    )
+    assert_allclose(
+        to_numpy(gram), np.einsum("ni,bn,nj->bij", X, counts, X), rtol=1e-12
+    )
+    assert_allclose(to_numpy(rhs), np.einsum("ni,bn,nt->bit", X, counts, Y), rtol=1e-12)

@@ -26,6 +26,8 @@ Every library provides:
   (see :class:`skbatch._backends._threads.SharedLimit`).
 - ``ELEMENTWISE_ON_ONE_THREAD``: whether elementwise passes run on one core
   (numpy), so that batches side by side on CPU threads pay off.
+- ``COMPILES_PER_SHAPE``: whether each new array shape costs a compilation
+  (jax), so that kernels keep shapes fixed rather than skip work by shape.
 - ``linalg_errors()``: the exceptions a failed factorisation raises.
 - ``out_namespace()``: the module whose ``matmul``, ``multiply`` and
   ``subtract`` write into an existing array (``out=``), or None when arrays

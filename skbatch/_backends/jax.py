@@ -19,6 +19,8 @@ from . import split_device
 _PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"
 # XLA runs its elementwise kernels on all threads already.
 ELEMENTWISE_ON_ONE_THREAD = False
+# XLA compiles a kernel for every new array shape.
+COMPILES_PER_SHAPE = True
 
 
 def import_jax():

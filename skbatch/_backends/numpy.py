@@ -13,6 +13,8 @@ from ._threads import SharedLimit
 # core while a multi-threaded GEMM waits for them (see skbatch/_engine.py,
 # cpu_workers).
 ELEMENTWISE_ON_ONE_THREAD = True
+# numpy runs every shape through the same compiled loops and BLAS calls.
+COMPILES_PER_SHAPE = False
 
 
 def namespace():

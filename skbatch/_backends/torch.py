@@ -13,6 +13,8 @@ from ._threads import SharedLimit
 
 # torch runs its elementwise kernels on all threads already.
 ELEMENTWISE_ON_ONE_THREAD = False
+# torch runs every shape through the same kernels.
+COMPILES_PER_SHAPE = False
 
 
 def namespace():

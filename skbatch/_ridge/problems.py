@@ -731,6 +731,9 @@ class BootstrapRidgeProblem(Portable):
             elements = 5 * n * n + 5 * n * p + 3 * n * t + 3 * p * t + 4 * n + 2 * t
         else:
             elements = 2 * p * n + 4 * p * p + 5 * p * t + 4 * n + 2 * t
+            # The drawn rows of Y gathered for one replicate at a time, on the
+            # CPU (skbatch/_linalg.py, _weighted_products).
+            fixed += min(itemsize * n * t, _linalg.MAX_GATHER_BYTES)
         device = BOOTSTRAP_WORKSPACE_OVERHEAD * itemsize * elements
         # Counts and weights of one replicate, and its result, which arrives
         # in the compute dtype and is copied to float64 by the accumulator:
