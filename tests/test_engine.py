@@ -390,7 +390,9 @@ def test_the_batching_cap_does_not_refuse_data_on_a_large_gpu(fake_cuda, monkeyp
         device_bytes_per_item=1e6,
         fixed_bytes=10e9,
     )
-    assert plan.batch_size == 8000  # 8 GB / 1 MB
+    # 8 GB / 1 MB = 8000 items at most: 13 batches, of equal sizes.
+    assert plan.n_batches == 13
+    assert plan.batch_size == math.ceil(10**5 / 13)
 
 
 def test_run_parallel_window_fits_an_item_bigger_than_the_cap(
@@ -724,6 +726,67 @@ def test_threads_run_two_batches_at_once_with_the_same_results(two_blas_threads)
     # One BLAS thread per worker while they run; two again afterwards.
     assert rec.blas_in_kernel == {1}
     assert blas_threads() == 2
+
+
+class ReducingRecorder(Recorder):
+    """A reducer that waits, on its first batch, for the third batch's kernel."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.third_started = threading.Event()
+        self.third_before_first_reduced = None
+
+    def kernel(self, ids):
+        if ids[0] == 10:
+            self.third_started.set()
+        return super().kernel(ids)
+
+    def reduce(self, ids, result):
+        if ids[0] == 0:
+            self.third_before_first_reduced = self.third_started.wait(timeout=5)
+        super().reduce(ids, result)
+
+
+def test_threads_compute_while_the_main_thread_reduces(two_blas_threads):
+    """A third batch computes while the first is reduced, in item order still.
+
+    With one batch per thread in flight, the third batch would only be sent
+    once the first was reduced, and the reducer's wait would time out.
+    """
+    rec = ReducingRecorder()
+    with collect_stages() as stages:
+        rec.run(25, batch_size=5, threads=True)
+    assert rec.third_before_first_reduced
+    np.testing.assert_array_equal(np.concatenate(rec.reduced_ids), np.arange(25))
+    np.testing.assert_array_equal(rec.result(), 2 * _reference(25))
+    (stage,) = stages
+    # Two batches computing and the result of a third held for the reducer.
+    assert stage.planned_peak_bytes == 2 * 5 * ITEM_BYTES
+
+
+def test_held_results_count_in_the_plan():
+    """Host bytes of a result held for reduction shrink the batches that fit."""
+    budget = dict(
+        backend=Backend("numpy"),
+        device_bytes_per_item=3e6,
+        host_bytes_per_item=1e6,
+        max_memory_gb=0.8,
+        n_workers=2,
+    )
+    alone = plan_batches(1000, **budget)
+    held = plan_batches(1000, n_held=1, **budget)
+    # 0.8 GB over two workers: 100 items of 4 MB each, or 88 of 4.5 MB.
+    assert alone.batch_size == 100
+    assert held.batch_size == math.ceil(1000 / math.ceil(1000 / (0.4e9 // 4.5e6)))
+    assert held.batch_size * (2 * 4e6 + 1e6) <= 0.8e9
+
+
+def test_auto_batches_are_of_equal_sizes():
+    plan = plan_batches(
+        100, backend=Backend("numpy"), device_bytes_per_item=1.0, max_batch_size=30
+    )
+    # At most 30 per batch: 4 batches of 25, not three of 30 and one of 10.
+    assert (plan.batch_size, plan.n_batches) == (25, 4)
 
 
 def test_threads_split_a_small_auto_plan_among_workers(two_blas_threads):
