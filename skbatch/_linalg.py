@@ -32,6 +32,11 @@ MAX_GATHER_BYTES = 2**23
 # Per replicate, the products above which skipping a replicate's undrawn rows
 # (a third of the flops) outweighs a Python loop over the replicates.
 GATHER_MIN_FLOPS = 1e7
+# Columns of X (the ones column included) below which one replicate's X'WY
+# alone runs far below the BLAS rate, reading Y's rows for few output rows:
+# skipping rows was 2x slower at 21 columns, 3% at 51, 10% faster at 76 and
+# 17% at 101 (n=1000, float64, one thread, benchmarks/RESULTS.md).
+GATHER_MIN_COLUMNS = 64
 # Names accepted by the scoring functions; higher is better for all three.
 _SCORINGS = ("neg_mean_squared_error", "r2", "correlation")
 # R^2 and correlation need deviations from a mean: one row has none.
@@ -740,9 +745,9 @@ def weighted_primal_coef(X, Y, w, alpha, fixed_alpha, *, fit_intercept, xp):
 def _weighted_products(X, Y, w, xp):
     """``X' W X`` and ``X' W Y`` of every replicate of a batch, ``W = diag(w)``.
 
-    On the CPU, with numpy or torch, and for replicates of at least
-    ``GATHER_MIN_FLOPS``, each replicate's products run over its rows of
-    positive weight only: a bootstrap replicate leaves out about a
+    On the CPU, with numpy or torch, for replicates of at least
+    ``GATHER_MIN_FLOPS`` and ``GATHER_MIN_COLUMNS``, each replicate's
+    products run over its rows of positive weight only: a bootstrap replicate leaves out about a
     third of the rows (a fraction ``(1 - 1/n) ** n``), a third of the work
     that a BLAS call over all rows would spend on zeros. The drawn rows of
     ``Y`` are gathered ``MAX_GATHER_BYTES`` at a time, one replicate after
@@ -763,6 +768,7 @@ def _weighted_products(X, Y, w, xp):
     if (
         library.COMPILES_PER_SHAPE
         or library.device_of(X) != "cpu"
+        or q < GATHER_MIN_COLUMNS
         or 2 * n * q * t < GATHER_MIN_FLOPS
     ):
         XtW = xp.reshape(Xt[None, :, :] * w[:, None, :], (b * q, n))

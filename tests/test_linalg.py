@@ -762,6 +762,7 @@ def test_weighted_products_equal_dense_weighted_products(
 
     library, to_backend, to_numpy = backend
     monkeypatch.setattr(_linalg, "GATHER_MIN_FLOPS", min_flops)
+    monkeypatch.setattr(_linalg, "GATHER_MIN_COLUMNS", 0)
     if gather_bytes is not None:
         monkeypatch.setattr(_linalg, "MAX_GATHER_BYTES", gather_bytes)
     rng = np.random.default_rng(3)
