@@ -1025,10 +1025,13 @@ def run_on_cluster(
     The problem (the data and its decompositions) is sent to every worker
     once; each batch of item ids is a task calling ``problem(ids)`` under the
     worker's own out-of-memory recovery, whose numpy results come back and
-    are reduced in item order. The batches are those :func:`run_batched`
-    plans in this process, so the results are the same. At most
-    ``TASKS_IN_FLIGHT_PER_WORKER`` batches per worker thread, and no more
-    than the host budget holds, are in flight.
+    are reduced in item order. Data of the batch's own items
+    (``problem.task_inputs(ids)``, such as its targets' columns) goes with
+    its task; a dask collection among them (a dask array's columns) is
+    computed by the cluster, next to its chunks, never in this process.
+    The batches are those :func:`run_batched` plans in this process, so the
+    results are the same. At most ``TASKS_IN_FLIGHT_PER_WORKER`` batches per
+    worker thread, and no more than the host budget holds, are in flight.
 
     A worker that dies mid-fit is replaced by dask, which recomputes its
     batches from another worker's copy of the problem; if every copy was
