@@ -1045,10 +1045,13 @@ def run_on_cluster(
     The problem (the data and its decompositions) is sent to every worker
     once; each batch of item ids is a task calling ``problem(ids)`` under the
     worker's own out-of-memory recovery, whose numpy results come back and
-    are reduced in item order. The batches are those :func:`run_batched`
-    plans in this process, so the results are the same. At most
-    ``TASKS_IN_FLIGHT_PER_WORKER`` batches per worker thread, and no more
-    than the host budget holds, are in flight.
+    are reduced in item order. Data of the batch's own items
+    (``problem.task_inputs(ids)``, such as its targets' columns) goes with
+    its task; a dask collection among them (a dask array's columns) is
+    computed by the cluster, next to its chunks, never in this process.
+    The batches are those :func:`run_batched` plans in this process, so the
+    results are the same. At most ``TASKS_IN_FLIGHT_PER_WORKER`` batches per
+    worker thread, and no more than the host budget holds, are in flight.
 
     A worker that dies mid-fit is replaced by dask, which recomputes its
     batches from another worker's copy of the problem; if every copy was
@@ -1129,20 +1132,22 @@ verbose, desc :
 
     # A problem whose items have data of their own (the targets' columns)
     # sends each task its batch's share, not all of it to every worker.
-    task_inputs = getattr(problem, "task_inputs", lambda ids: None)
+    task_inputs = getattr(problem, "task_inputs", lambda ids: ())
 
     def submit(ids):
         (sent,), _ = data.sent
         with warnings.catch_warnings():
-            # The batch's columns travel inside its task, so that the
-            # scheduler can run the task again elsewhere if its worker dies
-            # (data scattered on its own would die with that worker); dask
-            # warns of any task over 10 MB.
+            # The batch's columns travel inside its task, or are computed by
+            # the cluster from a dask array's graph, so that the scheduler
+            # can compute them again elsewhere if their worker dies (data
+            # scattered on its own would die with that worker); dask warns
+            # of any task over 10 MB.
             warnings.filterwarnings(
                 "ignore", message="Sending large graph", category=UserWarning
             )
+            inputs = _computed_on(client, task_inputs(ids))
             future = client.submit(
-                _run_batch, sent, ids, n_side_by_side > 1, task_inputs(ids), pure=False
+                _run_batch, sent, ids, n_side_by_side > 1, inputs, pure=False
             )
         return _Task(ids, future)
 
@@ -1224,7 +1229,23 @@ def _cluster_threads(client, timeout):
     return max(n_threads, 1)
 
 
-def _run_batch(problem, ids, one_thread, inputs=None):
+def _computed_on(client, inputs):
+    """``inputs`` with each dask collection among them computed on the cluster.
+
+    A collection becomes the future of its result, which the scheduler
+    computes next to the chunks it reads and hands to the task that takes
+    it, on the same worker where it can: the data never comes to this
+    process.
+    """
+    from dask import is_dask_collection
+
+    return tuple(
+        client.compute(value) if is_dask_collection(value) else value
+        for value in inputs
+    )
+
+
+def _run_batch(problem, ids, one_thread, inputs=()):
     """One batch on a dask worker: ``problem(ids)`` under OOM recovery.
 
     ``inputs``, when the problem gives them (``problem.task_inputs(ids)``),
@@ -1242,7 +1263,7 @@ def _run_batch(problem, ids, one_thread, inputs=None):
     n_calls, n_splits : int
         Kernel calls and out-of-memory splits.
     """
-    if inputs is not None:
+    if inputs:
         problem = problem.bind(*inputs)
     backend = problem.backend
     runner = ChunkRunner(

@@ -4,9 +4,11 @@
 ``zarr`` array or a ``dask.array.Array`` of shape (n_samples, n_targets)
 without converting it: :class:`TargetColumns` states its shape, dtype and
 column chunks from metadata alone, and reads, checks and hands over one
-block of columns when a batch of targets asks for it. The libraries are
-never imported here: an array is recognised through ``sys.modules``, which
-holds a library once the caller has made an array of it.
+block of columns when a batch of targets asks for it. On a dask cluster, a
+dask array's blocks are computed and checked on the workers, next to its
+chunks (:meth:`TargetColumns.task_block`). The libraries are never imported
+here: an array is recognised through ``sys.modules``, which holds a library
+once the caller has made an array of it.
 """
 
 import mmap
@@ -103,11 +105,23 @@ class TargetColumns:
         """Columns ``start:stop``, host numpy, checked for out-of-core data."""
         if self.kind is None:
             return self.Y[:, start:stop]
-        block = self._read(start, stop)
-        check_finite(block, start)
-        if self.check is not None:
-            self.check(block, start)
-        return block
+        return checked(self._read(start, stop), start, self.check)
+
+    def task_block(self, start, stop):
+        """Columns ``start:stop`` for a task that runs elsewhere (a dask worker).
+
+        Read and checked here, as by :meth:`read`, except from a dask array:
+        then a ``dask.delayed`` of the checked block, which the cluster
+        computes next to the array's chunks, so that they never come to this
+        process, and computes again from the array's graph if the worker
+        holding it dies. A bad value raises there the error :meth:`read`
+        raises here.
+        """
+        if self.kind != "dask":
+            return np.ascontiguousarray(self.read(start, stop))
+        import dask
+
+        return dask.delayed(checked)(self.Y[:, start:stop], start, self.check)
 
     def blocks(self, columns, width):
         """``Y[:, columns]`` for sorted ``columns``, in blocks of ``width`` columns.
@@ -188,6 +202,19 @@ class ColumnWriter:
             _write_columns(self._file, start, block)
         else:
             self.out[:, start : start + block.shape[1]] = block
+
+
+def checked(block, start, check=None):
+    """``block``, columns ``start`` on of the targets, as host numpy, checked.
+
+    Its values must be finite (:func:`check_finite`) and pass ``check(block,
+    start)`` when given.
+    """
+    block = np.asarray(block)
+    check_finite(block, start)
+    if check is not None:
+        check(block, start)
+    return block
 
 
 def check_finite(block, start, name="y"):

@@ -11,6 +11,7 @@
 
 import contextlib
 import pickle
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -35,8 +36,10 @@ from skbatch._ridge.problems import (
     TargetProblem,
 )
 from skbatch._ridge.spec import ridge_spec
+from skbatch._targets import TargetColumns
 
 distributed = pytest.importorskip("distributed")
+da = pytest.importorskip("dask.array")
 
 ALPHAS = np.logspace(-2, 3, 6)
 # A fit that runs past this on a two-worker cluster is hung, not slow.
@@ -227,11 +230,81 @@ def test_workers_sharing_this_process_give_the_serial_result(in_process_client):
     assert_array_equal(serial.best_score_, on_cluster.best_score_)
 
 
+# --- a dask-array y, read on the workers, next to its chunks ------------------
+
+
+def persisted(client, Y, width):
+    """``Y`` as a dask array in chunks of ``width`` columns, held by the workers."""
+    with warnings.catch_warnings():
+        # The graph holds Y, which dask finds large past 10 MB.
+        warnings.filterwarnings("ignore", message="Sending large graph")
+        y = client.persist(da.from_array(Y, chunks=(Y.shape[0], width)))
+    distributed.wait(y, timeout=FIT_TIMEOUT_S)
+    return y
+
+
+@pytest.mark.parametrize("cv", [None, 4])
+def test_a_dask_y_on_the_cluster_gives_the_in_memory_serial_fit(client, cv):
+    X, Y = make_data(n_samples=60, n_features=5, n_targets=200, seed=9)
+    y = persisted(client, Y, 50)
+
+    def make():
+        return BatchedRidge(alphas=ALPHAS, cv=cv, n_targets_batch=50, device="cpu")
+
+    with no_client():
+        serial = make().fit(X, Y)
+    with distributed.get_task_stream(client=client) as stream:
+        on_cluster = make().fit(X, y)
+    for name in ("coef_", "intercept_", "alpha_", "best_score_"):
+        assert_array_equal(getattr(serial, name), getattr(on_cluster, name), name)
+    stage = cluster_stage(on_cluster)
+    assert (stage.batch_size, stage.n_batches) == (50, 4)
+    batches = [task for task in stream.data if task["key"].startswith("_run_batch")]
+    assert len(batches) == 4
+
+
+def test_the_calling_process_never_computes_dask_targets(client, monkeypatch):
+    # Chunks made by a graph, not held anywhere yet: the workers compute them.
+    X, Y = make_data(n_samples=60, n_features=5, n_targets=120, seed=10)
+    y = da.from_array(Y, chunks=(60, 40)) + 0.0
+    with no_client():
+        serial = BatchedRidge(alphas=ALPHAS, device="cpu").fit(X, Y)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the targets were computed in the calling process")
+
+    monkeypatch.setattr(TargetColumns, "_read", refuse)
+    monkeypatch.setattr(da.Array, "compute", refuse)
+    monkeypatch.setattr(da.Array, "__array__", refuse)
+    on_cluster = BatchedRidge(alphas=ALPHAS, device="cpu").fit(X, y)
+    assert cluster_stage(on_cluster).n_batches == 3
+    assert_array_equal(serial.coef_, on_cluster.coef_)
+    assert_array_equal(serial.alpha_, on_cluster.alpha_)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, 1e200])
+def test_a_bad_dask_target_fails_on_the_cluster_as_in_process(client, bad):
+    X, Y = make_data(n_samples=60, n_features=5, n_targets=120, seed=11)
+    Y[7, 97] = bad
+    y = persisted(client, Y, 40)
+
+    def fit():
+        with pytest.raises(ValueError) as info:
+            BatchedRidge(alphas=ALPHAS, device="cpu").fit(X, y)
+        return str(info.value)
+
+    with no_client():
+        in_process = fit()
+    assert "target 97" in in_process
+    assert fit() == in_process
+
+
 # --- faults -------------------------------------------------------------------
 
 
 @pytest.mark.slow
-def test_a_worker_killed_mid_fit_leaves_the_result_unchanged(monkeypatch):
+@pytest.mark.parametrize("kind", ["numpy", "dask"])
+def test_a_worker_killed_mid_fit_leaves_the_result_unchanged(monkeypatch, kind):
     X, Y = make_data(n_samples=1000, n_features=100, n_targets=8000, seed=6)
 
     def make():
@@ -241,6 +314,9 @@ def test_a_worker_killed_mid_fit_leaves_the_result_unchanged(monkeypatch):
         serial = make().fit(X, Y)
     with two_process_cluster() as cluster, distributed.Client(cluster) as client:
         client.wait_for_workers(2, timeout=60)
+        # The victim's chunks die with it: the cluster computes them again
+        # from the array's graph.
+        y = Y if kind == "numpy" else persisted(client, Y, 250)
         victim = sorted(client.scheduler_info()["workers"])[0]
         submit = client.submit
         n_submits = []
@@ -255,7 +331,7 @@ def test_a_worker_killed_mid_fit_leaves_the_result_unchanged(monkeypatch):
 
         monkeypatch.setattr(client, "submit", submit_then_kill)
         with ThreadPoolExecutor(1) as pool:
-            on_cluster = pool.submit(make().fit, X, Y).result(timeout=FIT_TIMEOUT_S)
+            on_cluster = pool.submit(make().fit, X, y).result(timeout=FIT_TIMEOUT_S)
         assert len(n_submits) >= 32
         assert victim not in client.scheduler_info()["workers"]
     assert_array_equal(serial.coef_, on_cluster.coef_)

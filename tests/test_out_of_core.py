@@ -460,6 +460,39 @@ def test_memmap_targets_pickle_by_file_name(tmp_path):
     np.testing.assert_array_equal(pickle.loads(payload).read(100, 140), Y[:, 100:140])
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_task_block_is_read_and_checked_where_it_is_computed(
+    kind, tmp_path, monkeypatch
+):
+    # Files are read here; a dask array's block is a graph, read and checked
+    # where it is computed (on a dask worker, for a task there).
+    _, Y = make_data()
+    Y[4, 130] = np.nan
+    checked = []
+    columns = TargetColumns(
+        store(kind, Y, tmp_path), lambda block, start: checked.append(start)
+    )
+    with pytest.raises(ValueError, match=r"target 130 \(") as read_here:
+        columns.read(120, 160)
+    checked.clear()
+
+    def task_block(start, stop):
+        n_checked = len(checked)
+        block = columns.task_block(start, stop)
+        if kind != "dask":
+            return block
+        assert len(checked) == n_checked
+        with monkeypatch.context() as patch:
+            patch.setattr(TargetColumns, "_read", None)
+            return block.compute()
+
+    np.testing.assert_array_equal(task_block(80, 120), Y[:, 80:120])
+    assert checked == [80]
+    with pytest.raises(ValueError) as computed:
+        task_block(120, 160)
+    assert str(computed.value) == str(read_here.value)
+
+
 def test_importing_skbatch_imports_no_array_library():
     code = (
         "import sys, skbatch; "

@@ -354,15 +354,17 @@ class TargetProblem:
         return self.solver.backend.asarray(block, self.solver.dtype)
 
     def task_inputs(self, ids):
-        """The columns of targets ``ids``, read here, for a task elsewhere.
+        """The columns of targets ``ids``, for a task elsewhere.
 
         The problem sent to a dask worker leaves the targets behind
-        (``__getstate__``): each task carries the columns of its own batch
-        (``skbatch._engine.run_on_cluster``), so a worker receives its share
-        of ``Y`` rather than all of it, and files on this host are read here.
+        (``__getstate__``): each task receives the columns of its own batch
+        (``skbatch._engine.run_on_cluster``), so a worker gets its share of
+        ``Y`` rather than all of it. Files on this host are read here; a dask
+        array's columns are computed on the cluster, next to its chunks
+        (:meth:`~skbatch._targets.TargetColumns.task_block`).
         """
         start, stop = int(ids[0]), int(ids[-1]) + 1
-        return start, np.ascontiguousarray(self.Y.read(start, stop))
+        return start, self.Y.task_block(start, stop)
 
     def bind(self, first, block):
         """This problem on the columns ``block`` of targets ``first`` on."""
