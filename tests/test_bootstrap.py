@@ -539,9 +539,10 @@ def _peak_bytes(n_bootstrap, X, Y):
     tracemalloc.start()
     try:
         boot.fit(X, Y)
-        return tracemalloc.get_traced_memory()[1]
+        peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
+    return peak, boot.fit_report_.stages[-1].batch_size
 
 
 @pytest.mark.slow
@@ -553,16 +554,20 @@ def test_peak_memory_does_not_grow_with_n_bootstrap():
     # side, whether the three batches of the small fit overlap is a matter of
     # thread timing, and the peak with them (139 or 165 MB, seen on two
     # machines), not of n_bootstrap.
+    # Batches of equal sizes: 600 and 5000 replicates both run batches of 200
+    # (the working set grows with the batch up to the kernel's cap, not with
+    # n_bootstrap).
     with threadpool_limits(1):
-        small = _peak_bytes(500, X, Y)
-        large = _peak_bytes(5000, X, Y)
+        small, small_batch = _peak_bytes(600, X, Y)
+        large, large_batch = _peak_bytes(5000, X, Y)
+    assert small_batch == large_batch
     # Far below keeping the replicates (800 MB).
     assert large <= 0.25 * 5000 * 20 * 1000 * 8, (small, large)
     # What does grow is the exact percentile tails, k = ceil((B-1)(1-c)/2) + 1
     # replicates per element: nothing else may.
     tails = BootstrapAccumulator.nbytes_needed(
         (1000, 20), 5000
-    ) - BootstrapAccumulator.nbytes_needed((1000, 20), 500)
+    ) - BootstrapAccumulator.nbytes_needed((1000, 20), 600)
     assert large - small <= tails + 2e6, (small, large, tails)
 
 
