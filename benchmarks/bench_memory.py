@@ -130,6 +130,8 @@ def main():
         ((200, 20, 5), 400),
         ((500, 50, 20), 400),
         ((100, 200, 5), 200),
+        # Enough columns and work for the kernel to skip undrawn rows.
+        ((1000, 100, 500), 200),
     ):
         X, Y = data(*shape)
 
