@@ -747,9 +747,10 @@ def _weighted_products(X, Y, w, xp):
 
     On the CPU, with numpy or torch, for replicates of at least
     ``GATHER_MIN_FLOPS`` and ``GATHER_MIN_COLUMNS``, each replicate's
-    products run over its rows of positive weight only: a bootstrap replicate leaves out about a
-    third of the rows (a fraction ``(1 - 1/n) ** n``), a third of the work
-    that a BLAS call over all rows would spend on zeros. The drawn rows of
+    products run over its rows of positive weight only: a bootstrap
+    replicate leaves out about a third of the rows (a fraction
+    ``(1 - 1/n) ** n``), a third of the work that a BLAS call over all rows
+    would spend on zeros. The drawn rows of
     ``Y`` are gathered ``MAX_GATHER_BYTES`` at a time, one replicate after
     the other. Elsewhere each product is one GEMM over the whole batch, the
     replicates' ``X' W`` stacked: ``(b * q, n) @ (n, q)`` and ``(b * q, n) @

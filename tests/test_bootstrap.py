@@ -24,6 +24,7 @@ from sklearn.tree import DecisionTreeRegressor
 from threadpoolctl import threadpool_limits
 
 import skbatch._engine
+import skbatch._linalg
 import skbatch._preflight
 import skbatch.bootstrap
 from skbatch import BatchedRidge, BootstrapEstimator, BootstrapResult
@@ -170,9 +171,20 @@ LINEAR_CASES = {
 }
 
 
-@pytest.mark.parametrize("shape", [(40, 5), (12, 30)], ids=["n>p", "p>n"])
+@pytest.mark.parametrize(
+    "shape, drawn_rows",
+    [((40, 5), False), ((40, 5), True), ((12, 30), False)],
+    ids=["n>p", "n>p-drawn-rows", "p>n"],
+)
 @pytest.mark.parametrize("case", list(LINEAR_CASES))
-def test_fast_path_replicates_equal_sklearn_on_resampled_rows(case, shape):
+def test_fast_path_replicates_equal_sklearn_on_resampled_rows(
+    case, shape, drawn_rows, monkeypatch
+):
+    if drawn_rows:
+        # The kernel's products over each replicate's drawn rows only, which
+        # it otherwise keeps for designs of many columns and much work.
+        monkeypatch.setattr(skbatch._linalg, "GATHER_MIN_FLOPS", 0)
+        monkeypatch.setattr(skbatch._linalg, "GATHER_MIN_COLUMNS", 0)
     estimator, reference = LINEAR_CASES[case]
     n_samples, n_features = shape
     X, Y = make_data(n_samples, n_features, 3, seed=1)
