@@ -331,6 +331,7 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size, chunk_width :
     )
     n_workers = min(n_workers, plan.n_batches)
     n_in_flight = min(n_workers + n_held, plan.n_batches)
+    n_held = n_in_flight - n_workers
     memory = dict(
         device_bytes_per_item=device_bytes_per_item,
         host_bytes_per_item=host_bytes_per_item,

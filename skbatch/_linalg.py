@@ -34,8 +34,9 @@ MAX_GATHER_BYTES = 2**23
 GATHER_MIN_FLOPS = 1e7
 # Columns of X (the ones column included) below which one replicate's X'WY
 # alone runs far below the BLAS rate, reading Y's rows for few output rows:
-# skipping rows was 2x slower at 21 columns, 3% at 51, 10% faster at 76 and
-# 17% at 101 (n=1000, float64, one thread, benchmarks/RESULTS.md).
+# skipping rows made a fit 2x slower at 21 columns and 3% slower at 51, and a
+# batch's products 10% faster at 76 and 17% at 101 (float64, one thread,
+# benchmarks/RESULTS.md).
 GATHER_MIN_COLUMNS = 64
 # Names accepted by the scoring functions; higher is better for all three.
 _SCORINGS = ("neg_mean_squared_error", "r2", "correlation")
