@@ -433,8 +433,8 @@ def _planned_stage(desc, path, backend, plan, n_workers, n_in_flight, memory, n_
     ``device_bytes_per_item``, ``host_bytes_per_item`` and ``fixed_bytes``),
     and the host results of ``n_held`` more, make its planned peak.
     """
-    per_item = memory["device_bytes_per_item"] + memory["host_bytes_per_item"]
-    per_item += memory["host_bytes_per_item"] * n_held / n_in_flight
+    host = memory["host_bytes_per_item"]
+    per_batch = n_in_flight * (memory["device_bytes_per_item"] + host) + n_held * host
     return FitStage(
         name=desc,
         path=path,
@@ -445,8 +445,7 @@ def _planned_stage(desc, path, backend, plan, n_workers, n_in_flight, memory, n_
         n_workers=n_workers,
         n_batches_run=0,
         n_oom_splits=0,
-        planned_peak_bytes=memory["fixed_bytes"]
-        + n_in_flight * plan.batch_size * per_item,
+        planned_peak_bytes=memory["fixed_bytes"] + plan.batch_size * per_batch,
         budget_gb=plan.budget_gb,
         seconds=0.0,
         **memory,
