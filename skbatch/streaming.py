@@ -14,11 +14,18 @@ import numpy as np
 __all__ = ["BootstrapAccumulator", "PermutationCounter"]
 
 # Replicates are folded into the percentile tails at least this many at a
-# time: enough to amortise np.partition over short tails, few enough that the
+# time: enough to amortise the selection over short tails, few enough that the
 # pending block stays far smaller than storing every replicate. Longer tails
-# (k > FOLD_EVERY) are folded every k replicates, so that each replicate costs
-# at most two rows of partitioning per tail whatever B (see _fold_size).
+# (2k > FOLD_EVERY) are folded every 2k replicates, so that each replicate
+# costs at most two rows of selection whatever B (see _fold_size).
 FOLD_EVERY = 64
+
+# A fold of at most this many rows sorts them, which puts both tails in place
+# in one pass; a larger one selects each tail with np.partition. numpy's
+# vectorised sort of 76 rows (B=200) took 0.6x the time of the two partitions
+# it replaces; sorting was still faster at 1004 rows (B=10,000) and slower
+# from about 2000 (benchmarks/RESULTS.md).
+SORT_MAX_ROWS = 1024
 
 # Deviations from a block's mean are squared a slice of rows of about this
 # size at a time: a temporary as large as the block is mapped afresh on every
@@ -89,14 +96,40 @@ def _percentile_plan(n_total, confidence_level):
 
 
 def _fold_size(k):
-    """Pending replicates that trigger a fold into tails of k rows.
+    """Pending replicates that trigger a fold into tails of k rows each.
 
-    A fold partitions the k tail rows with the pending ones; folding every
-    FOLD_EVERY replicates would cost B * k / FOLD_EVERY rows in all, quadratic
-    in B since k grows with B. Waiting for k pending rows bounds it by 2 * B,
-    for a pending block no larger than the tails.
+    A fold selects both tails (2k rows) from themselves and the pending rows;
+    folding every FOLD_EVERY replicates would cost B * 2k / FOLD_EVERY rows in
+    all, quadratic in B since k grows with B. Waiting for 2k pending rows
+    bounds it by 2 * B, for a pending block no larger than the tails.
     """
-    return max(FOLD_EVERY, k)
+    return max(FOLD_EVERY, 2 * k)
+
+
+def _select_tails(rows, k):
+    """Order ``rows`` in place so that its first 2k rows hold both tails.
+
+    Along axis 0, rows [0, k) become the k smallest and rows [k, 2k) the k
+    largest, per element; rows beyond 2k are left in any order. Returns the
+    number of rows that hold the tails, ``min(len(rows), 2k)``: with no more
+    than 2k rows, every row is kept as it is.
+    """
+    n_rows = len(rows)
+    if n_rows <= 2 * k:
+        return n_rows
+    if n_rows <= SORT_MAX_ROWS:
+        rows.sort(axis=0)
+    else:
+        # NaNs sort last, but their elements are masked by _nan anyway.
+        rows.partition(k - 1, axis=0)
+        rows[k:].partition(n_rows - 2 * k, axis=0)
+    # The largest k move down by the gap between the tails, a gap at a time:
+    # overlapping slices would be copied through a temporary.
+    gap = n_rows - 2 * k
+    for start in range(k, 2 * k, gap):
+        stop = min(start + gap, 2 * k)
+        rows[start:stop] = rows[start + gap : stop + gap]
+    return 2 * k
 
 
 def _lerp(a, b, t):
@@ -190,9 +223,9 @@ class BootstrapAccumulator:
     smallest and k largest replicates, where k is the smallest count that
     contains the order statistics ``np.percentile`` interpolates between:
     ``ceil((B - 1) * (1 - c) / 2) + 1`` (26 for B=1000, c=0.95), one more when
-    that position falls exactly on an integer. Memory is O(max(k, 64)) per
-    element, not O(B), unless ``keep_samples=True``: replicates are folded into
-    the tails every max(k, 64).
+    that position falls exactly on an integer. Memory is 2k + max(2k, 64)
+    replicates per element, not B, unless ``keep_samples=True``: replicates
+    are folded into the tails every max(2k, 64).
 
     Parameters
     ----------
@@ -247,11 +280,10 @@ class BootstrapAccumulator:
         self._virtual_indexes, self._k = _percentile_plan(n_total, confidence_level)
         self._fold_size = _fold_size(self._k)
         self._moments = _RunningMoments(self.shape)
-        # Rows [0, n_tail) hold the tail, the next n_pending rows the replicates
-        # not folded in yet, so folding partitions in place without a copy.
-        # The upper tail is stored negated: its k largest are then k smallest.
-        self._low = np.empty((self._k + self._fold_size, *self.shape))
-        self._high = np.empty((self._k + self._fold_size, *self.shape))
+        # Rows [0, n_tail) hold both tails (every replicate while there are no
+        # more than 2k), the next n_pending rows the replicates not folded in
+        # yet, so folding selects in place without a copy.
+        self._rows = np.empty((2 * self._k + self._fold_size, *self.shape))
         self._n_tail = 0
         self._n_pending = 0
         self._nan = np.zeros(self.shape, dtype=bool)
@@ -261,7 +293,7 @@ class BootstrapAccumulator:
     def nbytes_needed(shape, n_total, confidence_level=0.95, *, keep_samples=False):
         """Bytes an accumulator with these parameters retains.
 
-        Mean, M2, both tails with their pending block, the NaN mask, and the
+        Mean, M2, both tails with the pending block, the NaN mask, and the
         samples when kept; for the memory preflight before any work.
 
         Parameters
@@ -275,7 +307,7 @@ class BootstrapAccumulator:
         """
         size = shape if isinstance(shape, numbers.Integral) else math.prod(shape)
         k = _percentile_plan(n_total, confidence_level)[1]
-        tails = 2 * (k + _fold_size(k)) * _FLOAT_BYTES
+        tails = (2 * k + _fold_size(k)) * _FLOAT_BYTES
         nbytes = size * (2 * _FLOAT_BYTES + tails + _BOOL_BYTES)
         if keep_samples:
             nbytes += n_total * (size * _FLOAT_BYTES + _BOOL_BYTES)
@@ -321,19 +353,14 @@ class BootstrapAccumulator:
         self._moments.update(block)
         self._nan |= np.isnan(block).any(axis=0)
         start = self._n_tail + self._n_pending
-        self._low[start : start + len(block)] = block
-        np.negative(block, out=self._high[start : start + len(block)])
+        self._rows[start : start + len(block)] = block
         self._n_pending += len(block)
         if self._n_pending == self._fold_size:
             self._fold()
 
     def _fold(self):
         n_rows = self._n_tail + self._n_pending
-        if n_rows > self._k:
-            # NaNs sort last, but their elements are masked by _nan anyway.
-            self._low[:n_rows].partition(self._k - 1, axis=0)
-            self._high[:n_rows].partition(self._k - 1, axis=0)
-        self._n_tail = min(n_rows, self._k)
+        self._n_tail = _select_tails(self._rows[:n_rows], self._k)
         self._n_pending = 0
 
     def merge(self, other):
@@ -356,13 +383,11 @@ class BootstrapAccumulator:
             self._store.merge(other._store)
         self._fold()
         other._fold()
-        n_tail = min(self._n_tail + other._n_tail, self._k)
-        for mine, theirs in ((self._low, other._low), (self._high, other._high)):
-            both = np.concatenate([mine[: self._n_tail], theirs[: other._n_tail]])
-            if len(both) > self._k:
-                both.partition(self._k - 1, axis=0)
-            mine[:n_tail] = both[:n_tail]
-        self._n_tail = n_tail
+        both = np.concatenate(
+            [self._rows[: self._n_tail], other._rows[: other._n_tail]]
+        )
+        self._n_tail = _select_tails(both, self._k)
+        self._rows[: self._n_tail] = both[: self._n_tail]
         self._moments.merge(other._moments)
         self._nan |= other._nan
         self.n_seen += other.n_seen
@@ -413,9 +438,10 @@ class BootstrapAccumulator:
             raise ValueError("estimate is required for method='basic', got None")
         _check_complete(self.n_seen, self.n_total)
         self._fold()
-        # smallest[i] is order statistic i, largest[j] order statistic B-1-j.
-        smallest = np.sort(self._low[: self._n_tail], axis=0)
-        largest = -np.sort(self._high[: self._n_tail], axis=0)
+        # ordered[i] is order statistic i for i < k, ordered[-1 - j] order
+        # statistic B-1-j for j < k: the tails, or every replicate if B <= 2k.
+        ordered = np.sort(self._rows[: self._n_tail], axis=0)
+        smallest, largest = ordered, ordered[::-1]
         last = self.n_total - 1
         lower_index, upper_index = self._virtual_indexes
         lower_prev, upper_prev = int(lower_index), int(upper_index)

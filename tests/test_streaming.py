@@ -8,6 +8,7 @@ from numpy.testing import assert_allclose, assert_array_equal
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import permutation_test_score
 
+from skbatch import streaming
 from skbatch.streaming import BootstrapAccumulator, PermutationCounter
 
 # The bounds follow np.percentile's own arithmetic, so only rounding may differ.
@@ -19,15 +20,24 @@ def reference_interval(samples, confidence_level):
     return np.percentile(samples, [100 * (1 - c) / 2, 100 * (1 + c) / 2], axis=0)
 
 
+# A fold orders its rows by sorting them or, past SORT_MAX_ROWS, by two
+# partitions; both must give numpy's bounds.
+SELECTIONS = {"sort": 10**9, "partition": 0}
+
+
 def split_points(rng, n, n_chunks):
     return np.sort(
         rng.choice(np.arange(1, n), size=min(n_chunks, n) - 1, replace=False)
     )
 
 
+@pytest.mark.parametrize("selection", SELECTIONS)
 @pytest.mark.parametrize("n_total", [2, 37, 40, 201, 1000])
 @pytest.mark.parametrize("confidence_level", [0.8, 0.95, 0.99])
-def test_interval_and_moments_match_numpy(n_total, confidence_level):
+def test_interval_and_moments_match_numpy(
+    monkeypatch, n_total, confidence_level, selection
+):
+    monkeypatch.setattr(streaming, "SORT_MAX_ROWS", SELECTIONS[selection])
     rng = np.random.default_rng(n_total)
     samples = rng.normal(loc=3.0, size=(n_total, 4, 3))
     samples[rng.random(n_total) < 0.3, 0, 0] = np.nan
@@ -88,10 +98,21 @@ def split_replicates(draw):
     return n_total, confidence_level, seed, n_parts, with_ties, with_nan
 
 
+@pytest.mark.parametrize("selection", SELECTIONS)
 @settings(deadline=None, max_examples=50)
 @given(split_replicates())
-def test_merge_in_any_order_equals_single_pass(case):
+def test_merge_in_any_order_equals_single_pass(selection, case):
     n_total, confidence_level, seed, n_parts, with_ties, with_nan = case
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(streaming, "SORT_MAX_ROWS", SELECTIONS[selection])
+        check_merge_in_any_order(
+            n_total, confidence_level, seed, n_parts, with_ties, with_nan
+        )
+
+
+def check_merge_in_any_order(
+    n_total, confidence_level, seed, n_parts, with_ties, with_nan
+):
     rng = np.random.default_rng(seed)
     samples = rng.normal(loc=2.0, size=(n_total, 3))
     if with_ties:
@@ -267,9 +288,9 @@ def test_nbytes_needed_is_what_construction_allocates(shape, n_total, keep_sampl
 def test_nbytes_needed_grows_with_tail_size_not_n_total():
     small = BootstrapAccumulator.nbytes_needed(1000, 200)
     large = BootstrapAccumulator.nbytes_needed(1000, 20_000)
-    # k grows from 6 to 501 per tail, and the pending block with it: a tenth
-    # of storing every replicate (20,000 rows), which would be 100x.
-    assert large < 20 * small
+    # k grows from 6 to 501 per tail, and the pending block with it; both stay
+    # well under storing every replicate: 200 rows, then 20,000 (100x).
+    assert small < 0.5 * 8 * 200 * 1000
     stored = 8 * 20_000 * 1000
     assert large < 0.15 * stored
     kept = BootstrapAccumulator.nbytes_needed(1000, 20_000, keep_samples=True)
