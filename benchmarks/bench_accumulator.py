@@ -32,11 +32,11 @@ CASES = [
 REPEATS = 3
 
 
-def median_seconds(fn):
+def median_seconds(fn, *args):
     times = []
     for _ in range(REPEATS):
         start = time.perf_counter()
-        fn()
+        fn(*args)
         times.append(time.perf_counter() - start)
     return float(np.median(times))
 
@@ -75,10 +75,10 @@ def main():
         expected = stored(samples, batch)
         np.testing.assert_allclose([lower, upper], expected, rtol=1e-12)
         seconds = [
-            median_seconds(lambda m=m: streamed(samples, batch, m))
-            for m in (None, sys.maxsize, 0)
+            median_seconds(streamed, samples, batch, sort_max_rows)
+            for sort_max_rows in (None, sys.maxsize, 0)
         ]
-        seconds.append(median_seconds(lambda: stored(samples, batch)))
+        seconds.append(median_seconds(stored, samples, batch))
         kept = BootstrapAccumulator.nbytes_needed(size, n_total) / 1e6
         print(
             f"{n_total:>7} {size:>9} {seconds[0]:>10.3f} {seconds[1]:>9.3f} "
