@@ -466,13 +466,17 @@ def _finished_stage(stage, plan, started, verbose):
 
 
 def cpu_workers(backend):
-    """Batches a numpy backend runs side by side: one per BLAS thread.
+    """Batches a CPU backend runs side by side: one per thread of the library.
 
     numpy's elementwise passes (residuals, squares, reductions) run on one
     core while a multi-threaded GEMM waits for them; batches side by side,
     each on one BLAS thread, keep every core busy. BatchedRidge's K-fold fit
-    ran 7% faster, its GCV 17%, on two cores. torch and jax run their
-    elementwise kernels on all threads already; a GPU is one device.
+    ran 7% faster, its GCV 17%, on two cores. torch runs its elementwise
+    passes on all threads, but its threads synchronise for every operation:
+    side by side, a torch bootstrap fit ran 22% faster and BatchedRidge's
+    medium LOO fit 32% faster on two cores, the large one as fast
+    (benchmarks/RESULTS.md). jax's XLA runs its own pool of threads; a GPU
+    is one device.
 
     Only a call from the main thread goes side by side: a call from another
     thread is most likely one of several workers already (a threading joblib
@@ -485,11 +489,11 @@ def cpu_workers(backend):
     Returns
     -------
     int
-        1 unless the backend is numpy, BLAS has several threads and the
-        caller is the main thread.
+        1 unless the backend is numpy or torch on the CPU, the library has
+        several threads and the caller is the main thread.
     """
     library = _backends.get(backend.library)
-    if not library.ELEMENTWISE_ON_ONE_THREAD or not _in_main_thread():
+    if backend.is_gpu or not library.BATCHES_SIDE_BY_SIDE or not _in_main_thread():
         return 1
     return library.threads()
 

@@ -544,7 +544,7 @@ SURFACE = [
     "uses_host_memory",
     "threads",
     "one_thread",
-    "ELEMENTWISE_ON_ONE_THREAD",
+    "BATCHES_SIDE_BY_SIDE",
     "COMPILES_PER_SHAPE",
     "linalg_errors",
     "out_namespace",

@@ -14,7 +14,7 @@ from sklearn.model_selection import GridSearchCV
 from threadpoolctl import threadpool_info, threadpool_limits
 
 import skbatch._engine as engine
-from skbatch import Backend, BatchedRidge, memory
+from skbatch import Backend, BatchedRidge, _backends, memory
 from skbatch._backends.numpy import threads as blas_threads
 from skbatch._engine import (
     cpu_workers,
@@ -812,12 +812,27 @@ def test_threads_see_simulated_oom_and_recover(two_blas_threads):
     assert max(rec.kernel_sizes) <= 3
 
 
-def test_threads_are_for_numpy_only(two_blas_threads):
+def test_threads_are_for_numpy_and_torch_on_the_cpu(two_blas_threads):
     assert cpu_workers(Backend("numpy")) == 2
-    assert cpu_workers(Backend("torch", "cpu")) == 1
     assert cpu_workers(Backend("jax", "cpu")) == 1
     with threadpool_limits(1, user_api="blas"):
         assert cpu_workers(Backend("numpy")) == 1
+
+
+def test_torch_batches_go_side_by_side_on_the_cpu_only():
+    torch = pytest.importorskip("torch")
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert cpu_workers(Backend("torch", "cpu")) == 2
+        with _backends.get("torch").one_thread():
+            assert cpu_workers(Backend("torch", "cpu")) == 1
+        # A GPU is one device, whatever the CPU threads; the backend is
+        # only named, not used.
+        assert cpu_workers(Backend("torch", "cuda:0")) == 1
+        assert cpu_workers(Backend("torch", "mps")) == 1
+    finally:
+        torch.set_num_threads(previous)
 
 
 def test_map_threads_keeps_order_and_context(two_blas_threads):

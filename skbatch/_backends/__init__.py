@@ -24,8 +24,9 @@ Every library provides:
   runs on, and a context that runs it on one thread. Thread counts belong to
   the process: ``one_thread`` is safe to enter from several threads at once
   (see :class:`skbatch._backends._threads.SharedLimit`).
-- ``ELEMENTWISE_ON_ONE_THREAD``: whether elementwise passes run on one core
-  (numpy), so that batches side by side on CPU threads pay off.
+- ``BATCHES_SIDE_BY_SIDE``: whether batches side by side on CPU threads,
+  each on one library thread, beat one batch at a time on all threads
+  (numpy and torch; see :func:`skbatch._engine.cpu_workers`).
 - ``COMPILES_PER_SHAPE``: whether each new array shape costs a compilation
   (jax), so that kernels keep shapes fixed rather than skip work by shape.
 - ``linalg_errors()``: the exceptions a failed factorisation raises.

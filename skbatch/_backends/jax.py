@@ -17,8 +17,9 @@ from . import split_device
 # card with torch, so when it is the one importing jax it asks for allocation
 # on demand, unless the user has set this variable.
 _PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"
-# XLA runs its elementwise kernels on all threads already.
-ELEMENTWISE_ON_ONE_THREAD = False
+# XLA schedules its kernels on its own pool of threads, which no call limits
+# to one: jax batches run one at a time.
+BATCHES_SIDE_BY_SIDE = False
 # XLA compiles a kernel for every new array shape.
 COMPILES_PER_SHAPE = True
 

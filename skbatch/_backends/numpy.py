@@ -12,7 +12,7 @@ from ._threads import SharedLimit
 # numpy's elementwise passes (residuals, squares, reductions) run on one
 # core while a multi-threaded GEMM waits for them (see skbatch/_engine.py,
 # cpu_workers).
-ELEMENTWISE_ON_ONE_THREAD = True
+BATCHES_SIDE_BY_SIDE = True
 # numpy runs every shape through the same compiled loops and BLAS calls.
 COMPILES_PER_SHAPE = False
 

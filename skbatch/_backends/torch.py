@@ -11,8 +11,9 @@ import numpy as np
 from . import split_device
 from ._threads import SharedLimit
 
-# torch runs its elementwise kernels on all threads already.
-ELEMENTWISE_ON_ONE_THREAD = False
+# torch's threads synchronise for every operation, which costs more than the
+# small ones of a batch (see skbatch/_engine.py, cpu_workers).
+BATCHES_SIDE_BY_SIDE = True
 # torch runs every shape through the same kernels.
 COMPILES_PER_SHAPE = False
 
