@@ -779,8 +779,11 @@ def _weighted_products(X, Y, w, xp):
     rhs = xp.empty((b, q, t), dtype=X.dtype, device=array_device(X))
     for i in range(b):
         rows = xp.nonzero(w[i, :])[0]
-        XtW = xp.take(Xt, rows, axis=1) * xp.take(w[i, :], rows)
-        gram[i, ...] = XtW @ xp.take(X, rows, axis=0)
+        # Rows gathered whole (contiguous), weighted, then read transposed:
+        # BLAS transposes as it reads, where gathering columns of X' strides.
+        drawn_X = xp.take(X, rows, axis=0)
+        XtW = xp.permute_dims(drawn_X * xp.take(w[i, :], rows)[:, None], (1, 0))
+        gram[i, ...] = XtW @ drawn_X
         width = max(1, MAX_GATHER_BYTES // (max(rows.shape[0], 1) * Y.dtype.itemsize))
         for start in range(0, t, width):
             drawn = xp.take(Y[:, start : start + width], rows, axis=0)
