@@ -719,21 +719,28 @@ def weighted_primal_coef(X, Y, w, alpha, fixed_alpha, *, fit_intercept, xp):
         # The update cancels digits of the uncentred Gram matrix, whose scale
         # is then the rounding floor of the centred one.
         scale = xp.max(xp.linalg.diagonal(gram), axis=1)
-        # In place where the library allows (jax rebinds): a fresh b x p x t
-        # array costs page faults on top of the pass. The ones row and
-        # column that x_sum and y_sum view are left untouched.
+        # In place where the library allows (jax rebinds). The ones column
+        # that x_sum views is left untouched.
         gram -= x_sum[:, :, None] * x_mean[:, None, :]
-        rhs = rhs[:, :p, :]
-        rhs -= x_sum[:, :, None] * y_mean[:, None, :]
     else:
         scale = xp.max(xp.linalg.diagonal(gram), axis=1)
     if fixed_alpha is not None:
         eye = xp.eye(p, dtype=gram.dtype, device=array_device(gram))
-        coef = _solve_spd(gram + fixed_alpha * eye, rhs, xp, transposed=True)
+        # rhs keeps its ones row (Y'w): the solve centres it, (X'w) y_mean' =
+        # x_mean (Y'w)', inside its product rather than in a pass of its own.
+        coef = _solve_spd(
+            gram + fixed_alpha * eye, rhs, xp, transposed=True, offset=x_mean
+        )
         if coef is None:
             _warn_singular(fixed_alpha)
             coef = _weighted_svd_coef(X[:, :p], Y, w, alpha, x_mean, scale, xp)
         return coef, x_mean, y_mean
+    if fit_intercept:
+        # In place where the library allows: a fresh b x p x t array costs
+        # page faults on top of the pass. The ones row that y_sum views is
+        # left untouched.
+        rhs = rhs[:, :p, :]
+        rhs -= x_sum[:, :, None] * y_mean[:, None, :]
     with one_thread(gram):
         eigenvalues, vectors = xp.linalg.eigh(gram)
         rotated = xp.permute_dims(vectors, (0, 2, 1)) @ rhs
@@ -956,8 +963,14 @@ def _transpose(A, xp):
     return xp.permute_dims(A, (0, 2, 1))
 
 
-def _solve_spd(A, B, xp, *, transposed=False):
+def _solve_spd(A, B, xp, *, transposed=False, offset=None):
     """Solve ``A X = B`` for a batch of symmetric positive definite ``A``.
+
+    With ``offset`` (shape (b, p) for A of shape (b, p, p)), B has one row
+    more, and the system solved is ``A X = B[:p] - offset B[p]'``: B's last
+    row holds the sums that centre the others (the products with an
+    intercept's column of ones). On the CPU the centring then costs no pass
+    over B: ``X = [A^-1, -A^-1 offset] B``, one product.
 
     Returns ``X``, or ``X'`` (batch of transposes) when ``transposed``; None
     when an ``A`` of the batch is singular to working precision: its
@@ -974,6 +987,9 @@ def _solve_spd(A, B, xp, *, transposed=False):
     """
     library = _backends.of_array(A)
     if library.solves_by_cholesky(library.device_of(A)):
+        if offset is not None:
+            p = A.shape[-1]
+            B = B[:, :p, :] - offset[:, :, None] * B[:, p:, :]
         solution = _cholesky_solve(A, B, xp)
         if solution is None:
             return None
@@ -989,6 +1005,9 @@ def _solve_spd(A, B, xp, *, transposed=False):
         limit = 1 / (A.shape[-1] * xp.finfo(A.dtype).eps)
         if not bool(xp.all(condition <= limit)):
             return None
+        if offset is not None:
+            shift = -(inverse @ offset[:, :, None])
+            inverse = xp.concat([inverse, shift], axis=2)
         if transposed:
             return _transpose(B, xp) @ _transpose(inverse, xp)
         return inverse @ B

@@ -724,6 +724,41 @@ def test_gpu_cholesky_solve_on_cpu_arrays(library):
         assert _cholesky_solve(singular, backend.asarray(B), backend.xp) is None
 
 
+@pytest.mark.parametrize("route", ["inverse", "cholesky"])
+@pytest.mark.parametrize("library", ["numpy", "torch", "jax"])
+def test_solve_centres_the_right_hand_side_it_is_given(library, route, monkeypatch):
+    # With an offset, the last row of B holds the sums that centre the other
+    # rows: A X = B[:p] - offset B[p]', on the inverse route (CPU) and the
+    # Cholesky one (GPUs, run here on CPU arrays).
+    pytest.importorskip(library)
+    from skbatch import _backends
+    from skbatch._linalg import _solve_spd
+    from skbatch.backend import Backend
+
+    if route == "cholesky":
+        if library == "numpy":
+            pytest.skip("numpy has no batched Cholesky solve")
+        module = _backends.get(library)
+        monkeypatch.setattr(module, "solves_by_cholesky", lambda device: True)
+    rng = np.random.default_rng(1)
+    factor = rng.standard_normal((4, 6, 9))
+    A = factor @ factor.transpose(0, 2, 1) + np.eye(6)
+    B = rng.standard_normal((4, 7, 5)) + 50.0
+    offset = rng.standard_normal((4, 6))
+    expected = np.linalg.solve(A, B[:, :6] - offset[:, :, None] * B[:, 6:])
+    backend = Backend(library)
+    with backend.context():
+        args = [backend.asarray(a) for a in (A, B, offset)]
+        solution = _solve_spd(args[0], args[1], backend.xp, offset=args[2])
+        transposed = _solve_spd(
+            args[0], args[1], backend.xp, offset=args[2], transposed=True
+        )
+    assert_allclose(np.asarray(solution), expected, rtol=1e-10, atol=1e-10)
+    assert_allclose(
+        np.asarray(transposed), expected.transpose(0, 2, 1), rtol=1e-10, atol=1e-10
+    )
+
+
 def test_fast_path_batches_side_by_side_equal_batches_in_turn(monkeypatch, capsys):
     X, Y = make_data(60, 6, 4, seed=22)
     params = dict(n_bootstrap=50, return_samples=True, random_state=5, verbose=1)
