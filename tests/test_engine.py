@@ -732,6 +732,64 @@ def test_threads_run_two_batches_at_once_with_the_same_results(two_blas_threads)
     assert blas_threads() == 2
 
 
+@pytest.fixture
+def two_torch_threads():
+    """torch on two CPU threads whatever the host: its batches go side by side."""
+    torch = pytest.importorskip("torch")
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        yield torch
+    finally:
+        torch.set_num_threads(previous)
+
+
+class TorchThreadedRecorder(ThreadedRecorder):
+    """ThreadedRecorder on torch arrays, noting torch's threads in the kernel."""
+
+    def __init__(self):
+        super().__init__(backend=Backend("torch"))
+        self.torch_in_kernel = set()
+
+    def kernel(self, ids):
+        import torch
+
+        self.torch_in_kernel.add(torch.get_num_threads())
+        return super().kernel(ids)
+
+
+def test_torch_runs_two_batches_at_once_with_the_same_results(two_torch_threads):
+    rec = TorchThreadedRecorder()
+    plan = rec.run(40, batch_size=5, threads=True)
+    assert not rec.barrier.broken
+    assert len(rec.threads) == 2
+    np.testing.assert_array_equal(rec.result(), 2 * _reference(40))
+    np.testing.assert_array_equal(np.concatenate(rec.reduced_ids), np.arange(40))
+    assert plan.n_kernel_calls == 8
+    # One torch thread per worker while they run; two again afterwards.
+    assert rec.torch_in_kernel == {1}
+    assert two_torch_threads.get_num_threads() == 2
+
+
+@pytest.mark.parametrize("cv", [None, 3])
+def test_torch_fit_side_by_side_equals_one_batch_at_a_time(two_torch_threads, cv):
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((60, 8))
+    Y = X @ rng.standard_normal((8, 40)) + rng.standard_normal((60, 40))
+    params = dict(
+        alphas=np.logspace(-4, 6, 11), cv=cv, device="torch", n_targets_batch=7
+    )
+    side_by_side = BatchedRidge(**params).fit(X, Y)
+    with _backends.get("torch").one_thread():
+        one_at_a_time = BatchedRidge(**params).fit(X, Y)
+    assert side_by_side.fit_report_.stages[0].n_workers == 2
+    assert one_at_a_time.fit_report_.stages[0].n_workers == 1
+    np.testing.assert_allclose(
+        side_by_side.coef_, one_at_a_time.coef_, rtol=1e-12, atol=1e-12
+    )
+    np.testing.assert_array_equal(side_by_side.alpha_, one_at_a_time.alpha_)
+
+
 class ReducingRecorder(Recorder):
     """A reducer that waits, on its first batch, for the third batch's kernel."""
 
