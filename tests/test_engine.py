@@ -702,14 +702,15 @@ class ThreadedRecorder(Recorder):
         self.lock = threading.Lock()
         self.n_calls = 0
         self.threads = set()
-        self.blas_in_kernel = set()
+        self.library_threads_in_kernel = set()
 
     def kernel(self, ids):
         with self.lock:
             call = self.n_calls
             self.n_calls += 1
         self.threads.add(threading.get_ident())
-        self.blas_in_kernel.add(blas_threads())
+        library = _backends.get(self.backend.library)
+        self.library_threads_in_kernel.add(library.threads())
         if call < 2:
             # The first two batches meet here: a sequential engine would
             # leave the first waiting, and the barrier would break.
@@ -717,8 +718,10 @@ class ThreadedRecorder(Recorder):
         return super().kernel(ids)
 
 
-def test_threads_run_two_batches_at_once_with_the_same_results(two_blas_threads):
-    rec = ThreadedRecorder()
+@pytest.mark.parametrize("library", ["numpy", "torch"])
+def test_threads_run_two_batches_at_once_with_the_same_results(library, request):
+    request.getfixturevalue(f"two_{'blas' if library == 'numpy' else library}_threads")
+    rec = ThreadedRecorder(backend=Backend(library))
     plan = rec.run(40, batch_size=5, threads=True)
     assert not rec.barrier.broken
     assert len(rec.threads) == 2
@@ -727,9 +730,9 @@ def test_threads_run_two_batches_at_once_with_the_same_results(two_blas_threads)
     np.testing.assert_array_equal(np.concatenate(rec.reduced_ids), np.arange(40))
     np.testing.assert_array_equal(np.sort(np.concatenate(rec.computed)), np.arange(40))
     assert plan.n_kernel_calls == 8
-    # One BLAS thread per worker while they run; two again afterwards.
-    assert rec.blas_in_kernel == {1}
-    assert blas_threads() == 2
+    # One library thread per worker while they run; two again afterwards.
+    assert rec.library_threads_in_kernel == {1}
+    assert _backends.get(library).threads() == 2
 
 
 @pytest.fixture
@@ -742,33 +745,6 @@ def two_torch_threads():
         yield torch
     finally:
         torch.set_num_threads(previous)
-
-
-class TorchThreadedRecorder(ThreadedRecorder):
-    """ThreadedRecorder on torch arrays, noting torch's threads in the kernel."""
-
-    def __init__(self):
-        super().__init__(backend=Backend("torch"))
-        self.torch_in_kernel = set()
-
-    def kernel(self, ids):
-        import torch
-
-        self.torch_in_kernel.add(torch.get_num_threads())
-        return super().kernel(ids)
-
-
-def test_torch_runs_two_batches_at_once_with_the_same_results(two_torch_threads):
-    rec = TorchThreadedRecorder()
-    plan = rec.run(40, batch_size=5, threads=True)
-    assert not rec.barrier.broken
-    assert len(rec.threads) == 2
-    np.testing.assert_array_equal(rec.result(), 2 * _reference(40))
-    np.testing.assert_array_equal(np.concatenate(rec.reduced_ids), np.arange(40))
-    assert plan.n_kernel_calls == 8
-    # One torch thread per worker while they run; two again afterwards.
-    assert rec.torch_in_kernel == {1}
-    assert two_torch_threads.get_num_threads() == 2
 
 
 @pytest.mark.parametrize("cv", [None, 3])
