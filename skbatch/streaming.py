@@ -117,10 +117,10 @@ def _select_tails(rows, k):
     n_rows = len(rows)
     if n_rows <= 2 * k:
         return n_rows
+    # NaNs sort last, but their elements are masked by _nan anyway.
     if n_rows <= SORT_MAX_ROWS:
         rows.sort(axis=0)
     else:
-        # NaNs sort last, but their elements are masked by _nan anyway.
         rows.partition(k - 1, axis=0)
         rows[k:].partition(n_rows - 2 * k, axis=0)
     # The largest k move down by the gap between the tails, a gap at a time:
