@@ -853,20 +853,14 @@ def test_threads_are_for_numpy_and_torch_on_the_cpu(two_blas_threads):
         assert cpu_workers(Backend("numpy")) == 1
 
 
-def test_torch_batches_go_side_by_side_on_the_cpu_only():
-    torch = pytest.importorskip("torch")
-    previous = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        assert cpu_workers(Backend("torch", "cpu")) == 2
-        with _backends.get("torch").one_thread():
-            assert cpu_workers(Backend("torch", "cpu")) == 1
-        # A GPU is one device, whatever the CPU threads; the backend is
-        # only named, not used.
-        assert cpu_workers(Backend("torch", "cuda:0")) == 1
-        assert cpu_workers(Backend("torch", "mps")) == 1
-    finally:
-        torch.set_num_threads(previous)
+def test_torch_batches_go_side_by_side_on_the_cpu_only(two_torch_threads):
+    assert cpu_workers(Backend("torch", "cpu")) == 2
+    with _backends.get("torch").one_thread():
+        assert cpu_workers(Backend("torch", "cpu")) == 1
+    # A GPU is one device, whatever the CPU threads; the backend is only
+    # named, not used.
+    assert cpu_workers(Backend("torch", "cuda:0")) == 1
+    assert cpu_workers(Backend("torch", "mps")) == 1
 
 
 def test_map_threads_keeps_order_and_context(two_blas_threads):
