@@ -750,6 +750,21 @@ def weighted_primal_coef(X, Y, w, alpha, fixed_alpha, *, fit_intercept, xp):
         return coef, x_mean, y_mean
 
 
+def gathers_drawn_rows(library, device, n_samples, n_columns, n_targets):
+    """Whether :func:`_weighted_products` runs each replicate over its drawn rows.
+
+    ``library`` is the module of :mod:`skbatch._backends` the arrays belong
+    to, ``n_columns`` counts X's columns with the ones column. Otherwise the
+    products are stacked GEMMs over all rows, which read ``X'`` whole.
+    """
+    return (
+        not library.COMPILES_PER_SHAPE
+        and device == "cpu"
+        and n_columns >= GATHER_MIN_COLUMNS
+        and 2 * n_samples * n_columns * n_targets >= GATHER_MIN_FLOPS
+    )
+
+
 def _weighted_products(X, Y, w, xp):
     """``X' W X`` and ``X' W Y`` of every replicate of a batch, ``W = diag(w)``.
 
@@ -772,14 +787,9 @@ def _weighted_products(X, Y, w, xp):
     """
     b, n = w.shape
     q, t = X.shape[1], Y.shape[1]
-    Xt = xp.permute_dims(X, (1, 0))
     library = _backends.of_array(X)
-    if (
-        library.COMPILES_PER_SHAPE
-        or library.device_of(X) != "cpu"
-        or q < GATHER_MIN_COLUMNS
-        or 2 * n * q * t < GATHER_MIN_FLOPS
-    ):
+    if not gathers_drawn_rows(library, library.device_of(X), n, q, t):
+        Xt = xp.permute_dims(X, (1, 0))
         XtW = xp.reshape(Xt[None, :, :] * w[:, None, :], (b * q, n))
         return xp.reshape(XtW @ X, (b, q, q)), xp.reshape(XtW @ Y, (b, q, t))
     gram = xp.empty((b, q, q), dtype=X.dtype, device=array_device(X))
