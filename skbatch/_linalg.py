@@ -17,6 +17,7 @@ bootstrap counts used as row weights; Y is never copied whole per replicate
 """
 
 import contextlib
+import threading
 import warnings
 
 import numpy as np
@@ -678,7 +679,9 @@ def _namespace(xp, *arrays):
     return array_namespace(*arrays) if xp is None else xp
 
 
-def weighted_primal_coef(X, Y, w, alpha, fixed_alpha, *, fit_intercept, xp):
+def weighted_primal_coef(
+    X, Y, w, alpha, fixed_alpha, *, fit_intercept, xp, scratch=None
+):
     """Weighted ridge coefficients of a batch of replicates, p <= n.
 
     Parameters
@@ -694,6 +697,9 @@ def weighted_primal_coef(X, Y, w, alpha, fixed_alpha, *, fit_intercept, xp):
     fixed_alpha : float or None
         The alpha of every target when one positive alpha serves all.
     fit_intercept : bool
+    scratch : Scratch, optional
+        Buffers for the products, reused from call to call by each thread:
+        nothing returned refers to them.
 
     Returns
     -------
@@ -705,7 +711,7 @@ def weighted_primal_coef(X, Y, w, alpha, fixed_alpha, *, fit_intercept, xp):
     """
     n = w.shape[1]
     q = X.shape[1]
-    gram, rhs = _weighted_products(X, Y, w, xp)
+    gram, rhs = _weighted_products(X, Y, w, xp, scratch)
     x_mean = y_mean = None
     p = q
     if fit_intercept:
@@ -750,6 +756,34 @@ def weighted_primal_coef(X, Y, w, alpha, fixed_alpha, *, fit_intercept, xp):
         return coef, x_mean, y_mean
 
 
+class Scratch:
+    """Buffers a thread reuses from one batch to the next; pickles empty.
+
+    A fresh array of a batch's products faulted its pages in on every batch:
+    11-13 MB and 8 ms of system time in a 120 ms bootstrap batch, 7% of it
+    (benchmarks/RESULTS.md). Each thread keeps the last buffer of each name,
+    replaced when the shape or dtype changes (a batch split after an
+    out-of-memory error), and drops them all with this object or the thread.
+    """
+
+    def __init__(self):
+        self._local = threading.local()
+
+    def __reduce__(self):
+        return (Scratch, ())
+
+    def empty(self, name, shape, like, xp):
+        """An uninitialised array of ``like``'s dtype and device, kept for reuse."""
+        buffers = vars(self._local)
+        buffer = buffers.get(name)
+        if buffer is None or tuple(buffer.shape) != shape or buffer.dtype != like.dtype:
+            # The old buffer goes before the new one is made: never both.
+            buffers.pop(name, None)
+            buffer = xp.empty(shape, dtype=like.dtype, device=array_device(like))
+            buffers[name] = buffer
+        return buffer
+
+
 def gathers_drawn_rows(library, device, n_samples, n_columns, n_targets):
     """Whether :func:`_weighted_products` runs each replicate over its drawn rows.
 
@@ -765,7 +799,7 @@ def gathers_drawn_rows(library, device, n_samples, n_columns, n_targets):
     )
 
 
-def _weighted_products(X, Y, w, xp):
+def _weighted_products(X, Y, w, xp, scratch=None):
     """``X' W X`` and ``X' W Y`` of every replicate of a batch, ``W = diag(w)``.
 
     On the CPU, with numpy or torch, for replicates of at least
@@ -784,6 +818,8 @@ def _weighted_products(X, Y, w, xp):
     -------
     gram : array of shape (b, q, q)
     rhs : array of shape (b, q, t)
+        On the drawn-rows path, ``scratch``'s buffers when given: the caller
+        must be done with them before its thread's next call.
     """
     b, n = w.shape
     q, t = X.shape[1], Y.shape[1]
@@ -792,8 +828,12 @@ def _weighted_products(X, Y, w, xp):
         Xt = xp.permute_dims(X, (1, 0))
         XtW = xp.reshape(Xt[None, :, :] * w[:, None, :], (b * q, n))
         return xp.reshape(XtW @ X, (b, q, q)), xp.reshape(XtW @ Y, (b, q, t))
-    gram = xp.empty((b, q, q), dtype=X.dtype, device=array_device(X))
-    rhs = xp.empty((b, q, t), dtype=X.dtype, device=array_device(X))
+    if scratch is None:
+        gram = xp.empty((b, q, q), dtype=X.dtype, device=array_device(X))
+        rhs = xp.empty((b, q, t), dtype=X.dtype, device=array_device(X))
+    else:
+        gram = scratch.empty("gram", (b, q, q), X, xp)
+        rhs = scratch.empty("rhs", (b, q, t), X, xp)
     for i in range(b):
         rows = xp.nonzero(w[i, :])[0]
         # Rows gathered whole (contiguous), weighted, then read transposed:

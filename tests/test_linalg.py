@@ -4,6 +4,8 @@ References are scikit-learn's Ridge / RidgeCV / metrics, explicit refits, or
 hat matrices built naively in numpy; never stored outputs.
 """
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 from array_api_compat import array_namespace
@@ -779,3 +781,43 @@ def test_weighted_products_equal_dense_weighted_products(
         to_numpy(gram), np.einsum("ni,bn,nj->bij", X, counts, X), rtol=1e-12
     )
     assert_allclose(to_numpy(rhs), np.einsum("ni,bn,nt->bit", X, counts, Y), rtol=1e-12)
+
+
+def test_products_reuse_a_threads_scratch_buffers_and_stay_exact(monkeypatch):
+    """The drawn-rows products write into the thread's buffers of the last call.
+
+    A second batch with other counts reuses them and still equals the
+    products over every row (nothing of the first batch is left); another
+    shape replaces them; another thread has its own; a pickled scratch is
+    empty.
+    """
+    import pickle
+
+    from skbatch import _linalg
+
+    monkeypatch.setattr(_linalg, "GATHER_MIN_FLOPS", 0)
+    monkeypatch.setattr(_linalg, "GATHER_MIN_COLUMNS", 0)
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((40, 6))
+    Y = rng.standard_normal((40, 11))
+    scratch = _linalg.Scratch()
+
+    def products(n_replicates):
+        counts = rng.multinomial(40, np.full(40, 1 / 40), size=n_replicates)
+        counts = counts.astype(np.float64)
+        xp = array_namespace(X)
+        gram, rhs = _linalg._weighted_products(X, Y, counts, xp, scratch)
+        assert_allclose(gram, np.einsum("ni,bn,nj->bij", X, counts, X), rtol=1e-12)
+        assert_allclose(rhs, np.einsum("ni,bn,nt->bit", X, counts, Y), rtol=1e-12)
+        return gram, rhs
+
+    first_gram, first_rhs = products(5)
+    second_gram, second_rhs = products(5)
+    assert second_rhs is first_rhs and second_gram is first_gram
+    smaller_gram, smaller_rhs = products(3)
+    assert smaller_rhs.shape == (3, 6, 11) and smaller_rhs is not first_rhs
+
+    with ThreadPoolExecutor(1) as pool:
+        _, other_rhs = pool.submit(products, 3).result()
+    assert other_rhs is not smaller_rhs
+    assert vars(pickle.loads(pickle.dumps(scratch))._local) == {}

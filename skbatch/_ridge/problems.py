@@ -720,6 +720,7 @@ class BootstrapRidgeProblem(Portable):
         del X
         self.Y = backend.asarray(Y, dtype)
         self.K0 = self.X @ self.X.T if self.dual else None
+        self.scratch = _linalg.Scratch()
         same = bool(np.all(alpha == alpha[0]))
         self.fixed_alpha = float(alpha[0]) if same and alpha[0] > 0 else None
         self.alpha = backend.asarray(alpha, dtype)
@@ -768,7 +769,12 @@ class BootstrapRidgeProblem(Portable):
             )
         else:
             coef, x_mean, y_mean = _linalg.weighted_primal_coef(
-                self.X, self.Y, *args, fit_intercept=self.fit_intercept, xp=xp
+                self.X,
+                self.Y,
+                *args,
+                fit_intercept=self.fit_intercept,
+                xp=xp,
+                scratch=self.scratch,
             )
         if self.fit_intercept:
             offset = x_mean + self.x_offset
