@@ -526,9 +526,7 @@ def map_threads(fn, items, backend):
     Sequential elsewhere, and when called from another than the main thread
     (see :func:`cpu_workers`).
     """
-    side_by_side = not backend.is_gpu and _in_main_thread()
-    threads = _backends.get(backend.library).threads() if side_by_side else 1
-    n_workers = min(threads, len(items))
+    n_workers = min(cpu_workers(backend), len(items))
     with _side_by_side(n_workers, backend) as pool:
         if pool is None:
             return [fn(item) for item in items]

@@ -828,12 +828,9 @@ def _weighted_products(X, Y, w, xp, scratch=None):
         Xt = xp.permute_dims(X, (1, 0))
         XtW = xp.reshape(Xt[None, :, :] * w[:, None, :], (b * q, n))
         return xp.reshape(XtW @ X, (b, q, q)), xp.reshape(XtW @ Y, (b, q, t))
-    if scratch is None:
-        gram = xp.empty((b, q, q), dtype=X.dtype, device=array_device(X))
-        rhs = xp.empty((b, q, t), dtype=X.dtype, device=array_device(X))
-    else:
-        gram = scratch.empty("gram", (b, q, q), X, xp)
-        rhs = scratch.empty("rhs", (b, q, t), X, xp)
+    scratch = Scratch() if scratch is None else scratch
+    gram = scratch.empty("gram", (b, q, q), X, xp)
+    rhs = scratch.empty("rhs", (b, q, t), X, xp)
     for i in range(b):
         rows = xp.nonzero(w[i, :])[0]
         # Rows gathered whole (contiguous), weighted, then read transposed:
