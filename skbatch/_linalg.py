@@ -1027,10 +1027,10 @@ def _solve_spd(A, B, xp, *, transposed=False, offset=None):
 
     On a CUDA or jax GPU device, batched Cholesky. On the CPU, the batched
     Cholesky solves of torch and jax loop over the batch and run several
-    times slower than inverting the small ``A`` and multiplying, which is
-    also what numpy does (it has no batched Cholesky solve, and scipy's is
-    neither batched nor welcome in a hot loop beside numpy's BLAS). The
-    inverse gives the 1-norm condition number for the price of two sums.
+    times slower than inverting the small ``A`` (from Cholesky factors, the
+    library's ``spd_inverse``) and multiplying, which is also what numpy
+    does: it has no batched Cholesky solve. The inverse gives the 1-norm
+    condition number for the price of two sums.
     """
     library = _backends.of_array(A)
     if library.solves_by_cholesky(library.device_of(A)):
@@ -1042,9 +1042,8 @@ def _solve_spd(A, B, xp, *, transposed=False, offset=None):
             return None
         return _transpose(solution, xp) if transposed else solution
     with one_thread(A):
-        try:
-            inverse = xp.linalg.inv(A)
-        except library.linalg_errors():
+        inverse = library.spd_inverse(A)
+        if inverse is None:
             return None
         condition = _norm_1(A, xp) * _norm_1(inverse, xp)
         # Also catches jax, which returns infinities or NaNs for a singular

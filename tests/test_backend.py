@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
+from numpy.testing import assert_allclose, assert_array_equal
 
 import skbatch._backends.jax
 import skbatch.backend
@@ -549,6 +550,7 @@ SURFACE = [
     "linalg_errors",
     "out_namespace",
     "solves_by_cholesky",
+    "spd_inverse",
 ]
 ACCELERATOR_SURFACE = ["device_name", "free_bytes"]
 CHOLESKY_SURFACE = ["cholesky", "cholesky_solve"]
@@ -638,6 +640,37 @@ def test_batched_cholesky_only_on_cuda_and_jax_gpus(backend, cholesky):
     # is several times faster than the batched Cholesky solves.
     module = _backends.get(backend.library)
     assert module.solves_by_cholesky(backend.device) is cholesky
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("library", _backends.LIBRARIES)
+def test_spd_inverse_inverts_and_refuses_what_is_not_positive_definite(library, dtype):
+    pytest.importorskip(library)
+    module = _backends.get(library)
+    rng = np.random.default_rng(0)
+    factor = rng.standard_normal((5, 8, 12))
+    A = (factor @ factor.transpose(0, 2, 1) + np.eye(8)).astype(dtype)
+    # A strided batch (every other matrix), as a sliced Gram matrix is.
+    given = np.repeat(A, 2, axis=0)[::2]
+    backend = Backend(library)
+    with backend.context():
+        native = backend.asarray(given, None)
+        inverse = module.spd_inverse(native)
+        indefinite = module.spd_inverse(backend.asarray(-given, None))
+    inverse = np.asarray(inverse)
+    expected = np.linalg.inv(A.astype(np.float64))
+    rtol = 1e-4 if dtype == np.float32 or library == "jax" else 1e-10
+    assert_allclose(inverse, expected, rtol=rtol, atol=rtol * np.abs(expected).max())
+    # The input is left as it was.
+    assert_array_equal(np.asarray(native), given)
+    if library == "jax":
+        # jax's LU inverse; it gives no error: the caller's condition test
+        # rejects the result.
+        assert indefinite is not None
+    else:
+        # Mirrored from one triangle of the Cholesky inverse.
+        assert_array_equal(inverse, inverse.transpose(0, 2, 1))
+        assert indefinite is None
 
 
 @pytest.mark.parametrize(

@@ -35,6 +35,9 @@ Every library provides:
   are immutable.
 - ``solves_by_cholesky(device)``: whether a batched Cholesky solve beats
   inverting small matrices there.
+- ``spd_inverse(A)``: the inverses of a batch of symmetric positive definite
+  matrices, or None when a factorisation fails (jax gives infinities or
+  NaNs instead).
 
 and, for the devices for which they are asked: ``device_name(device)`` (an
 accelerator's hardware name), ``free_bytes(native)`` (free memory of a

@@ -157,6 +157,18 @@ def solves_by_cholesky(device):
     return device != "cpu"
 
 
+def spd_inverse(A):
+    """Inverses of a batch of symmetric positive definite matrices.
+
+    ``jnp.linalg.inv``: a singular matrix gives infinities or NaNs, which the
+    caller's condition test rejects, rather than None.
+    """
+    import_jax()
+    import jax.numpy as jnp
+
+    return jnp.linalg.inv(A)
+
+
 def cholesky(A):
     """Lower Cholesky factors of a batch; a failed factorisation gives NaNs."""
     import_jax()

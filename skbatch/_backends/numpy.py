@@ -114,3 +114,33 @@ def out_namespace():
 def solves_by_cholesky(device):
     # numpy has no batched Cholesky solve (see skbatch/_linalg.py, _solve_spd).
     return False
+
+
+def spd_inverse(A):
+    """Inverses of a batch of symmetric positive definite matrices, or None.
+
+    LAPACK's Cholesky inverse (potrf, potri) of each matrix: half the work of
+    ``np.linalg.inv``'s LU solve against the identity, and 2-2.5x faster on
+    the small matrices of a batch (benchmarks/RESULTS.md). None when a
+    factorisation fails: a matrix not positive definite to working precision.
+    """
+    from scipy.linalg import lapack
+
+    potrf, potri = lapack.get_lapack_funcs(("potrf", "potri"), (A,))
+    inverse = np.array(A, order="C")
+    for matrix in inverse:
+        # The transposed view of a C-ordered symmetric matrix is the matrix,
+        # Fortran-ordered, as LAPACK takes it and overwrites.
+        factor, info = potrf(matrix.T, overwrite_a=True, clean=False)
+        if info != 0:
+            return None
+        result, info = potri(factor, overwrite_c=True)
+        if info != 0:
+            return None
+        if not np.may_share_memory(result, matrix):
+            matrix.T[...] = result
+    # potri leaves the inverse in the upper triangle of the Fortran-ordered
+    # view, the lower one of each C-ordered matrix: mirror it.
+    rows, columns = np.triu_indices(A.shape[-1], 1)
+    inverse[:, rows, columns] = inverse[:, columns, rows]
+    return inverse

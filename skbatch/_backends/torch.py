@@ -144,6 +144,24 @@ def solves_by_cholesky(device):
     return split_device(device)[0] == "cuda"
 
 
+def spd_inverse(A):
+    """Inverses of a batch of symmetric positive definite matrices, or None.
+
+    On the CPU through Cholesky factors, 1.5-2.3x faster than
+    ``torch.linalg.inv``'s LU on the small matrices of a batch
+    (benchmarks/RESULTS.md); elsewhere ``torch.linalg.inv``. None when a
+    factorisation fails: a matrix singular, or not positive definite, to
+    working precision.
+    """
+    import torch
+
+    if A.device.type != "cpu":
+        inverse, info = torch.linalg.inv_ex(A)
+        return None if bool(torch.any(info != 0)) else inverse
+    factor = cholesky(A)
+    return None if factor is None else torch.cholesky_inverse(factor)
+
+
 def cholesky(A):
     """Lower Cholesky factors of a batch, or None if one factorisation fails."""
     import torch
