@@ -58,6 +58,55 @@ def test_interval_and_moments_match_numpy(
     assert_allclose(acc.variance, samples.var(axis=0, ddof=1), rtol=1e-12)
 
 
+@pytest.mark.parametrize("selection", SELECTIONS)
+def test_float32_replicates_give_the_statistics_of_their_float64_values(
+    monkeypatch, selection
+):
+    # The tails keep float32 replicates as they are; every float32 is a
+    # float64, so the bounds are np.percentile's of the same values.
+    monkeypatch.setattr(streaming, "SORT_MAX_ROWS", SELECTIONS[selection])
+    rng = np.random.default_rng(7)
+    samples = rng.normal(loc=1e4, size=(500, 30)).astype(np.float32)
+    acc = BootstrapAccumulator(30, 500)
+    for batch in np.split(samples, [13, 200, 333]):
+        acc.update(batch)
+    exact = samples.astype(np.float64)
+    lower, upper = acc.interval()
+    assert lower.dtype == upper.dtype == np.float64
+    assert_allclose(np.stack([lower, upper]), reference_interval(exact, 0.95), **TOL)
+    # Moments in float64 too: a float32 mean of values near 1e4 would be off
+    # by about 1e-4 relative to their spread.
+    assert_allclose(acc.mean, exact.mean(axis=0), rtol=1e-14)
+    assert_allclose(acc.std, exact.std(axis=0, ddof=1), rtol=1e-12)
+
+
+def test_float32_replicates_keep_their_tails_in_half_the_memory():
+    def peak(dtype):
+        block = np.ones((64, 100_000), dtype)
+        return traced_peak(lambda: BootstrapAccumulator(100_000, 1000).update(block))
+
+    assert peak(np.float32) < 0.6 * peak(np.float64)
+
+
+@pytest.mark.parametrize("merged", [False, True], ids=["one", "merged"])
+@pytest.mark.parametrize("first", ["float32", "float64"])
+def test_float32_and_float64_replicates_mix(first, merged):
+    # float64 replicates that float32 would round must keep every digit,
+    # whichever type came first, in one accumulator or across a merge.
+    rng = np.random.default_rng(3)
+    wide = rng.normal(size=(150, 20))
+    narrow = rng.normal(size=(150, 20)).astype(np.float32)
+    parts = [narrow, wide] if first == "float32" else [wide, narrow]
+    accs = [BootstrapAccumulator(20, 300) for _ in range(2 if merged else 1)]
+    for i, part in enumerate(parts):
+        for batch in np.split(part, [70]):
+            accs[i % len(accs)].update(batch, ids=None)
+    acc = accs[0].merge(accs[1]) if merged else accs[0]
+    exact = np.concatenate([part.astype(np.float64) for part in parts])
+    assert_allclose(acc.interval(), reference_interval(exact, 0.95), **TOL)
+    assert_allclose(acc.std, exact.std(axis=0, ddof=1), rtol=1e-12)
+
+
 # numpy's reference warns about inf - inf just as the accumulator does.
 @pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")
 @pytest.mark.parametrize(("n_total", "confidence_level"), [(5, 0.5), (41, 0.95)])
@@ -263,26 +312,42 @@ def test_peak_memory_does_not_grow_with_n_total():
 
 def test_update_allocates_little_beside_the_batch():
     acc = BootstrapAccumulator(100_000, 1000)
-    block = np.random.default_rng(0).standard_normal((64, 100_000))
+    first, block = np.random.default_rng(0).standard_normal((2, 64, 100_000))
+    acc.update(first)  # makes the buffer of the tails and pending rows
     peak = traced_peak(lambda: acc.update(block))
     # The replicates are copied into the preallocated pending rows; the
     # squared deviations from the block mean, formed whole, would add two
     # arrays the size of the block.
     assert peak < 0.25 * block.nbytes
-    assert_allclose(acc.std, block.std(axis=0, ddof=1), rtol=1e-12)
+    both = np.concatenate([first, block])
+    assert_allclose(acc.std, both.std(axis=0, ddof=1), rtol=1e-12)
 
 
 @pytest.mark.parametrize("keep_samples", [False, True])
 # Tails of 26 rows (shorter than the pending block) and of 1001 rows.
 @pytest.mark.parametrize(("shape", "n_total"), [((100, 50), 500), (500, 20_000)])
-def test_nbytes_needed_is_what_construction_allocates(shape, n_total, keep_samples):
+def test_nbytes_needed_is_what_the_first_update_leaves_allocated(
+    shape, n_total, keep_samples
+):
     nbytes = BootstrapAccumulator.nbytes_needed(
         shape, n_total, 0.9, keep_samples=keep_samples
     )
-    peak = traced_peak(
-        lambda: BootstrapAccumulator(shape, n_total, 0.9, keep_samples=keep_samples)
-    )
-    assert nbytes <= peak <= 1.02 * nbytes
+    replicate = np.ones((1, *np.atleast_1d(shape)))
+
+    def first_update():
+        acc = BootstrapAccumulator(shape, n_total, 0.9, keep_samples=keep_samples)
+        return acc.update(replicate)
+
+    tracemalloc.start()
+    try:
+        acc = first_update()
+        retained, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert nbytes <= retained <= 1.02 * nbytes
+    # A replicate's temporaries come on top, nothing the size of the tails.
+    assert peak <= 1.02 * nbytes + 4 * replicate.nbytes
+    assert acc.n_seen == 1
 
 
 def test_nbytes_needed_grows_with_tail_size_not_n_total():
