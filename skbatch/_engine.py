@@ -287,9 +287,12 @@ def run_batched(
         ``kernel(ids) -> result``: ``ids`` is a host int64 array of item ids;
         ``result`` is a backend array, or tuple of arrays, whose axis 0 runs
         over ``ids``. Its inputs are generated from the ids (seeds), never
-        drawn once for all items.
+        drawn once for all items. A kernel with a ``recycle(result)`` method
+        gets each result back once reduced, to write later results into.
     reduce : callable
         ``reduce(ids, host_result)`` receives numpy results in item order.
+        It keeps no reference to them (copies what it keeps) when the
+        kernel recycles its results.
     n_items, backend, device_bytes_per_item, host_bytes_per_item, \
 fixed_bytes, max_memory_gb, batch_size, max_batch_size, chunk_width :
         See :func:`plan_batches`.
@@ -372,10 +375,14 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size, chunk_width :
     start = 0
     pending = deque()
 
+    recycle = getattr(kernel, "recycle", None)
+
     def finish(ids, pieces):
         for lo, hi, result in pieces:
             reduce(ids[lo:hi], _to_host(result))
             bar.update(hi - lo)
+            if recycle is not None:
+                recycle(result)
 
     with (
         _progress(n_items, verbose, desc) as bar,

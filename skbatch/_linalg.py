@@ -19,6 +19,7 @@ bootstrap counts used as row weights; Y is never copied whole per replicate
 import contextlib
 import threading
 import warnings
+import weakref
 
 import numpy as np
 from array_api_compat import array_namespace, is_numpy_array
@@ -680,7 +681,7 @@ def _namespace(xp, *arrays):
 
 
 def weighted_primal_coef(
-    X, Y, w, alpha, fixed_alpha, *, fit_intercept, xp, scratch=None
+    X, Y, w, alpha, fixed_alpha, *, fit_intercept, xp, scratch=None, results=None
 ):
     """Weighted ridge coefficients of a batch of replicates, p <= n.
 
@@ -700,6 +701,9 @@ def weighted_primal_coef(
     scratch : Scratch, optional
         Buffers for the products, reused from call to call by each thread:
         nothing returned refers to them.
+    results : ResultPool, optional
+        Where the coefficients of one alpha for all targets go, on the CPU:
+        the caller gives them back once done with them.
 
     Returns
     -------
@@ -734,8 +738,11 @@ def weighted_primal_coef(
         eye = xp.eye(p, dtype=gram.dtype, device=array_device(gram))
         # rhs keeps its ones row (Y'w): the solve centres it, (X'w) y_mean' =
         # x_mean (Y'w)', inside its product rather than in a pass of its own.
+        out = None
+        if results is not None:
+            out = results.empty((w.shape[0], Y.shape[1], p), X, xp)
         coef = _solve_spd(
-            gram + fixed_alpha * eye, rhs, xp, transposed=True, offset=x_mean
+            gram + fixed_alpha * eye, rhs, xp, transposed=True, offset=x_mean, out=out
         )
         if coef is None:
             _warn_singular(fixed_alpha)
@@ -782,6 +789,53 @@ class Scratch:
             buffer = xp.empty(shape, dtype=like.dtype, device=array_device(like))
             buffers[name] = buffer
         return buffer
+
+
+class ResultPool:
+    """Arrays a kernel returns, given back once reduced and handed out again.
+
+    A fresh array of a batch's coefficients faulted its pages in on every
+    batch: 16-23k minor faults and 50-100 ms of system time in a 0.67 s
+    float64 bootstrap fit on two threads (benchmarks/RESULTS.md). The
+    engine gives a kernel's results back through its ``recycle`` once they
+    are reduced (:func:`skbatch._engine.run_batched`). Only arrays made here
+    are kept, on the CPU, of the shape last asked for: a batch split after
+    an out-of-memory error drops the others. A pickled pool is empty.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._free = []
+        self._made = []
+
+    def __reduce__(self):
+        return (ResultPool, ())
+
+    def empty(self, shape, like, xp):
+        """An uninitialised array of ``like``'s dtype, or None off the CPU (jax).
+
+        GPUs' own allocators keep what they free, and jax arrays are
+        immutable: their results are allocated as usual.
+        """
+        library = _backends.of_array(like)
+        if library.out_namespace() is None or library.device_of(like) != "cpu":
+            return None
+        with self._lock:
+            while self._free:
+                buffer = self._free.pop()
+                if tuple(buffer.shape) == shape and buffer.dtype == like.dtype:
+                    return buffer
+            buffer = xp.empty(shape, dtype=like.dtype, device=array_device(like))
+            self._made = [ref for ref in self._made if ref() is not None]
+            self._made.append(weakref.ref(buffer))
+            return buffer
+
+    def give(self, *arrays):
+        """Take back arrays that nothing refers to any more; others are ignored."""
+        with self._lock:
+            for array in arrays:
+                if any(ref() is array for ref in self._made):
+                    self._free.append(array)
 
 
 def gathers_drawn_rows(library, device, n_samples, n_columns, n_targets):
@@ -1010,7 +1064,7 @@ def _transpose(A, xp):
     return xp.permute_dims(A, (0, 2, 1))
 
 
-def _solve_spd(A, B, xp, *, transposed=False, offset=None):
+def _solve_spd(A, B, xp, *, transposed=False, offset=None, out=None):
     """Solve ``A X = B`` for a batch of symmetric positive definite ``A``.
 
     With ``offset`` (shape (b, p) for A of shape (b, p, p)), B has one row
@@ -1018,6 +1072,8 @@ def _solve_spd(A, B, xp, *, transposed=False, offset=None):
     row holds the sums that centre the others (the products with an
     intercept's column of ones). On the CPU the centring then costs no pass
     over B: ``X = [A^-1, -A^-1 offset] B``, one product.
+
+    The CPU route writes the solution into ``out`` when given.
 
     Returns ``X``, or ``X'`` (batch of transposes) when ``transposed``; None
     when an ``A`` of the batch is singular to working precision: its
@@ -1055,8 +1111,8 @@ def _solve_spd(A, B, xp, *, transposed=False, offset=None):
             shift = -(inverse @ offset[:, :, None])
             inverse = xp.concat([inverse, shift], axis=2)
         if transposed:
-            return _transpose(B, xp) @ _transpose(inverse, xp)
-        return inverse @ B
+            return _matmul(_transpose(B, xp), _transpose(inverse, xp), out=out)
+        return _matmul(inverse, B, out=out)
 
 
 def _norm_1(A, xp):

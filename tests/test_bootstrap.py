@@ -774,6 +774,31 @@ def test_fast_path_batches_side_by_side_equal_batches_in_turn(monkeypatch, capsy
     _assert_same_results(in_turn, side_by_side)
 
 
+def test_recycled_coefficient_arrays_leave_each_replicate_its_own(monkeypatch):
+    # Batches side by side write into the arrays of reduced batches, split
+    # batches included: every replicate keeps its own coefficients.
+    X, Y = make_data(60, 6, 4, seed=23)
+    params = dict(n_bootstrap=60, return_samples=True, random_state=2)
+    monkeypatch.setattr("skbatch._ridge.problems.SIDE_BY_SIDE_MIN_FLOPS", 0)
+    pool = skbatch._linalg.ResultPool
+    handed_out = []
+    empty = pool.empty
+
+    def spy(self, shape, like, xp):
+        handed_out.append(empty(self, shape, like, xp))
+        return handed_out[-1]
+
+    monkeypatch.setattr(pool, "empty", spy)
+    with threadpool_limits(2, user_api="blas"), simulate_oom(max_items=7):
+        recycled = BootstrapEstimator(Ridge(), max_memory_gb=5e-4, **params)
+        recycled.fit(X, Y)
+    # Arrays were handed out again (fewer distinct arrays than batches).
+    assert len({id(array) for array in handed_out}) < len(handed_out)
+    monkeypatch.setattr(pool, "give", lambda self, *arrays: None)
+    fresh = BootstrapEstimator(Ridge(), **params).fit(X, Y)
+    _assert_same_results(recycled, fresh)
+
+
 def test_fast_path_runs_little_work_in_turn(capsys):
     # Starting threads costs more than a second core gives for small fits.
     X, Y = make_data(40, 3, 1, seed=3)

@@ -205,6 +205,72 @@ def test_simulated_oom_splits_and_remembers_the_size_that_worked(
     assert max(rec.kernel_sizes) <= max_items
 
 
+class RecyclingKernel:
+    """Writes each batch into an array it was given back, as a pool would."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.made = []  # every array made, kept so that each has its number
+        self.free = []
+        self.events = []
+
+    def number(self, array):
+        return next(i for i, made in enumerate(self.made) if made is array)
+
+    def record(self, kind, array):
+        with self.lock:
+            self.events.append((kind, self.number(array)))
+
+    def __call__(self, ids):
+        with self.lock:
+            sizes = [len(array) for array in self.free]
+            if len(ids) in sizes:
+                out = self.free.pop(sizes.index(len(ids)))
+            else:
+                out = np.empty(len(ids))
+                self.made.append(out)
+        out[:] = 2 * ids
+        self.record("kernel", out)
+        return out
+
+    def recycle(self, result):
+        self.record("recycle", result)
+        with self.lock:
+            self.free.append(result)
+
+
+@pytest.mark.parametrize("threads", [False, True])
+def test_results_come_back_to_the_kernel_once_reduced(threads, two_blas_threads):
+    kernel = RecyclingKernel()
+    reduced = []
+
+    def reduce(ids, result):
+        # The values are the batch's own, not a later batch's written over them.
+        np.testing.assert_array_equal(result, 2 * ids)
+        kernel.record("reduce", result)
+        reduced.append(ids.copy())
+
+    with simulate_oom(max_items=3):
+        run_batched(
+            kernel,
+            reduce,
+            n_items=20,
+            backend=Backend("numpy"),
+            device_bytes_per_item=ITEM_BYTES,
+            max_memory_gb=1.0,
+            batch_size=5,
+            threads=threads,
+        )
+    np.testing.assert_array_equal(np.concatenate(reduced), np.arange(20))
+    # Each array, split batches' pieces included, is written, reduced, then
+    # given back, before it is written again.
+    for number in range(len(kernel.made)):
+        kinds = [kind for kind, made in kernel.events if made == number]
+        assert kinds == ["kernel", "reduce", "recycle"] * (len(kinds) // 3)
+    # The arrays given back served again.
+    assert len(kernel.made) < len(reduced)
+
+
 def test_oom_raised_by_the_kernel_itself_is_recovered():
     rec = Recorder(oom_above=5)
     plan = rec.run(64, batch_size=16)

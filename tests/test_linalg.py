@@ -821,3 +821,45 @@ def test_products_reuse_a_threads_scratch_buffers_and_stay_exact(monkeypatch):
         _, other_rhs = pool.submit(products, 3).result()
     assert other_rhs is not smaller_rhs
     assert vars(pickle.loads(pickle.dumps(scratch))._local) == {}
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_result_pool_hands_out_only_what_it_made_and_got_back(dtype):
+    """An array goes out again only once given back; another shape drops it.
+
+    Arrays the pool did not make are never taken in, and a pickled pool is
+    empty.
+    """
+    import pickle
+
+    from skbatch import _linalg
+
+    pool = _linalg.ResultPool()
+    like = np.zeros((2, 2), dtype)
+    xp = array_namespace(like)
+    first = pool.empty((3, 4), like, xp)
+    second = pool.empty((3, 4), like, xp)
+    assert first is not second
+    assert first.dtype == dtype and first.shape == (3, 4)
+    pool.give(first, np.empty((3, 4), dtype))
+    assert pool.empty((3, 4), like, xp) is first
+    # The foreign array was not taken in: a fresh one comes out.
+    third = pool.empty((3, 4), like, xp)
+    assert third is not first and third is not second
+    pool.give(second)
+    smaller = pool.empty((2, 4), like, xp)
+    assert smaller.shape == (2, 4)
+    pool.give(smaller)
+    assert pool.empty((2, 4), like, xp) is smaller
+    pool.give(smaller)
+    assert pool.empty((3, 4), like, xp) is not second
+    pool.give(first)
+    assert pickle.loads(pickle.dumps(pool)).empty((3, 4), like, xp) is not first
+
+
+def test_result_pool_leaves_immutable_arrays_to_their_library():
+    jnp = pytest.importorskip("jax.numpy")
+    from skbatch import _linalg
+
+    like = jnp.zeros((2, 2))
+    assert _linalg.ResultPool().empty((3, 4), like, array_namespace(like)) is None

@@ -721,6 +721,7 @@ class BootstrapRidgeProblem(Portable):
         self.Y = backend.asarray(Y, dtype)
         self.K0 = self.X @ self.X.T if self.dual else None
         self.scratch = _linalg.Scratch()
+        self.results = _linalg.ResultPool()
         same = bool(np.all(alpha == alpha[0]))
         self.fixed_alpha = float(alpha[0]) if same and alpha[0] > 0 else None
         self.alpha = backend.asarray(alpha, dtype)
@@ -775,6 +776,7 @@ class BootstrapRidgeProblem(Portable):
                 fit_intercept=self.fit_intercept,
                 xp=xp,
                 scratch=self.scratch,
+                results=self.results,
             )
         if self.fit_intercept:
             offset = x_mean + self.x_offset
@@ -784,6 +786,10 @@ class BootstrapRidgeProblem(Portable):
             shape = coef.shape[:2]
             intercept = xp.zeros(shape, dtype=coef.dtype, device=array_device(coef))
         return coef, intercept
+
+    def recycle(self, result):
+        """Take back a result once reduced: its coefficients serve again."""
+        self.results.give(result[0])
 
 
 class PredictionProblem:
