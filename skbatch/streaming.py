@@ -155,10 +155,19 @@ class _RunningMoments:
         block_mean = block.mean(axis=0, dtype=np.float64)
         m2 = np.zeros_like(block_mean)
         step = max(1, DEVIATION_SLICE_BYTES // max(block_mean.nbytes, 1))
-        for start in range(0, len(block), step):
-            deviations = block[start : start + step] - block_mean
-            np.square(deviations, out=deviations)
-            m2 += deviations.sum(axis=0)
+        if step == 1:
+            # One replicate at a time, in place: three passes over a row that
+            # stays in cache, no temporary made per row.
+            deviation = np.empty_like(block_mean)
+            for row in block:
+                np.subtract(row, block_mean, out=deviation)
+                np.multiply(deviation, deviation, out=deviation)
+                m2 += deviation
+        else:
+            for start in range(0, len(block), step):
+                deviations = block[start : start + step] - block_mean
+                np.square(deviations, out=deviations)
+                m2 += deviations.sum(axis=0)
         self._combine(len(block), block_mean, m2)
 
     def merge(self, other):

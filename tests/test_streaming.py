@@ -80,6 +80,20 @@ def test_float32_replicates_give_the_statistics_of_their_float64_values(
     assert_allclose(acc.std, exact.std(axis=0, ddof=1), rtol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_moments_of_wide_replicates_match_numpy(dtype):
+    # Replicates of 70,000 elements take their squared deviations one row at
+    # a time (DEVIATION_SLICE_BYTES), narrow ones a slice of rows at a time.
+    rng = np.random.default_rng(11)
+    samples = rng.normal(loc=1e3, size=(90, 70_000)).astype(dtype)
+    acc = BootstrapAccumulator(70_000, 90)
+    for batch in np.split(samples, [1, 40, 77]):
+        acc.update(batch)
+    exact = samples.astype(np.float64)
+    assert_allclose(acc.mean, exact.mean(axis=0), rtol=1e-13)
+    assert_allclose(acc.variance, exact.var(axis=0, ddof=1), rtol=1e-11)
+
+
 def test_float32_replicates_keep_their_tails_in_half_the_memory():
     def peak(dtype):
         block = np.ones((64, 100_000), dtype)
