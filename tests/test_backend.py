@@ -642,21 +642,28 @@ def test_batched_cholesky_only_on_cuda_and_jax_gpus(backend, cholesky):
     assert module.solves_by_cholesky(backend.device) is cholesky
 
 
+# Either side of the size from which numpy and torch invert through Cholesky.
+@pytest.mark.parametrize("size", [8, _backends.SPD_CHOLESKY_MIN_SIZE + 4])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("library", _backends.LIBRARIES)
-def test_spd_inverse_inverts_and_refuses_what_is_not_positive_definite(library, dtype):
+def test_spd_inverse_inverts_and_refuses_what_is_not_positive_definite(
+    library, dtype, size
+):
     pytest.importorskip(library)
     module = _backends.get(library)
     rng = np.random.default_rng(0)
-    factor = rng.standard_normal((5, 8, 12))
-    A = (factor @ factor.transpose(0, 2, 1) + np.eye(8)).astype(dtype)
+    factor = rng.standard_normal((5, size, size + 4))
+    A = (factor @ factor.transpose(0, 2, 1) + np.eye(size)).astype(dtype)
     # A strided batch (every other matrix), as a sliced Gram matrix is.
     given = np.repeat(A, 2, axis=0)[::2]
+    singular = given.copy()
+    singular[2] = 0
     backend = Backend(library)
     with backend.context():
         native = backend.asarray(given, None)
         inverse = module.spd_inverse(native)
         indefinite = module.spd_inverse(backend.asarray(-given, None))
+        zero = module.spd_inverse(backend.asarray(singular, None))
     inverse = np.asarray(inverse)
     expected = np.linalg.inv(A.astype(np.float64))
     rtol = 1e-4 if dtype == np.float32 or library == "jax" else 1e-10
@@ -667,6 +674,17 @@ def test_spd_inverse_inverts_and_refuses_what_is_not_positive_definite(library, 
         # jax's LU inverse; it gives no error: the caller's condition test
         # rejects the result.
         assert indefinite is not None
+        assert not np.all(np.isfinite(np.asarray(zero)[2]))
+        return
+    assert zero is None
+    if size < _backends.SPD_CHOLESKY_MIN_SIZE:
+        # The LU inverse, which inverts an indefinite matrix too.
+        assert_allclose(
+            np.asarray(indefinite),
+            -expected,
+            rtol=rtol,
+            atol=rtol * np.abs(expected).max(),
+        )
     else:
         # Mirrored from one triangle of the Cholesky inverse.
         assert_array_equal(inverse, inverse.transpose(0, 2, 1))

@@ -37,7 +37,8 @@ Every library provides:
   inverting small matrices there.
 - ``spd_inverse(A)``: the inverses of a batch of symmetric positive definite
   matrices, or None when a factorisation fails (jax gives infinities or
-  NaNs instead).
+  NaNs instead). Below ``SPD_CHOLESKY_MIN_SIZE`` an LU inverse, which
+  refuses only a singular matrix, not an indefinite one.
 
 and, for the devices for which they are asked: ``device_name(device)`` (an
 accelerator's hardware name), ``free_bytes(native)`` (free memory of a
@@ -62,6 +63,12 @@ import importlib
 
 import numpy as np
 from array_api_compat import is_jax_array, is_torch_array
+
+# spd_inverse inverts matrices of at least this size one at a time through
+# LAPACK's Cholesky inverse; smaller ones by the library's batched LU
+# inverse, whose cost per matrix (0.1-4 us up to 16 x 16) is below the
+# per-call overhead of the loop (1.5-4 us; benchmarks/RESULTS.md).
+SPD_CHOLESKY_MIN_SIZE = 20
 
 # The registry: each name is a module of this package.
 LIBRARIES = ("numpy", "torch", "jax")

@@ -6,6 +6,7 @@ import functools
 import numpy as np
 import threadpoolctl
 
+from . import SPD_CHOLESKY_MIN_SIZE
 from . import to_numpy as _host_array
 from ._threads import SharedLimit
 
@@ -119,11 +120,19 @@ def solves_by_cholesky(device):
 def spd_inverse(A):
     """Inverses of a batch of symmetric positive definite matrices, or None.
 
-    LAPACK's Cholesky inverse (potrf, potri) of each matrix: half the work of
-    ``np.linalg.inv``'s LU solve against the identity, and 2-2.5x faster on
-    the small matrices of a batch (benchmarks/RESULTS.md). None when a
-    factorisation fails: a matrix not positive definite to working precision.
+    LAPACK's Cholesky inverse (potrf, potri) of each matrix from
+    ``SPD_CHOLESKY_MIN_SIZE`` on: half the work of ``np.linalg.inv``'s LU
+    solve against the identity, 2-2.5x faster at 100 x 100
+    (benchmarks/RESULTS.md). Smaller matrices by ``np.linalg.inv`` at once.
+    None when a factorisation fails: a matrix not positive definite to
+    working precision from ``SPD_CHOLESKY_MIN_SIZE`` on, an exactly singular
+    one below it.
     """
+    if A.shape[-1] < SPD_CHOLESKY_MIN_SIZE:
+        try:
+            return np.linalg.inv(A)
+        except np.linalg.LinAlgError:
+            return None
     from scipy.linalg import lapack
 
     potrf, potri = lapack.get_lapack_funcs(("potrf", "potri"), (A,))

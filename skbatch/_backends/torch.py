@@ -8,7 +8,7 @@ import functools
 
 import numpy as np
 
-from . import split_device
+from . import SPD_CHOLESKY_MIN_SIZE, split_device
 from ._threads import SharedLimit
 
 # torch's threads synchronise for every operation, which costs more than the
@@ -147,15 +147,16 @@ def solves_by_cholesky(device):
 def spd_inverse(A):
     """Inverses of a batch of symmetric positive definite matrices, or None.
 
-    On the CPU through Cholesky factors, 1.5-2.3x faster than
-    ``torch.linalg.inv``'s LU on the small matrices of a batch
-    (benchmarks/RESULTS.md); elsewhere ``torch.linalg.inv``. None when a
-    factorisation fails: a matrix singular, or not positive definite, to
-    working precision.
+    On the CPU through Cholesky factors from ``SPD_CHOLESKY_MIN_SIZE`` on,
+    1.4-2.6x faster than ``torch.linalg.inv``'s LU from 24 x 24 to 100 x 100
+    (benchmarks/RESULTS.md); smaller matrices, and other devices, by
+    ``torch.linalg.inv``. None when a factorisation fails: a matrix not
+    positive definite to working precision through Cholesky, a singular one
+    through LU.
     """
     import torch
 
-    if A.device.type != "cpu":
+    if A.device.type != "cpu" or A.shape[-1] < SPD_CHOLESKY_MIN_SIZE:
         inverse, info = torch.linalg.inv_ex(A)
         return None if bool(torch.any(info != 0)) else inverse
     factor = cholesky(A)
