@@ -32,6 +32,11 @@ SORT_MAX_ROWS = 1024
 # update, and its page faults made the update twice as slow.
 DEVIATION_SLICE_BYTES = 2**20
 
+# The update that completes the replicates, and the interval, run once no
+# batch computes any more: shapes of at least this many elements are then
+# split between threads (see _in_parts).
+PARALLEL_MIN_ELEMENTS = 2**14
+
 _INTERVAL_METHODS = ("percentile", "basic")
 _FLOAT_BYTES = np.dtype(np.float64).itemsize
 _COUNT_BYTES = np.dtype(np.int64).itemsize
@@ -132,6 +137,30 @@ def _select_tails(rows, k):
     return 2 * k
 
 
+def _in_parts(fn, shape, split):
+    """``fn(part)`` over the elements of ``shape``; the first part's result.
+
+    With ``split``, parts are slices of the shape's first axis, one per
+    thread of numpy's BLAS, run side by side by
+    :func:`skbatch._engine.map_threads`, when the shape holds at least
+    ``PARALLEL_MIN_ELEMENTS``.
+    Every element's arithmetic is the same in whichever part it falls, so
+    the results are too.
+    """
+    if not split or not shape or math.prod(shape) < PARALLEL_MIN_ELEMENTS:
+        return fn(())
+    from ._engine import cpu_workers, map_threads
+    from .backend import Backend
+
+    backend = Backend("numpy")
+    n_parts = min(cpu_workers(backend), shape[0])
+    if n_parts <= 1:
+        return fn(())
+    bounds = np.linspace(0, shape[0], n_parts + 1).astype(int)
+    parts = [(slice(lo, hi),) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    return map_threads(fn, parts, backend)[0]
+
+
 def _lerp(a, b, t):
     # numpy's _lerp, switching formula at t >= 0.5, so results agree bitwise.
     diff = b - a
@@ -151,7 +180,12 @@ class _RunningMoments:
         self.mean = np.zeros(shape)
         self.m2 = np.zeros(shape)
 
-    def update(self, block):
+    def update(self, block, part=()):
+        """Fold ``block`` into the elements ``part`` (an index into the shape).
+
+        The count is left to :meth:`advance`, once every part of the same
+        replicates is in.
+        """
         block_mean = block.mean(axis=0, dtype=np.float64)
         m2 = np.zeros_like(block_mean)
         step = max(1, DEVIATION_SLICE_BYTES // max(block_mean.nbytes, 1))
@@ -168,19 +202,22 @@ class _RunningMoments:
                 deviations = block[start : start + step] - block_mean
                 np.square(deviations, out=deviations)
                 m2 += deviations.sum(axis=0)
-        self._combine(len(block), block_mean, m2)
+        self._combine(len(block), block_mean, m2, part)
+
+    def advance(self, count):
+        self.count += count
 
     def merge(self, other):
-        self._combine(other.count, other.mean, other.m2)
+        self._combine(other.count, other.mean, other.m2, ())
+        self.advance(other.count)
 
-    def _combine(self, count, mean, m2):
+    def _combine(self, count, mean, m2, part):
         if count == 0:
             return
         total = self.count + count
-        delta = mean - self.mean
-        self.mean += delta * (count / total)
-        self.m2 += m2 + delta**2 * (self.count * count / total)
-        self.count = total
+        delta = mean - self.mean[part]
+        self.mean[part] += delta * (count / total)
+        self.m2[part] += m2 + delta**2 * (self.count * count / total)
 
     def current_mean(self):
         return self.mean.copy() if self.count else np.full(self.mean.shape, np.nan)
@@ -263,6 +300,12 @@ class BootstrapAccumulator:
     a float64, so the order statistics are the same values), in half the
     memory and with a faster selection, until a replicate of another type
     arrives; other replicates are converted to float64.
+
+    The update that completes the n_total replicates, and the interval,
+    split the elements between the threads of numpy's BLAS, called from the
+    main thread (no batch of replicates computes any more by then): the
+    same values, 1.4x (update) and 2.5x (interval) faster on two cores for a
+    statistic of a million elements (benchmarks/RESULTS.md).
 
     Examples
     --------
@@ -358,11 +401,12 @@ class BootstrapAccumulator:
         if self._store is not None:
             self._store.put(samples, _check_ids(ids, n_new, self.n_seen, self.n_total))
         self._hold(samples.dtype)
+        last = self.n_seen + n_new == self.n_total
         start = 0
         while start < n_new:
             # Blocks end where the pending buffer fills, bounding temporaries.
             stop = min(n_new, start + self._fold_size - self._n_pending)
-            self._push(samples[start:stop])
+            self._push(samples[start:stop], split=last)
             start = stop
         self.n_seen += n_new
         return self
@@ -374,14 +418,25 @@ class BootstrapAccumulator:
         elif self._rows.dtype != np.result_type(self._rows, dtype):
             self._rows = self._rows.astype(np.float64)
 
-    def _push(self, block):
-        self._moments.update(block)
-        self._nan |= np.isnan(block).any(axis=0)
+    def _push(self, block, split=False):
         start = self._n_tail + self._n_pending
-        self._rows[start : start + len(block)] = block
+        stop = start + len(block)
+        fold = self._n_pending + len(block) == self._fold_size
+
+        def push_part(part):
+            piece = block[(slice(None), *part)]
+            self._moments.update(piece, part)
+            self._nan[part] |= np.isnan(piece).any(axis=0)
+            rows = self._rows[(slice(0, stop), *part)]
+            rows[start:] = piece
+            return _select_tails(rows, self._k) if fold else None
+
+        tails = _in_parts(push_part, self.shape, split)
+        self._moments.advance(len(block))
         self._n_pending += len(block)
-        if self._n_pending == self._fold_size:
-            self._fold()
+        if fold:
+            self._n_tail = tails
+            self._n_pending = 0
 
     def _fold(self):
         if self._rows is None:
@@ -466,26 +521,36 @@ class BootstrapAccumulator:
         if method == "basic" and estimate is None:
             raise ValueError("estimate is required for method='basic', got None")
         _check_complete(self.n_seen, self.n_total)
-        self._fold()
-        # ordered[i] is order statistic i for i < k, ordered[-1 - j] order
-        # statistic B-1-j for j < k: the tails, or every replicate if B <= 2k.
-        # Interpolated in float64, as np.percentile does float64 replicates.
-        ordered = np.sort(self._rows[: self._n_tail], axis=0)
-        ordered = ordered.astype(np.float64, copy=False)
-        smallest, largest = ordered, ordered[::-1]
+        n_rows = self._n_tail + self._n_pending
         last = self.n_total - 1
         lower_index, upper_index = self._virtual_indexes
         lower_prev, upper_prev = int(lower_index), int(upper_index)
-        lower = _lerp(
-            smallest[lower_prev],
-            smallest[min(lower_prev + 1, last)],
-            lower_index - lower_prev,
-        )
-        upper = _lerp(
-            largest[last - upper_prev],
-            largest[last - min(upper_prev + 1, last)],
-            upper_index - upper_prev,
-        )
+        lower, upper = np.empty(self.shape), np.empty(self.shape)
+
+        def bounds(part):
+            rows = self._rows[(slice(0, n_rows), *part)]
+            n_tail = _select_tails(rows, self._k)
+            # ordered[i] is order statistic i for i < k, ordered[-1 - j]
+            # order statistic B-1-j for j < k: the tails, or every replicate
+            # if B <= 2k. Interpolated in float64, as np.percentile does
+            # float64 replicates.
+            ordered = np.sort(rows[:n_tail], axis=0).astype(np.float64, copy=False)
+            smallest, largest = ordered, ordered[::-1]
+            lower[part] = _lerp(
+                smallest[lower_prev],
+                smallest[min(lower_prev + 1, last)],
+                lower_index - lower_prev,
+            )
+            upper[part] = _lerp(
+                largest[last - upper_prev],
+                largest[last - min(upper_prev + 1, last)],
+                upper_index - upper_prev,
+            )
+            return n_tail
+
+        # The pending replicates are folded in, as the tails' selection does.
+        self._n_tail = _in_parts(bounds, self.shape, split=True)
+        self._n_pending = 0
         lower, upper = (np.where(self._nan, np.nan, x) for x in (lower, upper))
         if method == "basic":
             estimate = np.asarray(estimate, dtype=np.float64)
@@ -652,6 +717,7 @@ class PermutationCounter:
             max_scores = family.max(axis=1, keepdims=True)
             self._max_counts += np.count_nonzero(max_scores >= threshold, axis=0)
         self._moments.update(scores)
+        self._moments.advance(len(scores))
         self.n_seen += n_new
         return self
 

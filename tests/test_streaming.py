@@ -8,7 +8,7 @@ from numpy.testing import assert_allclose, assert_array_equal
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import permutation_test_score
 
-from skbatch import streaming
+from skbatch import _engine, streaming
 from skbatch.streaming import BootstrapAccumulator, PermutationCounter
 
 # The bounds follow np.percentile's own arithmetic, so only rounding may differ.
@@ -92,6 +92,50 @@ def test_moments_of_wide_replicates_match_numpy(dtype):
     exact = samples.astype(np.float64)
     assert_allclose(acc.mean, exact.mean(axis=0), rtol=1e-13)
     assert_allclose(acc.variance, exact.var(axis=0, ddof=1), rtol=1e-11)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(7, 5), (3,), ()])
+def test_last_update_and_interval_in_threads_give_the_same_values(
+    monkeypatch, shape, dtype
+):
+    # The update that completes the replicates and the interval split the
+    # elements between threads: the same arithmetic per element, so the same
+    # values to the last bit as one thread gives.
+    rng = np.random.default_rng(5)
+    n_total = 150
+    samples = rng.normal(size=(n_total, *shape)).astype(dtype)
+    if shape:
+        samples[(120, *[0] * len(shape))] = np.nan
+    calls = []
+    map_threads = _engine.map_threads
+
+    def recording_map_threads(fn, items, backend):
+        calls.append(len(items))
+        return map_threads(fn, items, backend)
+
+    monkeypatch.setattr(_engine, "map_threads", recording_map_threads)
+    monkeypatch.setattr(_engine, "cpu_workers", lambda backend: 3)
+
+    def fitted(min_elements):
+        monkeypatch.setattr(streaming, "PARALLEL_MIN_ELEMENTS", min_elements)
+        acc = BootstrapAccumulator(shape, n_total)
+        # The last update crosses a fold (every 64 replicates here).
+        for batch in np.split(samples, [40, 100]):
+            acc.update(batch)
+        return acc, acc.interval()
+
+    one, one_interval = fitted(10**12)
+    assert calls == []
+    split, split_interval = fitted(1)
+    # Both pieces of the last update, then the interval.
+    assert calls == ([min(3, shape[0])] * 3 if shape else [])
+    assert_array_equal(split_interval, one_interval)
+    assert_array_equal(split.mean, one.mean)
+    assert_array_equal(split.std, one.std)
+    exact = samples.astype(np.float64)
+    assert_allclose(split_interval, reference_interval(exact, 0.95), **TOL)
+    assert_allclose(split.std, exact.std(axis=0, ddof=1), rtol=1e-12)
 
 
 def test_float32_replicates_keep_their_tails_in_half_the_memory():
@@ -382,13 +426,13 @@ def test_folding_work_is_linear_in_n_total(monkeypatch, n_total):
     # fixed 64 replicates at a time would partition about n_total * k / 64
     # rows in all: 40 * n_total for B = 100,000 (k = 2501).
     partitioned = []
-    fold = BootstrapAccumulator._fold
+    select_tails = streaming._select_tails
 
-    def counting_fold(self):
-        partitioned.append(self._n_tail + self._n_pending)
-        fold(self)
+    def counting_select_tails(rows, k):
+        partitioned.append(len(rows))
+        return select_tails(rows, k)
 
-    monkeypatch.setattr(BootstrapAccumulator, "_fold", counting_fold)
+    monkeypatch.setattr(streaming, "_select_tails", counting_select_tails)
     rng = np.random.default_rng(0)
     samples = rng.standard_normal((n_total, 2))
     acc = BootstrapAccumulator(2, n_total)
@@ -396,7 +440,8 @@ def test_folding_work_is_linear_in_n_total(monkeypatch, n_total):
         acc.update(batch)
     lower, upper = acc.interval()
 
-    assert sum(partitioned) <= 3 * n_total
+    # Every replicate passes through a selection at least once.
+    assert n_total <= sum(partitioned) <= 3 * n_total
     expected_lower, expected_upper = reference_interval(samples, 0.95)
     assert_allclose(lower, expected_lower, **TOL)
     assert_allclose(upper, expected_upper, **TOL)
