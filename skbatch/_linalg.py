@@ -885,16 +885,23 @@ def _weighted_products(X, Y, w, xp, scratch=None):
     scratch = Scratch() if scratch is None else scratch
     gram = scratch.empty("gram", (b, q, q), X, xp)
     rhs = scratch.empty("rhs", (b, q, t), X, xp)
+    # Y's drawn rows go into one buffer, reused: a fresh array per replicate
+    # faulted its pages in, and the gather took twice as long.
+    width = min(t, max(1, MAX_GATHER_BYTES // (n * Y.dtype.itemsize)))
+    gathered = scratch.empty("drawn", (n * width,), Y, xp)
     for i in range(b):
         rows = xp.nonzero(w[i, :])[0]
+        n_rows = rows.shape[0]
         # Rows gathered whole (contiguous), weighted, then read transposed:
         # BLAS transposes as it reads, where gathering columns of X' strides.
         drawn_X = xp.take(X, rows, axis=0)
         XtW = xp.permute_dims(drawn_X * xp.take(w[i, :], rows)[:, None], (1, 0))
         gram[i, ...] = XtW @ drawn_X
-        width = max(1, MAX_GATHER_BYTES // (max(rows.shape[0], 1) * Y.dtype.itemsize))
         for start in range(0, t, width):
-            drawn = xp.take(Y[:, start : start + width], rows, axis=0)
+            columns = Y[:, start : start + width]
+            size = n_rows * columns.shape[1]
+            drawn = xp.reshape(gathered[:size], (n_rows, columns.shape[1]))
+            library.take_rows(columns, rows, drawn)
             _matmul(XtW, drawn, out=rhs[i, :, start : start + width])
     return gram, rhs
 

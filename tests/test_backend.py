@@ -549,6 +549,7 @@ SURFACE = [
     "COMPILES_PER_SHAPE",
     "linalg_errors",
     "out_namespace",
+    "take_rows",
     "solves_by_cholesky",
     "spd_inverse",
 ]
@@ -640,6 +641,24 @@ def test_batched_cholesky_only_on_cuda_and_jax_gpus(backend, cholesky):
     # is several times faster than the batched Cholesky solves.
     module = _backends.get(backend.library)
     assert module.solves_by_cholesky(backend.device) is cholesky
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("library", _backends.LIBRARIES)
+def test_take_rows_gathers_into_out(library, dtype):
+    pytest.importorskip(library)
+    module = _backends.get(library)
+    A = np.arange(60, dtype=dtype).reshape(6, 10)
+    rows = np.array([0, 2, 3, 5])
+    backend = Backend(library)
+    with backend.context():
+        # A slice of columns, as the bootstrap kernel gathers.
+        native = backend.asarray(A, None)[:, 2:7]
+        out = backend.xp.zeros((4, 5), dtype=native.dtype)
+        taken = module.take_rows(native, backend.asarray(rows, None), out)
+    assert_array_equal(np.asarray(taken), A[rows, 2:7])
+    if module.out_namespace() is not None:
+        assert_array_equal(np.asarray(out), A[rows, 2:7])
 
 
 # Either side of the size from which numpy and torch invert through Cholesky.

@@ -33,6 +33,8 @@ Every library provides:
 - ``out_namespace()``: the module whose ``matmul``, ``multiply`` and
   ``subtract`` write into an existing array (``out=``), or None when arrays
   are immutable.
+- ``take_rows(A, rows, out)``: ``A[rows]`` for in-range ``rows``, written
+  into ``out`` where arrays are mutable (a new array on jax).
 - ``solves_by_cholesky(device)``: whether a batched Cholesky solve beats
   inverting small matrices there.
 - ``spd_inverse(A)``: the inverses of a batch of symmetric positive definite

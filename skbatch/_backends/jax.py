@@ -153,6 +153,14 @@ def out_namespace():
     return None
 
 
+def take_rows(A, rows, out):
+    """``A[rows]``, a new array: jax arrays are immutable, ``out`` is unused."""
+    import_jax()
+    import jax.numpy as jnp
+
+    return jnp.take(A, rows, axis=0)
+
+
 def solves_by_cholesky(device):
     return device != "cpu"
 

@@ -112,6 +112,15 @@ def out_namespace():
     return np
 
 
+def take_rows(A, rows, out):
+    """``A[rows]`` written into ``out``.
+
+    ``mode="clip"``, as ``rows`` are in range: in its default mode numpy
+    gathers into a buffer, then copies it into ``out``.
+    """
+    return np.take(A, rows, axis=0, out=out, mode="clip")
+
+
 def solves_by_cholesky(device):
     # numpy has no batched Cholesky solve (see skbatch/_linalg.py, _solve_spd).
     return False

@@ -140,6 +140,13 @@ def out_namespace():
     return torch
 
 
+def take_rows(A, rows, out):
+    """``A[rows]`` written into ``out``."""
+    import torch
+
+    return torch.index_select(A, 0, rows, out=out)
+
+
 def solves_by_cholesky(device):
     return split_device(device)[0] == "cuda"
 
