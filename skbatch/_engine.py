@@ -384,40 +384,47 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size, chunk_width :
             if recycle is not None:
                 recycle(result)
 
-    with (
-        _progress(n_items, verbose, desc) as bar,
-        backend.context(),
-        _side_by_side(n_workers, backend) as pool,
-    ):
-        while start < n_items:
-            ids = all_ids[start : start + size]
-            if pool is None:
-                finish(ids, runner.run(counted, ids))
-            else:
-                # Each task sees the caller's context (simulate_oom).
-                task = pool.submit(
-                    contextvars.copy_context().run, runner.run, counted, ids
-                )
-                pending.append((ids, task))
-                if len(pending) == n_in_flight:
-                    ids_done, task = pending.popleft()
-                    finish(ids_done, task.result())
-            # Results are dropped once reduced: otherwise the next batch's
-            # kernel runs while this batch's last device result is still
-            # held, two working sets where one is budgeted.
-            start += len(ids)
-            if runner.largest_ok is not None and runner.largest_ok < size:
-                logger.log(
-                    log_level,
-                    "%s: out of memory at %d, continuing with batches of %d",
-                    desc,
-                    size,
-                    runner.largest_ok,
-                )
-                size = runner.largest_ok
-        while pending:
-            ids_done, task = pending.popleft()
-            finish(ids_done, task.result())
+    last = None
+    with _progress(n_items, verbose, desc) as bar, backend.context():
+        with _side_by_side(n_workers, backend) as pool:
+            while start < n_items:
+                ids = all_ids[start : start + size]
+                if pool is None:
+                    finish(ids, runner.run(counted, ids))
+                else:
+                    # Each task sees the caller's context (simulate_oom).
+                    task = pool.submit(
+                        contextvars.copy_context().run, runner.run, counted, ids
+                    )
+                    pending.append((ids, task))
+                    if len(pending) == n_in_flight:
+                        ids_done, task = pending.popleft()
+                        finish(ids_done, task.result())
+                # Results are dropped once reduced: otherwise the next batch's
+                # kernel runs while this batch's last device result is still
+                # held, two working sets where one is budgeted.
+                start += len(ids)
+                if runner.largest_ok is not None and runner.largest_ok < size:
+                    logger.log(
+                        log_level,
+                        "%s: out of memory at %d, continuing with batches of %d",
+                        desc,
+                        size,
+                        runner.largest_ok,
+                    )
+                    size = runner.largest_ok
+            while len(pending) > 1:
+                ids_done, task = pending.popleft()
+                finish(ids_done, task.result())
+            if pending:
+                ids_done, task = pending.popleft()
+                last = ids_done, task.result()
+        # The last result is reduced once the threads are gone and the
+        # library is back on all its threads, which the reduction may then
+        # use: no batch computes beside it (the bootstrap accumulator splits
+        # its last update, skbatch/streaming.py).
+        if last is not None:
+            finish(*last)
     plan.n_oom_recoveries = runner.n_recoveries
     plan.n_kernel_calls = calls[0]
     stage = _finished_stage(stage, plan, started, verbose)

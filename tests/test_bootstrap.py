@@ -767,10 +767,24 @@ def test_fast_path_batches_side_by_side_equal_batches_in_turn(monkeypatch, capsy
     assert "side by side" not in capsys.readouterr().out
     # This little work runs in turn on any host unless the threshold is lifted.
     monkeypatch.setattr("skbatch._ridge.problems.SIDE_BY_SIDE_MIN_FLOPS", 0)
+    # And the accumulators split their last update and their intervals
+    # between the two threads.
+    monkeypatch.setattr("skbatch.streaming.PARALLEL_MIN_ELEMENTS", 1)
+    parts = []
+    map_threads = skbatch._engine.map_threads
+
+    def recording_map_threads(fn, items, backend):
+        parts.append(len(items))
+        return map_threads(fn, items, backend)
+
+    monkeypatch.setattr("skbatch._engine.map_threads", recording_map_threads)
     with threadpool_limits(2, user_api="blas"):
         side_by_side = BootstrapEstimator(Ridge(), max_memory_gb=5e-4, **params)
         side_by_side.fit(X, Y)
     assert "2 side by side" in capsys.readouterr().out
+    # The last update of coef_ (one piece or two, as the fold falls) and the
+    # interval, each in two parts.
+    assert len(parts) >= 2 and set(parts) == {2}
     _assert_same_results(in_turn, side_by_side)
 
 

@@ -271,6 +271,31 @@ def test_results_come_back_to_the_kernel_once_reduced(threads, two_blas_threads)
     assert len(kernel.made) < len(reduced)
 
 
+@pytest.mark.parametrize("n_items", [40, 3])
+def test_the_last_reduction_runs_on_all_the_librarys_threads(n_items, two_blas_threads):
+    # Side by side, batches run on one BLAS thread each, and so does the main
+    # thread's reduction meanwhile; the last one, with no batch beside it,
+    # gets both threads back (the bootstrap accumulator then splits it).
+    threads_in_reduce = []
+
+    def reduce(ids, result):
+        threads_in_reduce.append(blas_threads())
+
+    run_batched(
+        lambda ids: 2.0 * ids,
+        reduce,
+        n_items=n_items,
+        backend=Backend("numpy"),
+        device_bytes_per_item=ITEM_BYTES,
+        max_memory_gb=1.0,
+        batch_size=5,
+        threads=True,
+    )
+    n_batches = -(-n_items // 5)
+    assert threads_in_reduce == [1] * (n_batches - 1) + [2]
+    assert blas_threads() == 2
+
+
 def test_oom_raised_by_the_kernel_itself_is_recovered():
     rec = Recorder(oom_above=5)
     plan = rec.run(64, batch_size=16)
