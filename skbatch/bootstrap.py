@@ -424,7 +424,14 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
                 data,
                 self._accumulator_bytes(shapes),
                 *BootstrapRidgeProblem.nbytes(
-                    n_samples, X_checked.shape[1], n_targets, 8, copies_y=True
+                    n_samples,
+                    X_checked.shape[1],
+                    n_targets,
+                    8,
+                    copies_y=True,
+                    gather_buffers=BootstrapRidgeProblem.gather_buffers(
+                        backend, n_samples, X_checked.shape[1] + 1, n_targets
+                    ),
                 ),
                 self._refuse,
             )
@@ -575,6 +582,9 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
                 n_targets,
                 dtype.itemsize,
                 copies_y=backend.library != "numpy" or y.dtype != dtype,
+                gather_buffers=BootstrapRidgeProblem.gather_buffers(
+                    backend, X.shape[0], X.shape[1] + spec.fit_intercept, n_targets
+                ),
             ),
             self._refuse,
         )

@@ -7,6 +7,7 @@ and ``np.std`` of the samples, and naive loops.
 
 import pickle
 import re
+import threading
 import time
 import tracemalloc
 
@@ -786,6 +787,57 @@ def test_fast_path_batches_side_by_side_equal_batches_in_turn(monkeypatch, capsy
     # interval, each in two parts.
     assert len(parts) >= 2 and set(parts) == {2}
     _assert_same_results(in_turn, side_by_side)
+
+
+@pytest.mark.parametrize("n_features", [70, 10], ids=["gathers", "stacked"])
+def test_problem_counts_the_gather_buffer_of_every_thread(monkeypatch, n_features):
+    # Each thread that runs batches gathers Y's drawn rows into a buffer of
+    # its own, kept from batch to batch: the fixed bytes count one per
+    # thread, and none where the kernel stacks its products instead.
+    from skbatch.backend import Backend
+
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((200, n_features))
+    Y = rng.standard_normal((200, 400))
+    monkeypatch.setattr(problems, "SIDE_BY_SIDE_MIN_FLOPS", 0)
+    drawn = {}
+    empty = skbatch._linalg.Scratch.empty
+
+    def spy(self, name, shape, like, xp):
+        buffer = empty(self, name, shape, like, xp)
+        if name == "drawn":
+            drawn[threading.get_ident()] = buffer.nbytes
+        return buffer
+
+    monkeypatch.setattr(skbatch._linalg.Scratch, "empty", spy)
+
+    def problem():
+        return problems.BootstrapRidgeProblem(
+            X,
+            Y,
+            1.0,
+            fit_intercept=True,
+            sample_weight=None,
+            groups=None,
+            block_size=None,
+            entropy=resolve_entropy(0),
+            backend=Backend("numpy"),
+            dtype=np.dtype(np.float64),
+            n_bootstrap=40,
+        )
+
+    with threadpool_limits(1, user_api="blas"):
+        one = problem()
+    with threadpool_limits(2, user_api="blas"):
+        two = problem()
+        skbatch._engine.run_problem(two, lambda ids, result: None, batch_size=5)
+    buffer = min(8 * 200 * 400, skbatch._linalg.MAX_GATHER_BYTES)
+    if n_features == 10:
+        assert two.fixed_bytes == one.fixed_bytes
+        assert drawn == {}
+    else:
+        assert two.fixed_bytes - one.fixed_bytes == buffer
+        assert len(drawn) == 2 and sum(drawn.values()) <= 2 * buffer
 
 
 def test_recycled_coefficient_arrays_leave_each_replicate_its_own(monkeypatch):

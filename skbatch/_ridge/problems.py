@@ -34,7 +34,7 @@ import numpy as np
 from array_api_compat import device as array_device
 
 from .. import _backends, _linalg
-from .._engine import Portable
+from .._engine import Portable, cpu_workers
 from .._targets import TargetColumns
 from ..memory import GB, memory_budget
 from ..random import bootstrap_counts, permutation_indices
@@ -675,6 +675,10 @@ class BootstrapRidgeProblem(Portable):
         Y = np.asarray(y, dtype=dtype).reshape(X.shape[0], -1)
         self.n_samples, n_features = X.shape
         n_targets = Y.shape[1]
+        flops = n_bootstrap * bootstrap_flops_per_replicate(
+            self.n_samples, n_features, n_targets
+        )
+        self.threads = flops >= SIDE_BY_SIDE_MIN_FLOPS
         self.fixed_bytes, self.device_bytes_per_item, self.host_bytes_per_item = (
             self.nbytes(
                 self.n_samples,
@@ -682,6 +686,13 @@ class BootstrapRidgeProblem(Portable):
                 n_targets,
                 np.dtype(dtype).itemsize,
                 copies_y=backend.library != "numpy" or Y.dtype != y.dtype,
+                gather_buffers=self.gather_buffers(
+                    backend,
+                    self.n_samples,
+                    n_features + bool(fit_intercept),
+                    n_targets,
+                    threads=self.threads,
+                ),
             )
         )
         alpha = np.array(
@@ -691,10 +702,6 @@ class BootstrapRidgeProblem(Portable):
         self.max_batch_size = (
             largest if max_batch_size is None else min(largest, max_batch_size)
         )
-        flops = n_bootstrap * bootstrap_flops_per_replicate(
-            self.n_samples, n_features, n_targets
-        )
-        self.threads = flops >= SIDE_BY_SIDE_MIN_FLOPS
         self.dual = n_features > self.n_samples
         if fit_intercept:
             # Centring X on its overall mean once keeps each replicate's mean
@@ -727,8 +734,27 @@ class BootstrapRidgeProblem(Portable):
         self.alpha = backend.asarray(alpha, dtype)
 
     @staticmethod
-    def nbytes(n_samples, n_features, n_targets, itemsize, copies_y):
-        """``(fixed, device per replicate, host per replicate)`` bytes."""
+    def gather_buffers(backend, n_samples, n_columns, n_targets, threads=True):
+        """Buffers of Y's drawn rows held at once, for :meth:`nbytes`.
+
+        One per thread that runs batches (:func:`skbatch._engine.cpu_workers`
+        when ``threads``, else one) where the kernel gathers drawn rows, none
+        where it stacks its products (:func:`skbatch._linalg.
+        gathers_drawn_rows`; ``n_columns`` counts the ones column).
+        """
+        library = _backends.get(backend.library)
+        if not _linalg.gathers_drawn_rows(
+            library, backend.device, n_samples, n_columns, n_targets
+        ):
+            return 0
+        return cpu_workers(backend) if threads else 1
+
+    @staticmethod
+    def nbytes(n_samples, n_features, n_targets, itemsize, copies_y, gather_buffers=1):
+        """``(fixed, device per replicate, host per replicate)`` bytes.
+
+        ``gather_buffers``: see :meth:`gather_buffers`.
+        """
         n, p, t = n_samples, n_features, n_targets
         # X centred (with a ones column in the primal) on the device, and the
         # centred float64 copy it is made from.
@@ -741,8 +767,9 @@ class BootstrapRidgeProblem(Portable):
         else:
             elements = 2 * p * n + 4 * p * p + 5 * p * t + 4 * n + 2 * t
             # The drawn rows of Y gathered for one replicate at a time, on the
-            # CPU (skbatch/_linalg.py, _weighted_products).
-            fixed += min(itemsize * n * t, _linalg.MAX_GATHER_BYTES)
+            # CPU, into a buffer per thread (skbatch/_linalg.py,
+            # _weighted_products).
+            fixed += gather_buffers * min(itemsize * n * t, _linalg.MAX_GATHER_BYTES)
         device = BOOTSTRAP_WORKSPACE_OVERHEAD * itemsize * elements
         # Counts and weights of one replicate, and its result, which arrives
         # in the compute dtype and is copied to float64 by the accumulator:
