@@ -299,7 +299,9 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size, chunk_width :
     threads : bool, default=False
         On a numpy backend, run as many batches side by side as BLAS has
         threads, each on one BLAS thread (see :func:`cpu_workers`); the
-        kernel must then be safe to call from several threads at once.
+        kernel must then be safe to call from several threads at once. The
+        last batch is reduced once those threads are gone, with the library
+        on all its threads again.
     verbose : int, default=0
         1: progress bar; 2: also log the plan and OOM recoveries.
     desc : str, default="items"
