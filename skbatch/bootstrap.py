@@ -21,6 +21,7 @@ Either way replicates stream into one
 does not grow with ``n_bootstrap`` unless the samples are asked for.
 """
 
+import contextlib
 import functools
 import numbers
 from collections.abc import Mapping
@@ -37,6 +38,7 @@ from sklearn.utils.validation import (
     _num_samples,
 )
 
+from . import _backends
 from ._base import (
     WrapperMixin,
     atomic_fit,
@@ -77,6 +79,12 @@ _TUNED_ATTRIBUTES = (
 # Largest n_bootstrap: replicate ids are int64 (the engine's np.arange and the
 # accumulators' percentile arithmetic).
 MAX_N_BOOTSTRAP = np.iinfo(np.int64).max
+# Before the batched linear path, the fit on all data runs on one BLAS thread
+# when it costs at most this many flops (one replicate's, about 0.1 s of one
+# core): after a parallel call, OpenBLAS's helper threads spin for about
+# 0.1 s before they sleep, and took a core from the batches that follow
+# (10-15% of a 0.65 s fit, benchmarks/RESULTS.md).
+FULL_FIT_ONE_THREAD_MAX_FLOPS = 5e9
 
 
 class BootstrapResult(NamedTuple):
@@ -436,7 +444,14 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
                 self._refuse,
             )
 
-        self.estimator_ = clone(estimator).fit(X_fit, y_fit, **fit_params)
+        one_thread = contextlib.nullcontext()
+        if (
+            flops is not None
+            and flops / self.n_bootstrap <= FULL_FIT_ONE_THREAD_MAX_FLOPS
+        ):
+            one_thread = _backends.get("numpy").one_thread()
+        with one_thread:
+            self.estimator_ = clone(estimator).fit(X_fit, y_fit, **fit_params)
         source = _unwrap_search(self.estimator_)
         names = self._attribute_names(source)
         replicate_estimator = _replicate_estimator(

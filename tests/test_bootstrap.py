@@ -29,6 +29,7 @@ import skbatch._linalg
 import skbatch._preflight
 import skbatch.bootstrap
 from skbatch import BatchedRidge, BootstrapEstimator, BootstrapResult
+from skbatch._backends.numpy import threads as blas_threads
 from skbatch._engine import run_batched
 from skbatch._ridge import problems
 from skbatch.random import bootstrap_counts, resolve_entropy
@@ -838,6 +839,31 @@ def test_problem_counts_the_gather_buffer_of_every_thread(monkeypatch, n_feature
     else:
         assert two.fixed_bytes - one.fixed_bytes == buffer
         assert len(drawn) == 2 and sum(drawn.values()) <= 2 * buffer
+
+
+@pytest.mark.parametrize("max_flops", [5e9, 0.0], ids=["small", "large"])
+def test_fit_on_all_data_runs_on_one_blas_thread_before_small_batches(
+    monkeypatch, max_flops
+):
+    # OpenBLAS's helper threads spin after a parallel call, taking a core from
+    # the batches that follow: a fit on all data that costs little runs on
+    # one thread; a costly one keeps them all.
+    monkeypatch.setattr(skbatch.bootstrap, "FULL_FIT_ONE_THREAD_MAX_FLOPS", max_flops)
+    threads_in_fit = []
+    fit = Ridge.fit
+
+    def recording_fit(self, *args, **kwargs):
+        threads_in_fit.append(blas_threads())
+        return fit(self, *args, **kwargs)
+
+    monkeypatch.setattr(Ridge, "fit", recording_fit)
+    X, Y = make_data(60, 6, 4, seed=24)
+    with threadpool_limits(2, user_api="blas"):
+        boot = BootstrapEstimator(Ridge(), n_bootstrap=20, random_state=0).fit(X, Y)
+        assert blas_threads() == 2
+    # The replicates take the batched path: one fit, on all data.
+    assert threads_in_fit == [1 if max_flops else 2]
+    assert_allclose(boot.estimator_.coef_, Ridge().fit(X, Y).coef_)
 
 
 def test_recycled_coefficient_arrays_leave_each_replicate_its_own(monkeypatch):
