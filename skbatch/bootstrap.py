@@ -47,6 +47,7 @@ from ._base import (
 )
 from ._engine import run_parallel, run_problem
 from ._preflight import DataBytes, batched_budget, gb_up, refit_window
+from ._ridge import problems as _problems
 from ._ridge.problems import (
     BootstrapRidgeProblem,
     bootstrap_flops_per_replicate,
@@ -79,11 +80,12 @@ _TUNED_ATTRIBUTES = (
 # Largest n_bootstrap: replicate ids are int64 (the engine's np.arange and the
 # accumulators' percentile arithmetic).
 MAX_N_BOOTSTRAP = np.iinfo(np.int64).max
-# Before the batched linear path, the fit on all data runs on one BLAS thread
-# when it costs at most this many flops (one replicate's, about 0.1 s of one
-# core): after a parallel call, OpenBLAS's helper threads spin for about
-# 0.1 s before they sleep, and took a core from the batches that follow
-# (10-15% of a 0.65 s fit, benchmarks/RESULTS.md).
+# Before batches side by side (SIDE_BY_SIDE_MIN_FLOPS), the fit on all data
+# runs on one BLAS thread when it costs at most this many flops (one
+# replicate's, about 0.1 s of one core): after a parallel call, OpenBLAS's
+# helper threads spin for about 0.1 s before they sleep, and took a core
+# from the batches that follow (10-15% of a 0.65 s fit,
+# benchmarks/RESULTS.md).
 FULL_FIT_ONE_THREAD_MAX_FLOPS = 5e9
 
 
@@ -447,6 +449,7 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         one_thread = contextlib.nullcontext()
         if (
             flops is not None
+            and flops >= _problems.SIDE_BY_SIDE_MIN_FLOPS
             and flops / self.n_bootstrap <= FULL_FIT_ONE_THREAD_MAX_FLOPS
         ):
             one_thread = _backends.get("numpy").one_thread()

@@ -846,9 +846,11 @@ def test_fit_on_all_data_runs_on_one_blas_thread_before_small_batches(
     monkeypatch, max_flops
 ):
     # OpenBLAS's helper threads spin after a parallel call, taking a core from
-    # the batches that follow: a fit on all data that costs little runs on
-    # one thread; a costly one keeps them all.
+    # the batches that follow side by side: a fit on all data that costs
+    # little runs on one thread; a costly one keeps them all.
     monkeypatch.setattr(skbatch.bootstrap, "FULL_FIT_ONE_THREAD_MAX_FLOPS", max_flops)
+    # This little work runs in turn on any host unless the threshold is lifted.
+    monkeypatch.setattr(problems, "SIDE_BY_SIDE_MIN_FLOPS", 0)
     threads_in_fit = []
     fit = Ridge.fit
 
