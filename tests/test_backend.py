@@ -547,7 +547,6 @@ SURFACE = [
     "one_thread",
     "BATCHES_SIDE_BY_SIDE",
     "COMPILES_PER_SHAPE",
-    "linalg_errors",
     "out_namespace",
     "take_rows",
     "solves_by_cholesky",

@@ -29,7 +29,6 @@ Every library provides:
   (numpy and torch; see :func:`skbatch._engine.cpu_workers`).
 - ``COMPILES_PER_SHAPE``: whether each new array shape costs a compilation
   (jax), so that kernels keep shapes fixed rather than skip work by shape.
-- ``linalg_errors()``: the exceptions a failed factorisation raises.
 - ``out_namespace()``: the module whose ``matmul``, ``multiply`` and
   ``subtract`` write into an existing array (``out=``), or None when arrays
   are immutable.

@@ -143,11 +143,6 @@ def one_thread():
     return contextlib.nullcontext()
 
 
-def linalg_errors():
-    # jax returns infinities or NaNs for a singular matrix rather than raising.
-    return (np.linalg.LinAlgError,)
-
-
 def out_namespace():
     # jax arrays are immutable.
     return None

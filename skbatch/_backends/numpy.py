@@ -104,10 +104,6 @@ def one_thread():
     return _ONE_THREAD.hold()
 
 
-def linalg_errors():
-    return (np.linalg.LinAlgError,)
-
-
 def out_namespace():
     return np
 

@@ -128,12 +128,6 @@ def one_thread():
     return _ONE_THREAD.hold()
 
 
-def linalg_errors():
-    import torch
-
-    return (np.linalg.LinAlgError, torch.linalg.LinAlgError)
-
-
 def out_namespace():
     import torch
 
