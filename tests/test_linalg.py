@@ -264,6 +264,26 @@ def test_ridge_coef_per_target_alpha_and_weights_match_sklearn():
     assert_matches_ridge(coef, intercept, ridge)
 
 
+@pytest.mark.parametrize(
+    "alpha",
+    [[10.0, 0.1, 10.0, 1e3, 0.1, 3.0], [30.0, 10.0, 0.5, 2.0, 1e4, 7.0]],
+    ids=["repeated", "distinct-unsorted"],
+)
+def test_ridge_coef_per_target_alphas_in_any_order(alpha):
+    # The factors are computed once per distinct alpha and gathered per
+    # target: each column must still get its own alpha, as in a fit of that
+    # column alone (equal up to the product's rounding).
+    X, Y = make_data(40, 15, 6)
+    _, s, Vt, UtY, _, _, _ = decompose(X, Y)
+    coef = ridge_coef(Vt, s, UtY, np.array(alpha))
+    for j, alpha_j in enumerate(alpha):
+        alone = ridge_coef(Vt, s, UtY[:, j : j + 1], alpha_j)[:, 0]
+        assert_allclose(coef[:, j], alone, rtol=1e-13, atol=1e-15)
+    coef, intercept = fit_ridge(X, Y, np.array(alpha))
+    ridge = Ridge(np.array(alpha), solver="svd").fit(X, Y)
+    assert_matches_ridge(coef, intercept, ridge)
+
+
 @pytest.mark.parametrize("shape", [(50, 10), (12, 30)])
 def test_rank_deficient_design_matches_sklearn_svd(shape):
     X, Y = make_data(*shape, 3)
