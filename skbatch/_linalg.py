@@ -307,16 +307,21 @@ def loo_scores(
         score_weight = None
         y_true = xp.astype(Y, dtype, copy=False)
 
-    filtered = _scratch(UtY.shape, UtY.dtype, UtY, xp)
+    # The factors scale U's columns or U'Y's rows, whichever is smaller.
+    scale_basis = U.shape[0] < UtY.shape[1]
+    scaled = _scratch(U.shape if scale_basis else UtY.shape, U.dtype, U, xp)
     residual_buffer = _scratch(Y.shape, Y.dtype, Y, xp)
     square_buffer = (
         residual_buffer if dtype == Y.dtype else _scratch(Y.shape, dtype, Y, xp)
     )
     scores = []
     for k in range(alphas.shape[0]):
-        product = _matmul(
-            U, _multiply(factors[k, :, None], UtY, filtered), residual_buffer
-        )
+        if scale_basis:
+            product = _matmul(_multiply(U, factors[k], scaled), UtY, residual_buffer)
+        else:
+            product = _matmul(
+                U, _multiply(factors[k, :, None], UtY, scaled), residual_buffer
+            )
         residual = product if spans else _subtract(Y, product)
         if scoring is None:
             squares = _multiply(residual, residual, square_buffer)
