@@ -106,7 +106,7 @@ def svd_decompose(X, *, xp=None):
     # for 2000 x 500 on two cores, against 0.15 s on one thread); the SVD is
     # a small share of a fit, so it runs on one thread there.
     with one_thread(X):
-        U, s, Vt = xp.linalg.svd(X, full_matrices=False)
+        U, s, Vt = _backends.of_array(X).svd(X)
     tolerance = s[0] * max(X.shape) * xp.finfo(X.dtype).eps
     rank = int(xp.sum(s > tolerance))
     return U[:, :rank], s[:rank], Vt[:rank, :]

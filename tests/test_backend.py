@@ -550,6 +550,7 @@ SURFACE = [
     "out_namespace",
     "take_rows",
     "solves_by_cholesky",
+    "svd",
     "spd_inverse",
 ]
 ACCELERATOR_SURFACE = ["device_name", "free_bytes"]
@@ -658,6 +659,28 @@ def test_take_rows_gathers_into_out(library, dtype):
     assert_array_equal(np.asarray(taken), A[rows, 2:7])
     if module.out_namespace() is not None:
         assert_array_equal(np.asarray(out), A[rows, 2:7])
+
+
+@pytest.mark.parametrize("shape", [(40, 7), (7, 40)], ids=["tall", "wide"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("library", _backends.LIBRARIES)
+def test_svd_is_thin_and_reconstructs(library, dtype, shape):
+    pytest.importorskip(library)
+    module = _backends.get(library)
+    A = np.random.default_rng(1).standard_normal(shape).astype(dtype)
+    backend = Backend(library)
+    with backend.context():
+        native = backend.asarray(A, None)
+        U, s, Vt = (np.asarray(part) for part in module.svd(native))
+    rank = min(shape)
+    assert U.shape == (shape[0], rank) and Vt.shape == (rank, shape[1])
+    assert U.dtype == s.dtype == Vt.dtype == np.dtype(dtype)
+    rtol = 1e-5 if dtype == np.float32 or library == "jax" else 1e-12
+    expected = np.linalg.svd(A.astype(np.float64), compute_uv=False)
+    assert_allclose(s, expected, rtol=rtol)
+    assert_allclose((U * s) @ Vt, A, atol=rtol * expected[0])
+    assert_allclose(U.T @ U, np.eye(rank), atol=10 * rtol)
+    assert_array_equal(np.asarray(native), A)
 
 
 # Either side of the size from which numpy and torch invert through Cholesky.

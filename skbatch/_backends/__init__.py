@@ -36,6 +36,8 @@ Every library provides:
   into ``out`` where arrays are mutable (a new array on jax).
 - ``solves_by_cholesky(device)``: whether a batched Cholesky solve beats
   inverting small matrices there.
+- ``svd(A)``: the thin SVD ``U, s, Vt`` of a matrix (numpy's through
+  scipy's LAPACK).
 - ``spd_inverse(A)``: the inverses of a batch of symmetric positive definite
   matrices, or None when a factorisation fails (jax gives infinities or
   NaNs instead). Below ``SPD_CHOLESKY_MIN_SIZE`` an LU inverse, which

@@ -160,6 +160,14 @@ def solves_by_cholesky(device):
     return device != "cpu"
 
 
+def svd(A):
+    """Thin SVD of a matrix."""
+    import_jax()
+    import jax.numpy as jnp
+
+    return jnp.linalg.svd(A, full_matrices=False)
+
+
 def spd_inverse(A):
     """Inverses of a batch of symmetric positive definite matrices.
 

@@ -122,6 +122,19 @@ def solves_by_cholesky(device):
     return False
 
 
+def svd(A):
+    """Thin SVD of a matrix, by scipy's LAPACK ``gesdd``.
+
+    numpy's wrapper of the same routine took 34 ms for a 1000 x 300 float64
+    matrix on one thread against scipy's 28 ms, and as long in float32 as in
+    float64 (scipy: 17 ms; 2000 x 500: 142 ms against 68 ms,
+    benchmarks/RESULTS.md).
+    """
+    from scipy.linalg import svd as scipy_svd
+
+    return scipy_svd(A, full_matrices=False, check_finite=False)
+
+
 def spd_inverse(A):
     """Inverses of a batch of symmetric positive definite matrices, or None.
 

@@ -145,6 +145,13 @@ def solves_by_cholesky(device):
     return split_device(device)[0] == "cuda"
 
 
+def svd(A):
+    """Thin SVD of a matrix."""
+    import torch
+
+    return torch.linalg.svd(A, full_matrices=False)
+
+
 def spd_inverse(A):
     """Inverses of a batch of symmetric positive definite matrices, or None.
 
