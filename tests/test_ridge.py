@@ -236,6 +236,21 @@ def test_batching_budget_and_oom_do_not_change_results(cv):
     np.testing.assert_allclose(predictions, ref.predict(X), rtol=1e-10)
 
 
+@pytest.mark.parametrize("cv", [None, "gcv"])
+def test_batch_size_leaves_every_target_bit_for_bit(cv):
+    # A target's coefficients do not depend on the targets it is batched
+    # with, in batches of whole products (a batch of one target is a
+    # matrix-vector product, rounded otherwise): a Fortran-ordered basis from
+    # LAPACK rounded them differently by batch size.
+    X, Y = make_data(60, 5, 120, seed=10)
+    ref = BatchedRidge(alphas=ALPHAS, cv=cv).fit(X, Y)
+    for batch in (40, 60):
+        model = BatchedRidge(alphas=ALPHAS, cv=cv, n_targets_batch=batch).fit(X, Y)
+        np.testing.assert_array_equal(model.alpha_, ref.alpha_)
+        np.testing.assert_array_equal(model.coef_, ref.coef_)
+        np.testing.assert_array_equal(model.intercept_, ref.intercept_)
+
+
 def test_impossible_budget_is_refused_up_front():
     X, Y = make_data(200, 50, 3)
     with pytest.raises(ValueError, match="max_memory_gb"):

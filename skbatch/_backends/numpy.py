@@ -128,11 +128,14 @@ def svd(A):
     numpy's wrapper of the same routine took 34 ms for a 1000 x 300 float64
     matrix on one thread against scipy's 28 ms, and as long in float32 as in
     float64 (scipy: 17 ms; 2000 x 500: 142 ms against 68 ms,
-    benchmarks/RESULTS.md).
+    benchmarks/RESULTS.md). U and Vt are returned C-ordered, as numpy's are:
+    LAPACK writes them Fortran-ordered, and the products with a Fortran U
+    rounded a target's results differently by batch size.
     """
     from scipy.linalg import svd as scipy_svd
 
-    return scipy_svd(A, full_matrices=False, check_finite=False)
+    U, s, Vt = scipy_svd(A, full_matrices=False, check_finite=False)
+    return np.ascontiguousarray(U), s, np.ascontiguousarray(Vt)
 
 
 def spd_inverse(A):
