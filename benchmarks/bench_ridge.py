@@ -11,7 +11,10 @@ configurations, and the median time is reported, with the ratio to the
 peer measured in the same run. The achieved GFLOP/s of the dominant loop
 (one n x rank x targets GEMM per alpha and fold) is printed as a share of
 the GEMM rate measured here for the library the configuration computes with
-(numpy's OpenBLAS, torch's MKL).
+(numpy's OpenBLAS, torch's MKL). "LOO products alone f64" times only the
+products an exact LOO fit computes (the SVD, U'Y, one product per alpha,
+the refit), batched and threaded as skbatch does: the floor of an exact
+LOO fit on this host, and sklearn's time over it the ratio none could beat.
 
     python benchmarks/bench_ridge.py            # both workloads, 3 repeats
     PYTHONPATH=. python benchmarks/bench_ridge.py   # a checkout's skbatch
@@ -27,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -50,6 +54,9 @@ CONFIGS = {
         "skbatch",
         {"cv": None, "dtype": "float64", "max_memory_gb": 0.2},
     ),
+    # Not a peer: the products any exact LOO over the SVD computes (see
+    # loo_products), nothing else, as skbatch batches and threads them.
+    "LOO products alone f64": ("floor", {}),
 }
 # name: (n, p, targets, alphas), and the tiny sizes of --quick.
 WORKLOADS = {
@@ -65,6 +72,9 @@ RATIOS = [
     ("skbatch GCV f64", "sklearn RidgeCV LOO f64", {"large": 15.0}),
     ("skbatch cv=5 f64", "himalaya RidgeCV cv=5 numpy f64", {"large": 3.5}),
     ("skbatch cv=5 f32 torch", "himalaya RidgeCV cv=5 torch f32", {"large": 3.0}),
+    # The ratio no exact LOO could beat in this run: sklearn's time over
+    # that of the products alone.
+    ("LOO products alone f64", "sklearn RidgeCV LOO f64", {}),
 ]
 
 
@@ -103,6 +113,16 @@ def run_one(name, workload, quick):
                 alphas=alphas, cv=5, solver_params={"n_targets_batch": 2000}
             ).fit(backend.asarray(X.astype(dtype)), backend.asarray(Y.astype(dtype)))
             return backend.to_numpy(model.best_alphas_)
+    elif kind == "floor":
+        import scipy.linalg  # noqa: F401
+        from threadpoolctl import ThreadpoolController
+
+        # Libraries found before the clock starts: only products are timed.
+        threadpools = ThreadpoolController()
+
+        def fit():
+            loo_products(X, Y, alphas, threadpools)
+            return []
     else:
         from skbatch import BatchedRidge
 
@@ -134,6 +154,39 @@ def run_one(name, workload, quick):
             }
         )
     )
+
+
+def loo_products(X, Y, alphas, threadpools, max_batch=2048):
+    """The products of an exact LOO fit over the SVD, and only those.
+
+    The thin SVD of the centred X (one BLAS thread), then, per batch of
+    targets, U'Y, one n x rank x batch product per alpha (the fitted values
+    the LOO residuals come from) and the refit V diag(.) U'Y: batches of
+    equal size up to ``max_batch``, one per BLAS thread, each on one,
+    as ``skbatch`` runs them. Scores, residual passes, centring of Y and
+    checks are left out, so its time bounds any implementation's from below.
+    ``threadpools`` is a ``threadpoolctl.ThreadpoolController``.
+    """
+    import scipy.linalg
+
+    blas = threadpools.select(user_api="blas")
+    n_threads = max(pool["num_threads"] for pool in blas.info())
+    with blas.limit(limits=1):
+        U, s, Vt = scipy.linalg.svd(X - X.mean(axis=0), full_matrices=False)
+        kept = s**2 / (s**2 + alphas[:, None])
+        filtered = s / (s**2 + alphas[0])
+        n_batches = -(-Y.shape[1] // max_batch)
+        batches = np.array_split(np.arange(Y.shape[1]), n_batches)
+
+        def batch(columns):
+            UtY = U.T @ Y[:, columns[0] : columns[-1] + 1]
+            fitted = np.empty((U.shape[0], UtY.shape[1]))
+            for factors in kept:
+                np.matmul(U * factors, UtY, out=fitted)
+            return Vt.T @ (filtered[:, None] * UtY)
+
+        with ThreadPoolExecutor(n_threads) as pool:
+            list(pool.map(batch, batches))
 
 
 def reset_peak_rss():
@@ -228,7 +281,9 @@ def print_table(workload, results, rates, quick):
         rate = rates[library_of(name), dtype]
         same = (
             f"{np.mean(res['alphas'] == reference['alphas']):.2%}"
-            if reference is not None and params.get("cv") is None and kind != "himalaya"
+            if reference is not None
+            and params.get("cv") is None
+            and kind not in ("himalaya", "floor")
             else ""
         )
         dominant = params.get("cv") != "gcv"
