@@ -63,7 +63,7 @@ from ._base import (
     check_verbose,
 )
 from ._engine import run_parallel, run_problem
-from ._ridge.cv import cv_scheme
+from ._ridge.cv import cv_scheme, fold_rows
 from ._ridge.problems import DEVICE_SCORINGS, PermutedRidgeProblem
 from ._ridge.spec import resolve_dtype, ridge_spec
 from .backend import resolve_backend, to_numpy
@@ -152,7 +152,16 @@ def _split_rows(cv, X, y, groups):
     """``cv.split``, with groups only for a splitter that uses them."""
     if isinstance(cv, _IGNORES_GROUPS):
         groups = None
-    splits = list(cv.split(X, y, groups))
+    n_samples = _num_samples(X)
+    # Integer indices from here on, as the batched paths index rows with
+    # them (masks and negative indices are read as X[rows] would read them).
+    splits = [
+        (
+            fold_rows(train, n_samples, fold, "training"),
+            fold_rows(test, n_samples, fold, "test"),
+        )
+        for fold, (train, test) in enumerate(cv.split(X, y, groups))
+    ]
     if not splits:
         raise ValueError(f"cv={cv!r} gave no train/test split")
     for train, test in splits:

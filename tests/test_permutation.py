@@ -308,6 +308,35 @@ def test_groups_reach_the_splitter():
     assert abs(perm.fit(X, y, groups=groups).score_ - expected) < 1e-10
 
 
+@pytest.mark.parametrize(
+    "estimator",
+    [Ridge(alpha=1.0), BatchedRidge(alphas=ALPHAS)],
+    ids=short_repr,
+)
+def test_explicit_splits_as_masks_or_negative_indices_give_the_same_test(estimator):
+    """Splits are read as X[rows] would read them, on the batched paths too."""
+    X, y = make_data()
+    n = len(y)
+    splits = list(KFold(4).split(X))
+    spellings = {
+        "masks": [
+            (np.isin(np.arange(n), a), np.isin(np.arange(n), b)) for a, b in splits
+        ],
+        "negative": [(a - n, b - n) for a, b in splits],
+    }
+    args = dict(n_permutations=30, random_state=0, return_null=True)
+    ref = PermutationScorer(estimator, cv=splits, **args).fit(X, y)
+    expected = permutation_test_score(
+        estimator, X, y, cv=splits, n_permutations=1, random_state=0
+    )[0]
+    assert ref.score_ == pytest.approx(expected, rel=1e-10)
+    for spelling in spellings.values():
+        perm = PermutationScorer(estimator, cv=spelling, **args).fit(X, y)
+        assert perm.score_ == pytest.approx(ref.score_, rel=1e-12)
+        assert_allclose(perm.permutation_scores_, ref.permutation_scores_, rtol=1e-12)
+        assert perm.pvalue_ == ref.pvalue_
+
+
 # --- invariance to how the work is split ------------------------------------------
 
 

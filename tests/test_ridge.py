@@ -574,6 +574,77 @@ def test_kfold_sample_weight_matches_sklearn_ridgecv(scoring):
     np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-8, atol=1e-10)
 
 
+def _as_masks(splits, n):
+    return [
+        (np.isin(np.arange(n), train), np.isin(np.arange(n), test))
+        for train, test in splits
+    ]
+
+
+@pytest.mark.parametrize(
+    "spell",
+    [
+        pytest.param(
+            lambda splits, n: [(t - n, s - n) for t, s in splits], id="negative"
+        ),
+        pytest.param(_as_masks, id="boolean masks"),
+        pytest.param(
+            lambda splits, n: [(list(t), list(s)) for t, s in splits], id="lists"
+        ),
+        pytest.param(
+            lambda splits, n: [
+                (t.astype(np.uint16), s.astype(np.int32)) for t, s in splits
+            ],
+            id="other int dtypes",
+        ),
+    ],
+)
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_explicit_splits_index_rows_as_sklearn_does(spell, shuffle):
+    """Splits are read as X[rows] would read them, as RidgeCV(cv=splits) does.
+
+    Unshuffled folds are runs of consecutive rows, read as slices: the last
+    fold, spelled -10..-1, is a run that ends at the last row.
+    """
+    X, Y = make_data(40, 5, 3, seed=31, noise=2.0)
+    random_state = 0 if shuffle else None
+    splits = list(KFold(4, shuffle=shuffle, random_state=random_state).split(X))
+    ours = BatchedRidge(alphas=ALPHAS, cv=spell(splits, 40), alpha_per_target=False)
+    ours.fit(X, Y)
+    ref = RidgeCV(alphas=ALPHAS, cv=splits).fit(X, Y)
+    assert ours.alpha_ == ref.alpha_
+    np.testing.assert_allclose(ours.best_score_, ref.best_score_, rtol=1e-8)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-8)
+
+
+@pytest.mark.parametrize(
+    ("split", "error", "match"),
+    [
+        (
+            (np.arange(20), np.array([30])),
+            ValueError,
+            "test row index 30 is out",
+        ),
+        (
+            (np.arange(-31, -11), np.arange(20, 30)),
+            ValueError,
+            "training row index -31",
+        ),
+        (
+            (np.arange(20.0), np.arange(20, 30)),
+            TypeError,
+            "the training rows must be integer",
+        ),
+        ((np.ones(29, bool), np.arange(29, 30)), ValueError, "mask.*30.*got 29"),
+        ((np.arange(20)[:, None], np.arange(20, 30)), ValueError, "must be 1-D"),
+    ],
+)
+def test_explicit_splits_outside_the_rows_are_refused_naming_cv(split, error, match):
+    X, Y = make_data(30, 3, 2)
+    with pytest.raises(error, match=f"cv fold 0: .*{match}"):
+        BatchedRidge(cv=[split]).fit(X, Y)
+
+
 @pytest.mark.parametrize(
     ("params", "error", "match"),
     [

@@ -29,7 +29,14 @@ from .. import _linalg
 from .._engine import Portable, map_threads
 from .._linalg import MIN_SCORED_ROWS
 
-__all__ = ["CV_SCHEMES", "GeneralizedCV", "KFold", "LeaveOneOut", "cv_scheme"]
+__all__ = [
+    "CV_SCHEMES",
+    "GeneralizedCV",
+    "KFold",
+    "LeaveOneOut",
+    "cv_scheme",
+    "fold_rows",
+]
 
 # Fewest rows (or rows of non-zero weight) a fit accepts: one row has no
 # deviation from its mean, so nothing to fit and nothing to cross-validate.
@@ -165,7 +172,14 @@ class KFold(CVScheme):
         return check_cv(self.cv)
 
     def split(self, X, y, sample_weight=None, scoring=None):
-        self.splits = list(self.splitter().split(X, y))
+        n_samples = X.shape[0]
+        self.splits = [
+            (
+                fold_rows(train, n_samples, fold, "training"),
+                fold_rows(test, n_samples, fold, "test"),
+            )
+            for fold, (train, test) in enumerate(self.splitter().split(X, y))
+        ]
         _check_splits(self.splits, self.cv, sample_weight, scoring)
         return self
 
@@ -249,6 +263,42 @@ def cv_scheme(cv, scoring=None):
         scheme = KFold(cv)
     scheme.check_scoring(scoring)
     return scheme
+
+
+def fold_rows(rows, n_samples, fold, part):
+    """The rows of one side of a split as non-negative int indices, checked.
+
+    Splits given by the user index rows as ``X[rows]`` would, as scikit-learn
+    reads them: integers, negative ones counted from the end, or a boolean
+    mask over the rows.
+    """
+    rows = np.asarray(rows)
+    if rows.ndim != 1:
+        raise ValueError(
+            f"cv fold {fold}: the {part} rows must be 1-D, got an array of "
+            f"shape {rows.shape}"
+        )
+    if rows.dtype == bool:
+        if rows.size != n_samples:
+            raise ValueError(
+                f"cv fold {fold}: a boolean mask of {part} rows must have one "
+                f"entry per sample ({n_samples}), got {rows.size}"
+            )
+        return np.flatnonzero(rows)
+    if rows.size == 0:
+        return np.zeros(0, dtype=np.intp)
+    if rows.dtype.kind not in "iu":
+        raise TypeError(
+            f"cv fold {fold}: the {part} rows must be integer indices or a "
+            f"boolean mask, got dtype {rows.dtype}"
+        )
+    outside = (rows < -n_samples) | (rows >= n_samples)
+    if np.any(outside):
+        raise ValueError(
+            f"cv fold {fold}: {part} row index {int(rows[np.argmax(outside)])} is "
+            f"out of range for {n_samples} samples"
+        )
+    return np.where(rows < 0, rows + n_samples, rows).astype(np.intp, copy=False)
 
 
 def _check_splits(splits, cv, sample_weight, scoring):
