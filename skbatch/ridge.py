@@ -5,6 +5,7 @@ import numbers
 import warnings
 
 import numpy as np
+from scipy import sparse
 from sklearn.base import BaseEstimator, MultiOutputMixin, RegressorMixin
 from sklearn.metrics import r2_score
 from sklearn.utils._param_validation import Interval, StrOptions
@@ -32,9 +33,11 @@ from ._ridge.problems import (
     RidgeSolver,
     check_solver_memory,
     fit_targets,
+    mean_over_scored_targets,
 )
 from ._ridge.spec import SCORINGS, batched_ridge_spec, check_alphas, resolve_dtype
 from ._targets import (
+    NUMERIC_KINDS,
     ColumnWriter,
     TargetColumns,
     check_target_array,
@@ -72,8 +75,12 @@ def _warn_at_grid_edges(alphas, best, scores, no_model):
     if alphas.size < 2:
         return
     order = np.argsort(alphas)
-    with np.errstate(invalid="ignore"):
-        span = np.nanmax(scores, axis=1) - np.nanmin(scores, axis=1)
+    # The range of each target's defined scores; -inf where none is (not
+    # nanmax's warning about every constant target of a correlation).
+    scored = ~np.isnan(scores)
+    span = np.max(np.where(scored, scores, -np.inf), axis=1) - np.min(
+        np.where(scored, scores, np.inf), axis=1
+    )
     for edge, neighbour, which in (
         (order[0], order[1], "smallest"),
         (order[-1], order[-2], "largest"),
@@ -132,8 +139,14 @@ def _check_weights(sample_weight, n_samples):
 
 
 def _column_magnitudes(A):
-    """Largest absolute value of each column, without an abs() copy of A."""
-    return np.maximum(np.max(A, axis=0), -np.min(A, axis=0))
+    """Largest absolute value of each column, without an abs() copy of A.
+
+    In float64 whatever A holds: booleans cannot be negated, and the most
+    negative integer has no positive counterpart.
+    """
+    high = np.max(A, axis=0).astype(np.float64, copy=False)
+    low = np.min(A, axis=0).astype(np.float64, copy=False)
+    return np.maximum(high, -low)
 
 
 def _check_magnitudes(X, dtype):
@@ -167,13 +180,13 @@ def _check_magnitudes(X, dtype):
 
 
 def _check_target_magnitudes(Y, start=0, *, dtype):
-    """Refuse targets (columns ``start`` on of y) that would make alphas arbitrary.
+    """Refuse targets (columns ``start`` on of y) whose CV scores would be noise.
 
-    When alphas are chosen, the CV scores square the errors of y (in the
-    compute dtype before they are summed in float64): squares that overflow
-    make every score inf or NaN, squares that underflow make them noise, and
-    either way the alpha choice would be arbitrary. The error names the
-    first target at fault.
+    The CV scores square the errors of y (in the compute dtype before they
+    are summed in float64): squares that overflow make every score inf or
+    NaN, squares that underflow make them noise, and either way the alpha
+    choice would be arbitrary and ``best_score_`` meaningless (with a single
+    alpha too). The error names the first target at fault.
     """
     finfo = np.finfo(dtype)
     n_samples = Y.shape[0]
@@ -190,7 +203,7 @@ def _check_target_magnitudes(Y, start=0, *, dtype):
         first = start + int(np.argmax(columns > high))
         raise ValueError(
             f"y has values up to {largest:.3g} in magnitude (target {first} is "
-            f"the first): the squared errors that choose alpha would overflow "
+            f"the first): the squared errors that score alpha would overflow "
             f"{finfo.dtype} (the limit is {high:.3g} for {n_samples} samples); "
             f"{fix}."
         )
@@ -200,7 +213,7 @@ def _check_target_magnitudes(Y, start=0, *, dtype):
         raise ValueError(
             f"y has targets whose values are all below {low:.3g} in magnitude "
             f"(the largest of them {float(columns[tiny].max()):.3g}; target "
-            f"{first} is the first): the squared errors that choose alpha "
+            f"{first} is the first): the squared errors that score alpha "
             f"would underflow {finfo.dtype}; {fix}."
         )
 
@@ -283,7 +296,9 @@ default=None
         Cross-validated score at the chosen alpha (higher is better; minus
         the mean squared error when ``scoring=None`` with LOO or GCV). NaN
         where every alpha scored NaN; with one alpha for all targets, the
-        mean over targets, NaN if any is.
+        mean over targets of the scores at that alpha. Targets NaN at every
+        alpha (a constant target scored by correlation) are left out of
+        that mean and of the choice of the shared alpha.
     cv_results_ : dict
         With ``store_cv_results=True``: ``"alphas"`` and ``"scores"``, the
         latter of shape (n_targets, n_alphas) (or (n_alphas,) for 1-D y).
@@ -471,6 +486,11 @@ default=None
             check_target_array(y, X.shape[0])
             Y = y
         else:
+            if sparse.issparse(y):
+                raise TypeError(
+                    "Sparse data was passed for y, but dense data is required. "
+                    "Use '.toarray()' to convert to a dense numpy array."
+                )
             X, y = validate_data(
                 self,
                 X,
@@ -479,6 +499,12 @@ default=None
                 y_numeric=True,
                 dtype=[np.float64, np.float32],
             )
+            if y.dtype.kind not in NUMERIC_KINDS:
+                # Numbers written as strings, which Ridge reads as numbers.
+                try:
+                    y = y.astype(np.float64)
+                except ValueError as error:
+                    raise ValueError(f"y must hold numbers: {error}") from None
             Y = y.reshape(X.shape[0], -1) if y.ndim == 1 else y
         n_samples, n_features = X.shape
         if n_samples < MIN_SAMPLES:
@@ -505,14 +531,12 @@ default=None
         self.backend_ = resolve_backend(self.device, flops=flops)
         self.dtype_ = resolve_dtype(self.dtype, self.backend_, X.dtype)
         _check_magnitudes(X, self.dtype_)
-        check_y = None
-        if alphas.size > 1:
-            check_y = functools.partial(_check_target_magnitudes, dtype=self.dtype_)
+        # With one alpha too: the squared errors give best_score_.
+        check_y = functools.partial(_check_target_magnitudes, dtype=self.dtype_)
         if out_of_core:
             targets = TargetColumns(Y, check_y)
         else:
-            if check_y is not None:
-                check_y(Y)
+            check_y(Y)
             targets = TargetColumns(Y)
         check_solver_memory(
             n_samples,
@@ -566,18 +590,21 @@ default=None
         if self.alpha_per_target:
             _warn_at_grid_edges(alphas, best, scores, no_model)
         else:
+            # The shared alpha's scores: the mean over the targets scored.
+            mean_scores, scored = mean_over_scored_targets(scores)
 
             def mean_no_model(_):
                 limit = no_model(slice(None))
-                return None if limit is None else np.mean(limit)[None]
+                return None if limit is None else np.mean(limit[scored])[None]
 
-            _warn_at_grid_edges(
-                alphas, best[:1], np.nanmean(scores, axis=0)[None], mean_no_model
-            )
+            _warn_at_grid_edges(alphas, best[:1], mean_scores[None], mean_no_model)
         one_target = not out_of_core and y.ndim == 1
-        if not self.alpha_per_target or one_target:
+        if one_target:
             self.alpha_ = float(alphas[best[0]])
-            self.best_score_ = float(np.mean(best_score))
+            self.best_score_ = float(best_score[0])
+        elif not self.alpha_per_target:
+            self.alpha_ = float(alphas[best[0]])
+            self.best_score_ = float(mean_scores[best[0]])
         else:
             self.alpha_ = alphas[best]
             self.best_score_ = best_score

@@ -3,6 +3,7 @@ import warnings
 
 import numpy as np
 import pytest
+from scipy import sparse
 from sklearn.datasets import load_diabetes, load_linnerud
 from sklearn.linear_model import Ridge, RidgeCV
 from sklearn.metrics import mean_squared_error, r2_score
@@ -89,6 +90,27 @@ def test_shared_alpha_matches_sklearn():
     assert ours.alpha_ == ref.alpha_
     np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-8, atol=1e-10)
     np.testing.assert_allclose(ours.best_score_, ref.best_score_, rtol=1e-8)
+
+
+@pytest.mark.parametrize("cv", [None, 4])
+def test_a_target_without_scores_does_not_choose_the_shared_alpha(cv):
+    """A constant target has no correlation at any alpha: it is left out.
+
+    The shared alpha, coefficients and best score of the other targets are
+    those of a fit without it, with no warning of NaN slices.
+    """
+    X, Y = make_data(40, 5, 4, seed=32, noise=0.5)
+    with_constant = np.column_stack([Y[:, :2], np.full(40, 3.0), Y[:, 2:]])
+    args = dict(alphas=ALPHAS, cv=cv, alpha_per_target=False, scoring="correlation")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        ours = BatchedRidge(**args).fit(X, with_constant)
+        BatchedRidge(**{**args, "alpha_per_target": True}).fit(X, with_constant)
+    ref = BatchedRidge(**args).fit(X, Y)
+    assert ours.alpha_ == ref.alpha_
+    assert ours.best_score_ == pytest.approx(ref.best_score_, rel=1e-12)
+    np.testing.assert_allclose(ours.coef_[[0, 1, 3, 4]], ref.coef_, rtol=1e-12)
+    assert np.isfinite(ours.best_score_)
 
 
 def test_loo_r2_scoring_matches_hand_loo():
@@ -419,6 +441,26 @@ def test_bad_data_is_refused():
         BatchedRidge().fit(X, Y_inf)
     with pytest.raises(ValueError, match="1 sample"):
         BatchedRidge().fit(X[:1], Y[:1])
+    with pytest.raises(TypeError, match="Sparse data was passed for y"):
+        BatchedRidge().fit(X, sparse.csr_matrix(Y))
+    with pytest.raises(ValueError, match="y must hold numbers: could not convert"):
+        BatchedRidge().fit(X, np.array(["a", "b"] * 10))
+
+
+@pytest.mark.parametrize("alphas", [1.0, ALPHAS])
+def test_targets_of_any_numeric_spelling_fit_as_floats(alphas):
+    """Booleans, integers and numbers in strings fit as Ridge reads them."""
+    X, Y = make_data(30, 3, 2)
+    counts = np.round(np.abs(Y) * 3)
+    for spelled, value in [
+        (Y > 0, (Y > 0).astype(float)),
+        (counts.astype(np.uint8), counts),
+        (Y.astype(str), Y),
+    ]:
+        ours = BatchedRidge(alphas=alphas).fit(X, spelled)
+        ref = BatchedRidge(alphas=alphas).fit(X, value)
+        np.testing.assert_array_equal(ours.alpha_, ref.alpha_)
+        np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-12)
 
 
 @pytest.mark.parametrize("weighted", [False, True])
@@ -752,10 +794,12 @@ def test_tiny_design_is_shrunk_exactly_not_underflowed():
         ("float32", 1.0, 1e20, "y has values up to .*overflow float32"),
     ],
 )
-def test_unrepresentable_scales_are_refused(dtype, X_scale, y_scale, match):
+@pytest.mark.parametrize("alphas", [ALPHAS, 1.0])
+def test_unrepresentable_scales_are_refused(dtype, X_scale, y_scale, match, alphas):
+    """With one alpha too: its squared errors give best_score_."""
     X, Y = make_data(50, 4, 2, seed=27)
     with pytest.raises(ValueError, match=match):
-        BatchedRidge(alphas=ALPHAS, dtype=dtype).fit(X * X_scale, Y * y_scale)
+        BatchedRidge(alphas=alphas, dtype=dtype).fit(X * X_scale, Y * y_scale)
 
 
 def test_memory_preflight_refuses_before_any_svd(monkeypatch):

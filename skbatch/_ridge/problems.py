@@ -45,6 +45,7 @@ __all__ = [
     "RidgeSolver",
     "TargetProblem",
     "fit_targets",
+    "mean_over_scored_targets",
 ]
 
 # A GEMM over this many targets already runs at the BLAS peak; larger target
@@ -416,12 +417,37 @@ def fit_targets(solver, Y, *, alpha_per_target, batch_size, max_memory_gb, verbo
     run_args = dict(max_memory_gb=max_memory_gb, batch_size=batch_size, verbose=verbose)
     plan = run_problem(problem, reduce_all, **run_args)
     if not alpha_per_target and n_targets > 1:
-        shared = int(np.argmax(np.nan_to_num(scores.mean(axis=0), nan=-np.inf)))
+        mean, _ = mean_over_scored_targets(scores)
+        shared = int(np.argmax(np.nan_to_num(mean, nan=-np.inf)))
         alpha = float(solver.alphas[shared])
         run_problem(TargetProblem(solver, Y, alpha), reduce_coef, **run_args)
         best[:] = shared
         best_score[:] = scores[:, shared]
     return coef, intercept, best, best_score, scores, plan.batch_size
+
+
+def mean_over_scored_targets(scores):
+    """Mean score of each alpha over the targets that have a score.
+
+    A target NaN at every alpha (a constant target scored by correlation)
+    says nothing about which alpha is best: it is left out, rather than
+    making every mean NaN and the first alpha the choice.
+
+    Parameters
+    ----------
+    scores : ndarray of shape (n_targets, n_alphas)
+
+    Returns
+    -------
+    mean : ndarray of shape (n_alphas,)
+        NaN everywhere when no target has a score.
+    scored : ndarray of bool of shape (n_targets,)
+        The targets averaged.
+    """
+    scored = ~np.all(np.isnan(scores), axis=1)
+    if not scored.any():
+        return np.full(scores.shape[1], np.nan), scored
+    return scores[scored].mean(axis=0), scored
 
 
 def device_scores(y_true, y_pred, scoring, xp):
