@@ -5,7 +5,13 @@ import functools
 import numbers
 
 import numpy as np
+from sklearn import get_config
 from sklearn.utils import get_tags
+from sklearn.utils.metadata_routing import (
+    MetadataRouter,
+    MethodMapping,
+    process_routing,
+)
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import _num_samples, check_is_fitted, validate_data
 
@@ -188,11 +194,36 @@ class WrapperMixin(DeviceMixin):
         check_n_jobs(self.n_jobs)
         X, _ = host_input(X)
         y, _ = host_input(y)
+        if get_config()["enable_metadata_routing"]:
+            # The parameters the estimator requests, refused if none does.
+            fit_params = process_routing(self, "fit", **fit_params).estimator.fit
         fit_params = {key: host_input(value)[0] for key, value in fit_params.items()}
         check_params.update(dtype=None, ensure_all_finite=False)
         X_valid, y_valid = validate_data(self, X, y, multi_output=True, **check_params)
         groups = check_groups(groups, _num_samples(X_valid))
         return X, y, X_valid, y_valid, groups, fit_params
+
+    def get_metadata_routing(self):
+        """Where the parameters of ``fit`` go under metadata routing.
+
+        With ``sklearn.set_config(enable_metadata_routing=True)``, the
+        parameters of ``fit`` that the estimator requests (its
+        ``set_fit_request``) reach its fit on all data and every refit;
+        ``groups``, and ``sample_weight`` of :meth:`score`, are this
+        object's own (its ``set_fit_request`` and ``set_score_request``).
+
+        Returns
+        -------
+        routing : sklearn.utils.metadata_routing.MetadataRouter
+        """
+        return (
+            MetadataRouter(owner=type(self).__name__)
+            .add_self_request(self)
+            .add(
+                estimator=self._get_estimator(),
+                method_mapping=MethodMapping().add(caller="fit", callee="fit"),
+            )
+        )
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

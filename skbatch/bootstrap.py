@@ -385,7 +385,9 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
             that blocks of rows never cross.
         **fit_params : dict
             Passed to the estimator's ``fit``; those with one value per
-            sample (``sample_weight``...) are resampled with the rows.
+            sample (``sample_weight``...) are resampled with the rows. Under
+            metadata routing, those the estimator requests (see
+            :meth:`get_metadata_routing`).
 
         Returns
         -------

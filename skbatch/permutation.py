@@ -560,7 +560,9 @@ default="shuffle"
             splitter that uses groups.
         **fit_params : dict
             Passed to ``estimator.fit`` (sliced to the training rows of each
-            fold); any of them sends the work to the generic path.
+            fold); any of them sends the work to the generic path. Under
+            metadata routing, those the estimator requests (see
+            :meth:`get_metadata_routing`).
 
         Returns
         -------
@@ -593,11 +595,11 @@ default="shuffle"
         # before any work.
         permutation_indices(0, [0], n_samples, groups, **permutation)
         entropy = resolve_entropy(self.random_state)
-        # The estimator validates X's values itself (missing values, dtypes)
-        # before the folds are cut.
-        estimator_ = clone(estimator).fit(X, y, **fit_params)
+        # The folds and the device may refuse: before any fit.
         cv = check_cv(self.cv, y, classifier=is_classifier(estimator))
         splits = _split_rows(cv, X, y, groups)
+        resolve_backend(self.device)
+        estimator_ = clone(estimator).fit(X, y, **fit_params)
 
         spec = None
         if (

@@ -4,9 +4,11 @@ import pickle
 
 import numpy as np
 import pytest
+import sklearn
 from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.exceptions import NotFittedError
-from sklearn.linear_model import LinearRegression
+from sklearn.exceptions import NotFittedError, UnsetMetadataPassedError
+from sklearn.linear_model import LinearRegression, Ridge
+from sklearn.model_selection import KFold, cross_validate
 from sklearn.utils.validation import check_is_fitted
 
 from skbatch import BatchedRidge, BootstrapEstimator, PermutationScorer, _engine
@@ -84,3 +86,62 @@ def test_interrupt_in_generic_path_leaves_meta_estimator_unfitted(meta):
     with pytest.raises(_Interrupt):
         estimator.fit(*_data(4))
     assert vars(estimator) == vars(meta(inner))
+
+
+def _routing_data():
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((60, 3))
+    y = X @ np.array([1.0, 2.0, 0.0]) + rng.standard_normal(60)
+    return X, y, rng.uniform(0.5, 2.0, 60)
+
+
+def _fitted_values(model):
+    if isinstance(model, BootstrapEstimator):
+        return [result.samples for result in model.results_.values()]
+    return [model.score_, model.pvalue_, model.permutation_scores_]
+
+
+WRAPPERS = [
+    lambda estimator: BootstrapEstimator(estimator, n_bootstrap=20, random_state=0),
+    lambda estimator: PermutationScorer(
+        estimator, n_permutations=20, return_null=True, random_state=0
+    ),
+]
+
+
+@pytest.mark.parametrize("wrap", WRAPPERS, ids=["bootstrap", "permutation"])
+def test_metadata_routing_sends_requested_fit_params_to_the_estimator(wrap):
+    """Under routing, what the estimator requests reaches every fit of it."""
+    X, y, weight = _routing_data()
+    expected = wrap(Ridge()).fit(X, y, sample_weight=weight)
+    with sklearn.config_context(enable_metadata_routing=True):
+        routed = wrap(Ridge().set_fit_request(sample_weight=True))
+        routed.fit(X, y, sample_weight=weight)
+        # Not requested: refused, and nothing is fitted.
+        unrequested = wrap(Ridge())
+        with pytest.raises(UnsetMetadataPassedError, match=r"sample_weight.*Ridge"):
+            unrequested.fit(X, y, sample_weight=weight)
+        with pytest.raises(NotFittedError):
+            check_is_fitted(unrequested)
+        # And through cross_validate, which routes to the wrapper's fit.
+        scores = cross_validate(
+            wrap(Ridge().set_fit_request(sample_weight=True)).set_score_request(
+                sample_weight=False
+            ),
+            X,
+            y,
+            cv=KFold(3),
+            params={"sample_weight": weight},
+        )["test_score"]
+    for ours, ref in zip(_fitted_values(routed), _fitted_values(expected)):
+        np.testing.assert_array_equal(ours, ref)
+    np.testing.assert_allclose(
+        routed.estimator_.coef_, Ridge().fit(X, y, sample_weight=weight).coef_
+    )
+    by_hand = [
+        wrap(Ridge())
+        .fit(X[train], y[train], sample_weight=weight[train])
+        .score(X[test], y[test])
+        for train, test in KFold(3).split(X)
+    ]
+    np.testing.assert_allclose(scores, by_hand, rtol=1e-12)

@@ -500,6 +500,20 @@ def test_bad_parameters_raise_before_any_work(params, match):
         PermutationScorer(FailingRegressor(), **params).fit(X, y)
 
 
+@pytest.mark.parametrize(
+    ("params", "error", "match"),
+    [
+        ({"cv": 100}, ValueError, "n_splits=100"),
+        ({"cv": "five"}, ValueError, "cv"),
+        ({"device": "cuda:99"}, RuntimeError, "cuda"),
+    ],
+)
+def test_folds_and_device_are_refused_before_any_fit(params, error, match):
+    X, y = make_data()
+    with pytest.raises(error, match=match):
+        PermutationScorer(FailingRegressor(), **params).fit(X, y)
+
+
 def test_groups_of_wrong_length_raise_before_any_work():
     X, y = make_data()
     with pytest.raises(ValueError, match=r"groups.*\(59,\)"):
