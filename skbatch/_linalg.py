@@ -72,10 +72,22 @@ def center(A, sample_weight=None, *, fit_intercept=True, xp=None):
     if sample_weight is not None:
         sample_weight = xp.astype(sample_weight, A.dtype, copy=False)
     if fit_intercept:
-        offset = _average(A, sample_weight, xp)
+        # The mean of the columns shifted by their first row: a constant
+        # column is then exactly 0 once centred and its offset exactly its
+        # value, whatever order its mean is summed in (which depends on the
+        # batch it is in). Rounding noise in its place made its CV scores
+        # noise, and the alpha chosen depend on the batch size.
+        A_centered = A - A[:1]
+        shift = _average(A_centered, sample_weight, xp)
+        offset = A[0] + shift
+        library = _out_namespace(A_centered)
+        if library is None:
+            A_centered = A_centered - shift
+        else:
+            library.subtract(A_centered, shift, out=A_centered)
     else:
         offset = xp.zeros(A.shape[1], dtype=A.dtype, device=array_device(A))
-    A_centered = A - offset
+        A_centered = A - offset
     if sample_weight is not None:
         A_centered = A_centered * xp.sqrt(sample_weight)[:, None]
     return A_centered, offset

@@ -273,6 +273,31 @@ def test_batch_size_leaves_every_target_bit_for_bit(cv):
         np.testing.assert_array_equal(model.intercept_, ref.intercept_)
 
 
+@pytest.mark.parametrize("cv", [None, "gcv", 5])
+def test_constant_targets_fit_exactly_in_any_batch(cv):
+    """A constant target has nothing to fit: no coefficients, its value.
+
+    Centred exactly to zero, its scores tie at every alpha and it keeps the
+    first; rounding noise in its place made its scores noise, and its alpha
+    depend on the batch it was in (1e4 in a batch of several, 0.01 alone).
+    """
+    rng = np.random.default_rng(33)
+    X = rng.standard_normal((40, 6))
+    Y = np.column_stack([np.full((40, 4), 0.1), rng.standard_normal((40, 4))])
+    alphas = np.logspace(-2, 4, 7)
+    ref = BatchedRidge(alphas=alphas, cv=cv).fit(X, Y)
+    np.testing.assert_array_equal(ref.alpha_[:4], alphas[0])
+    np.testing.assert_array_equal(ref.intercept_[:4], 0.1)
+    np.testing.assert_array_equal(ref.coef_[:4], 0.0)
+    one = BatchedRidge(alphas=alphas, cv=cv, n_targets_batch=1).fit(X, Y)
+    with simulate_oom(3):
+        split = BatchedRidge(alphas=alphas, cv=cv).fit(X, Y)
+    for model in (one, split):
+        np.testing.assert_array_equal(model.alpha_, ref.alpha_)
+        np.testing.assert_array_equal(model.intercept_[:4], ref.intercept_[:4])
+        np.testing.assert_array_equal(model.coef_[:4], ref.coef_[:4])
+
+
 def test_impossible_budget_is_refused_up_front():
     X, Y = make_data(200, 50, 3)
     with pytest.raises(ValueError, match="max_memory_gb"):
@@ -899,6 +924,44 @@ def test_warns_when_targets_choose_an_edge_of_the_grid_while_improving(cv):
         BatchedRidge(alphas=(1e3, 1e4), cv=cv), X, X @ coef[:, :100] * 100
     )
     assert len(messages) == 1 and "smallest alpha (1000)" in messages[0]
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize(
+    ("cv", "scoring"),
+    [
+        (None, None),
+        (None, "r2"),
+        ("gcv", None),
+        (5, None),
+        (5, "neg_mean_squared_error"),
+    ],
+)
+def test_noise_targets_at_the_top_of_the_grid_do_not_warn(
+    cv, scoring, fit_intercept, weighted
+):
+    """Pure noise approaches the score of no model from below: no warning.
+
+    Each scheme's limit of an infinite alpha is its own: K-fold predicts
+    each fold by its training mean (an R^2 below 0), leave-one-out by the
+    mean of the other rows.
+    """
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((100, 10))
+    noise = rng.standard_normal((100, 40))
+    weight = rng.uniform(0.2, 2.0, 100) if weighted else None
+    model = BatchedRidge(
+        alphas=np.logspace(-2, 4, 7),
+        cv=cv,
+        scoring=scoring,
+        fit_intercept=fit_intercept,
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(X, noise, sample_weight=weight)
+    assert np.mean(model.alpha_ == 1e4) > 0.3
+    assert [str(w.message) for w in caught if "extend" in str(w.message)] == []
 
 
 def test_default_alphas_reach_the_regularisation_encoding_data_needs():

@@ -91,9 +91,9 @@ class CVScheme:
         """Each target's score without a model: the limit of an infinite alpha.
 
         The target's (weighted) mean, or 0 without an intercept, predicts
-        every row: R^2 about 0, and a squared error of the spread around it,
-        inflated by ``(n / (n - 1))^2`` for leave-one-out and GCV (the mean
-        of the other rows). A correlation has no such limit: None.
+        every row: GCV's squared error of the spread around it, inflated by
+        ``(n / (n - 1))^2``; the other schemes score their own held-out
+        means. A correlation has no such limit: None.
         """
         if scoring == "correlation":
             return None
@@ -109,6 +109,28 @@ class CVScheme:
 
 class LeaveOneOut(CVScheme):
     """Exact leave-one-out from the thin SVD of all rows (``cv=None``)."""
+
+    def no_model_score(self, Y, sample_weight, scoring, fit_intercept):
+        """The leave-one-out score of the mean of the other rows.
+
+        Left out, row i is predicted by the (weighted) mean of the others,
+        an error of ``(y_i - mean) * W / (W - w_i)`` (W the total weight), or
+        by 0 without an intercept; scored as :meth:`scores` scores errors.
+        """
+        if scoring == "correlation":
+            return None
+        Y = np.asarray(Y, dtype=np.float64)
+        n_samples = Y.shape[0]
+        weight = np.ones(n_samples) if sample_weight is None else sample_weight
+        errors = Y
+        if fit_intercept:
+            total = np.sum(weight)
+            errors = (Y - weight @ Y / total) * (total / (total - weight))[:, None]
+        if scoring is None:
+            return -(weight @ errors**2) / n_samples
+        return _linalg.score_per_target(
+            Y, Y - errors, scoring, sample_weight=sample_weight, xp=np
+        )
 
     def scores(self, solver, state, Y, Y_centered, Y_offset, UtY):
         return _linalg.loo_scores(
@@ -227,15 +249,30 @@ class KFold(CVScheme):
         return total / len(state)
 
     def no_model_score(self, Y, sample_weight, scoring, fit_intercept):
-        # Without a scoring, K-fold scores R^2; the held-out mean is no
-        # leave-one-out mean.
+        """The mean over folds of each training mean's score on its test rows.
+
+        Every fold predicts its test rows by the (weighted) mean of its
+        training rows, or by 0 without an intercept, scored (R^2 without a
+        scoring) and averaged as :meth:`scores` does.
+        """
         scoring = scoring or "r2"
-        if scoring == "neg_mean_squared_error":
-            center = (
-                np.average(Y, axis=0, weights=sample_weight) if fit_intercept else 0.0
+        if scoring == "correlation":
+            return None
+        Y = np.asarray(Y, dtype=np.float64)
+        total = 0.0
+        for train, test in self.splits:
+            prediction = np.zeros(Y.shape[1])
+            if fit_intercept:
+                weight = None if sample_weight is None else sample_weight[train]
+                prediction = np.average(Y[train], axis=0, weights=weight)
+            total = total + _linalg.score_per_target(
+                Y[test],
+                np.broadcast_to(prediction, (len(test), Y.shape[1])),
+                scoring,
+                sample_weight=None if sample_weight is None else sample_weight[test],
+                xp=np,
             )
-            return -np.average((Y - center) ** 2, axis=0, weights=sample_weight)
-        return super().no_model_score(Y, sample_weight, scoring, fit_intercept)
+        return total / len(self.splits)
 
 
 # ``cv`` values that name a scheme; any other value is K-fold.
