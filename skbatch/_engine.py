@@ -55,7 +55,7 @@ from .memory import (
     auto_n_jobs,
     memory_budget,
 )
-from .oom import ChunkRunner
+from .oom import _SIMULATED_OOM_LIMIT, ChunkRunner
 
 logger = logging.getLogger("skbatch")
 
@@ -1165,7 +1165,13 @@ verbose, desc :
             )
             inputs = _computed_on(client, task_inputs(ids))
             future = client.submit(
-                _run_batch, sent, ids, n_side_by_side > 1, inputs, pure=False
+                _run_batch,
+                sent,
+                ids,
+                n_side_by_side > 1,
+                inputs,
+                _SIMULATED_OOM_LIMIT.get(),
+                pure=False,
             )
         return _Task(ids, future)
 
@@ -1263,11 +1269,13 @@ def _computed_on(client, inputs):
     )
 
 
-def _run_batch(problem, ids, one_thread, inputs=()):
+def _run_batch(problem, ids, one_thread, inputs=(), simulated_oom=None):
     """One batch on a dask worker: ``problem(ids)`` under OOM recovery.
 
     ``inputs``, when the problem gives them (``problem.task_inputs(ids)``),
     are the batch's own data, bound to the problem here (``problem.bind``).
+    ``simulated_oom`` is the limit of :func:`skbatch.testing.simulate_oom`
+    in the calling process, which the worker's threads do not inherit.
 
     With ``one_thread``, on one thread of the library, as :func:`run_batched`
     runs batches side by side: a product's rounding can depend on the
@@ -1295,13 +1303,18 @@ def _run_batch(problem, ids, one_thread, inputs=()):
         return problem(chunk)
 
     library = _backends.get(backend.library)
-    with (
-        backend.context(),
-        library.one_thread() if one_thread else contextlib.nullcontext(),
-    ):
-        pieces = [
-            (lo, hi, _to_host(result)) for lo, hi, result in runner.run(counted, ids)
-        ]
+    token = _SIMULATED_OOM_LIMIT.set(simulated_oom)
+    try:
+        with (
+            backend.context(),
+            library.one_thread() if one_thread else contextlib.nullcontext(),
+        ):
+            pieces = [
+                (lo, hi, _to_host(result))
+                for lo, hi, result in runner.run(counted, ids)
+            ]
+    finally:
+        _SIMULATED_OOM_LIMIT.reset(token)
     return pieces, len(calls), runner.n_recoveries
 
 

@@ -595,12 +595,10 @@ default="shuffle"
         # before any work.
         permutation_indices(0, [0], n_samples, groups, **permutation)
         entropy = resolve_entropy(self.random_state)
-        # The folds and the device may refuse: before any fit.
+        # The folds, the device and the memory may refuse: before any fit.
         cv = check_cv(self.cv, y, classifier=is_classifier(estimator))
         splits = _split_rows(cv, X, y, groups)
         resolve_backend(self.device)
-        estimator_ = clone(estimator).fit(X, y, **fit_params)
-
         spec = None
         if (
             not fit_params
@@ -623,8 +621,11 @@ default="shuffle"
         ):
             spec = None
         if spec is not None:
+            ridge = self._plan_ridge(X_valid, y, splits, spec)
+        estimator_ = clone(estimator).fit(X, y, **fit_params)
+        if spec is not None:
             backend, counter = self._fit_ridge(
-                X_valid, y, groups, splits, spec, entropy, raw, permutation
+                X_valid, y, groups, splits, ridge, entropy, raw, permutation
             )
         else:
             backend = resolve_backend(self.device)
@@ -692,8 +693,15 @@ default="shuffle"
             tolerance=tolerance,
         )
 
-    def _fit_ridge(self, X, y, groups, splits, spec, entropy, raw, permutation):
-        """Fast path: permutations as extra targets through one SVD per fold."""
+    def _plan_ridge(self, X, y, splits, spec):
+        """The fast path's device, dtype and work, its memory checked.
+
+        Returns
+        -------
+        ridge : dict
+            ``X`` and ``Y`` in float64, ``spec``, ``backend``, ``dtype``,
+            ``flops`` and ``inner_scheme``, for :meth:`_fit_ridge`.
+        """
         input_dtype = np.asarray(X).dtype
         X = np.asarray(X, dtype=np.float64)
         Y = np.asarray(y, dtype=np.float64).reshape(X.shape[0], -1)
@@ -712,6 +720,35 @@ default="shuffle"
         def inner_scheme(X_train, Y_train):
             return cv_scheme(spec.cv, spec.scoring).split(X_train, Y_train)
 
+        PermutedRidgeProblem.check_memory(
+            X,
+            Y,
+            splits,
+            spec,
+            [inner_scheme(X[train], Y[train]) for train, _ in splits],
+            backend,
+            dtype,
+            n_permutations=self.n_permutations,
+            max_memory_gb=self.max_memory_gb,
+        )
+        return dict(
+            X=X,
+            Y=Y,
+            spec=spec,
+            backend=backend,
+            dtype=dtype,
+            flops=flops,
+            inner_scheme=inner_scheme,
+        )
+
+    def _fit_ridge(self, X, y, groups, splits, ridge, entropy, raw, permutation):
+        """Fast path: permutations as extra targets through one SVD per fold.
+
+        ``ridge`` is what :meth:`_plan_ridge` planned.
+        """
+        X, Y, spec = ridge["X"], ridge["Y"], ridge["spec"]
+        backend, dtype = ridge["backend"], ridge["dtype"]
+        flops, inner_scheme = ridge["flops"], ridge["inner_scheme"]
         with contextlib.ExitStack() as stack:
             stack.enter_context(backend.context())
             if flops < SMALL_FIT_FLOPS:

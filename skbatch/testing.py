@@ -15,7 +15,8 @@ def simulate_oom(max_items):
     out-of-memory error (a :class:`RuntimeError` reading "CUDA out of
     memory") for any batch of more than ``max_items`` items, before the
     kernel runs. Recovery then splits the batch exactly as it would on a
-    real GPU, so CPU-only test suites exercise that path.
+    real GPU, so CPU-only test suites exercise that path. With a dask client
+    active, the batches its workers run are limited too.
 
     Parameters
     ----------

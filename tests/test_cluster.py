@@ -37,6 +37,7 @@ from skbatch._ridge.problems import (
 )
 from skbatch._ridge.spec import ridge_spec
 from skbatch._targets import TargetColumns
+from skbatch.testing import simulate_oom
 
 distributed = pytest.importorskip("distributed")
 da = pytest.importorskip("dask.array")
@@ -342,7 +343,7 @@ def _lose_the_data_every_time(monkeypatch):
     """Every batch fails and the data is lost each time: counts resends."""
     resends = []
 
-    def fail(problem, ids, one_thread, inputs=None):
+    def fail(problem, ids, one_thread, inputs=None, simulated_oom=None):
         raise OSError("the worker holding the data died")
 
     monkeypatch.setattr(engine, "_run_batch", fail)
@@ -584,3 +585,16 @@ def test_the_problem_sent_to_every_worker_leaves_the_targets_behind():
     bound = pickle.loads(pickle.dumps(problem)).bind(first, block)
     for got, expected in zip(bound(ids), problem(ids)):
         assert_array_equal(got, expected)
+
+
+def test_simulated_oom_reaches_the_workers(in_process_client):
+    """The limit set in this process splits the batches the workers run."""
+    X, Y = make_data(n_samples=40, n_features=5, n_targets=30, seed=3)
+    with no_client():
+        reference = BatchedRidge(alphas=ALPHAS).fit(X, Y)
+    with simulate_oom(4):
+        split = BatchedRidge(alphas=ALPHAS).fit(X, Y)
+    stage = cluster_stage(split)
+    assert stage.n_oom_splits > 0
+    for name in ("coef_", "alpha_"):
+        np.testing.assert_allclose(getattr(split, name), getattr(reference, name))

@@ -21,8 +21,11 @@ from sklearn.tree import DecisionTreeRegressor
 from sklearn.utils import get_tags
 
 import skbatch.permutation as permutation_module
-from skbatch import BatchedRidge, PermutationScorer
+from skbatch import Backend, BatchedRidge, PermutationScorer
+from skbatch._ridge import problems
+from skbatch._ridge.cv import cv_scheme
 from skbatch._ridge.problems import PermutedRidgeProblem
+from skbatch._ridge.spec import ridge_spec
 from skbatch.random import permutation_indices
 from skbatch.testing import simulate_oom
 
@@ -512,6 +515,44 @@ def test_folds_and_device_are_refused_before_any_fit(params, error, match):
     X, y = make_data()
     with pytest.raises(error, match=match):
         PermutationScorer(FailingRegressor(), **params).fit(X, y)
+
+
+@pytest.mark.parametrize(
+    "estimator",
+    [Ridge(), BatchedRidge(alphas=ALPHAS), BatchedRidge(alphas=ALPHAS, cv=3)],
+    ids=short_repr,
+)
+def test_ridge_path_refuses_a_budget_before_any_svd(estimator, monkeypatch):
+    """The data the fast path holds is planned from the shapes, as it runs."""
+    X, y = make_data(n=400, p=30)
+    budget = 1e-4
+    with pytest.raises(ValueError, match=r"The data alone needs 0\.000519 GB") as error:
+        PermutationScorer(Ridge(), n_permutations=50, max_memory_gb=budget).fit(X, y)
+    # What it holds once decomposed, ranks at their bound: the figure above.
+    X64, y64 = np.asarray(X, float), np.asarray(y, float)[:, None]
+    splits = list(KFold(5).split(X))  # cv=5's folds
+    problem = PermutedRidgeProblem(
+        X64,
+        y64,
+        splits,
+        ridge_spec(Ridge()),
+        lambda X_train, Y_train: cv_scheme(None).split(X_train, Y_train),
+        Backend("numpy"),
+        np.float64,
+        None,
+        n_permutations=50,
+        permutation=dict(
+            entropy=0, groups=None, permutation_type="shuffle", block_size=None
+        ),
+    )
+    assert f"{problem.fixed_bytes / 1e9:.3g}" in str(error.value)
+
+    def no_svd(*args, **kwargs):
+        raise AssertionError("an SVD ran before the memory check")
+
+    monkeypatch.setattr(problems._linalg, "svd_decompose", no_svd)
+    with pytest.raises(ValueError, match="The data alone needs"):
+        PermutationScorer(estimator, n_permutations=50, max_memory_gb=budget).fit(X, y)
 
 
 def test_groups_of_wrong_length_raise_before_any_work():

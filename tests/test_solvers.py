@@ -160,12 +160,12 @@ def test_permutation_fast_path_scores_float32_data_in_float64(monkeypatch):
     dtypes = []
     real = skbatch.permutation.PermutedRidgeProblem
 
-    def spy(*args, **kwargs):
-        problem = real(*args, **kwargs)
-        dtypes.append(problem.dtype)
-        return problem
+    class Spy(real):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            dtypes.append(self.dtype)
 
-    monkeypatch.setattr(skbatch.permutation, "PermutedRidgeProblem", spy)
+    monkeypatch.setattr(skbatch.permutation, "PermutedRidgeProblem", Spy)
     perm = PermutationScorer(Ridge(alpha=1.0), n_permutations=9, cv=KFold(4))
     perm.fit(X, y)
     assert dtypes == [np.float64]

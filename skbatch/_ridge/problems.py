@@ -549,17 +549,67 @@ class PermutedRidgeProblem(Portable):
             )
         self.fixed_bytes = self._fixed_bytes()
         rank = max(solver.s.shape[0] for _, _, solver, _ in self.folds)
-        itemsize = np.dtype(dtype).itemsize
-        # Gathered train and test targets, their centred copy, LOO residual
-        # and errors, predictions: a few (n x t) blocks, plus the indices.
-        per_column = 6 * self.n_samples + rank + 2 * spec.alphas.size
-        self.device_bytes_per_item = (
-            CV_WORKSPACE_OVERHEAD * itemsize * self.n_targets * per_column
-            + 16 * self.n_samples
+        self.device_bytes_per_item, self.host_bytes_per_item = self.item_bytes(
+            self.n_samples, self.n_targets, rank, spec.alphas.size, dtype
         )
-        # The indices drawn on the host, and the scores.
-        self.host_bytes_per_item = 8 * (self.n_samples + self.n_targets)
         self.max_batch_size = max(1, self.max_columns // self.n_targets)
+
+    @staticmethod
+    def item_bytes(n_samples, n_targets, rank, n_alphas, dtype):
+        """Device and host bytes of one permutation.
+
+        On the device, the gathered train and test targets, their centred
+        copy, LOO residual and errors, predictions (a few n x t blocks) and
+        the indices; on the host, the indices drawn and the scores.
+        """
+        itemsize = np.dtype(dtype).itemsize
+        per_column = 6 * n_samples + rank + 2 * n_alphas
+        device = CV_WORKSPACE_OVERHEAD * itemsize * n_targets * per_column
+        return device + 16 * n_samples, 8 * (n_samples + n_targets)
+
+    @classmethod
+    def check_memory(
+        cls,
+        X,
+        Y,
+        splits,
+        spec,
+        schemes,
+        backend,
+        dtype,
+        *,
+        n_permutations,
+        max_memory_gb,
+    ):
+        """Refuse, before any SVD, permutations whose data cannot fit the budget.
+
+        What :meth:`_fixed_bytes` will hold, with every rank at its bound:
+        the targets, and per fold the thin SVD of its training rows, the
+        bases of its inner ``scheme`` and its test rows in the basis; then
+        the engine's plan of
+        ``n_permutations`` against the budget
+        (:func:`skbatch._engine.plan_batches`), which raises.
+        """
+        from .._engine import plan_batches
+
+        n_samples, n_features = X.shape
+        itemsize = np.dtype(dtype).itemsize
+        fixed = itemsize * Y.size
+        for (train, test), scheme in zip(splits, schemes):
+            rank = min(len(train), n_features)
+            fixed += itemsize * (len(train) + n_features + len(test)) * rank
+            fixed += scheme.nbytes(n_features, itemsize)
+        device, host = cls.item_bytes(
+            n_samples, Y.shape[1], min(n_samples, n_features), spec.alphas.size, dtype
+        )
+        plan_batches(
+            n_permutations,
+            backend=backend,
+            device_bytes_per_item=device,
+            host_bytes_per_item=host,
+            fixed_bytes=fixed,
+            max_memory_gb=max_memory_gb,
+        )
 
     def _fixed_bytes(self):
         """Device bytes held whatever the batch: targets and decompositions."""
