@@ -5,8 +5,10 @@ bootstrapped attribute and, per batch or per worker, replicates in flight.
 The functions here add those up against the budgets of :mod:`skbatch.memory`
 (the full budget decides whether the run fits at all; the batching cap
 bounds one batch) and give the budget left for the batches, so that the
-estimator does no memory arithmetic. ``refuse(need, budget_gb, where,
-parts)`` is the estimator's error: it raises, naming what to lower.
+estimator does no memory arithmetic. ``PermutationScorer``'s refits on its
+generic path are checked by :func:`refit_window` too. ``refuse(need,
+budget_gb, where, parts)`` is the estimator's error: it raises, naming what
+to lower.
 """
 
 import math

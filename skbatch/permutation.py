@@ -63,6 +63,7 @@ from ._base import (
     check_verbose,
 )
 from ._engine import run_parallel, run_problem
+from ._preflight import DataBytes, gb_up, refit_window
 from ._ridge.cv import cv_scheme, fold_rows
 from ._ridge.problems import DEVICE_SCORINGS, PermutedRidgeProblem
 from ._ridge.spec import resolve_dtype, ridge_spec
@@ -573,7 +574,7 @@ default="shuffle"
         estimator = self._get_estimator()
         raw = self.multioutput == "raw_values"
         inner_tags = get_tags(estimator).input_tags
-        X_input, _, X_valid, y, groups, fit_params = self._check_fit_input(
+        X_input, y_input, X_valid, y, groups, fit_params = self._check_fit_input(
             X,
             y,
             groups,
@@ -622,6 +623,22 @@ default="shuffle"
             spec = None
         if spec is not None:
             ridge = self._plan_ridge(X_valid, y, splits, spec)
+        else:
+            data = DataBytes.of(X_input, y_input, X_valid, y, fit_params)
+            n_stats = n_targets if raw else 1
+            summaries = PermutationCounter.nbytes_needed(
+                n_stats, self.n_permutations, keep_null=self.return_null
+            )
+            # Each worker refits on a copy of the data: refused up front.
+            refit_window(
+                self.max_memory_gb,
+                self.n_jobs,
+                data,
+                summaries,
+                n_samples,
+                n_stats,
+                self._refuse,
+            )
         estimator_ = clone(estimator).fit(X, y, **fit_params)
         if spec is not None:
             backend, counter = self._fit_ridge(
@@ -679,6 +696,14 @@ default="shuffle"
                 f"{budget:.3g} GB. Set return_null=False (p-values, null mean and "
                 "std do not need it), lower n_permutations, or raise max_memory_gb."
             )
+
+    def _refuse(self, need, budget, where, parts):
+        raise ValueError(
+            f"PermutationScorer needs {gb_up(need):.3g} GB {where} ({parts}), but "
+            f"the memory budget there is {budget:.3g} GB (max_memory_gb="
+            f"{self.max_memory_gb!r}). Lower n_jobs, set return_null=False, use "
+            f"fewer targets or samples, or raise max_memory_gb."
+        )
 
     def _counter(self, observed, dtype):
         """The exceedance counter, with ties judged at ``dtype``'s round-off."""

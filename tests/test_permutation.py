@@ -555,6 +555,15 @@ def test_ridge_path_refuses_a_budget_before_any_svd(estimator, monkeypatch):
         PermutationScorer(estimator, n_permutations=50, max_memory_gb=budget).fit(X, y)
 
 
+def test_generic_path_refuses_refits_beyond_the_budget_before_any_fit():
+    """Each worker refits on a copy of the data: that must fit the budget."""
+    X, y = make_data(n=4000, p=10)
+    with pytest.raises(
+        ValueError, match=r"PermutationScorer needs .* GB of host memory.*2 refit"
+    ):
+        PermutationScorer(FailingRegressor(), max_memory_gb=1e-5, n_jobs=2).fit(X, y)
+
+
 def test_groups_of_wrong_length_raise_before_any_work():
     X, y = make_data()
     with pytest.raises(ValueError, match=r"groups.*\(59,\)"):
