@@ -88,7 +88,9 @@ def _percentile_plan(n_total, confidence_level):
     statistic the linear interpolation reads.
     """
     # The same arithmetic as np.percentile(x, [100 * (1 - c) / 2, ...]), so
-    # the bounds round as numpy's do rather than a few ulps away.
+    # the bounds round as numpy's do rather than a few ulps away; in double
+    # precision whatever the level's type (a numpy float16 rounds to 1e-3).
+    confidence_level = float(confidence_level)
     quantiles = np.true_divide(
         [100 * (1 - confidence_level) / 2, 100 * (1 + confidence_level) / 2], 100
     )

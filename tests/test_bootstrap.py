@@ -150,6 +150,20 @@ def test_confidence_level_and_basic_interval():
     assert percentile.results_["intercept_"].estimate.shape == ()
 
 
+def test_a_numpy_scalar_confidence_level_reads_its_value_in_double():
+    """np.float16(0.9) is 0.89990234375: its quantiles, not float16's rounding."""
+    X, y = make_data(n_targets=1)
+    level = np.float16(0.9)
+    boot = BootstrapEstimator(
+        Ridge(), n_bootstrap=200, confidence_level=level, return_samples=True
+    ).fit(X, y)
+    q = 100 * (1 - float(level)) / 2, 100 * (1 + float(level)) / 2
+    for result in boot.results_.values():
+        low, high = np.percentile(result.samples, q, axis=0)
+        assert_allclose(result.ci_lower, low, rtol=1e-12, atol=1e-14)
+        assert_allclose(result.ci_upper, high, rtol=1e-12, atol=1e-14)
+
+
 # Each replicate is the reference estimator on the resampled rows ----------------------
 
 
