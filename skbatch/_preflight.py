@@ -48,6 +48,18 @@ def gb_up(nbytes):
     return math.ceil(value / step) * step
 
 
+def refuse(owner, max_memory_gb, advice, need, budget_gb, where, parts):
+    """Raise ``owner``'s error: ``need`` bytes ``where`` exceed ``budget_gb``.
+
+    ``parts`` says what the need is made of, ``advice`` what to lower.
+    """
+    raise ValueError(
+        f"{owner} needs {gb_up(need):.3g} GB {where} ({parts}), but the memory "
+        f"budget there is {budget_gb:.3g} GB (max_memory_gb={max_memory_gb!r}). "
+        f"{advice}"
+    )
+
+
 def _batch_gb(left_gb, capped_gb, smallest):
     """Budget of the batches: what the full budget leaves, within the batching
     cap, but never below the ``smallest`` bytes the preflight found room for."""

@@ -46,7 +46,7 @@ from ._base import (
     check_verbose,
 )
 from ._engine import run_parallel, run_problem
-from ._preflight import DataBytes, batched_budget, gb_up, refit_window
+from ._preflight import DataBytes, batched_budget, gb_up, refit_window, refuse
 from ._ridge import problems as _problems
 from ._ridge.problems import (
     BootstrapRidgeProblem,
@@ -572,12 +572,15 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
             )
 
     def _refuse(self, need, budget, where, parts):
-        raise ValueError(
-            f"BootstrapEstimator needs {gb_up(need):.3g} GB {where} ({parts}), but "
-            f"the memory budget there is {budget:.3g} GB (max_memory_gb="
-            f"{self.max_memory_gb!r}). Lower n_bootstrap, set "
-            f"return_samples=False, use fewer targets or samples, or raise "
-            f"max_memory_gb."
+        refuse(
+            "BootstrapEstimator",
+            self.max_memory_gb,
+            "Lower n_bootstrap, set return_samples=False, use fewer targets or "
+            "samples, or raise max_memory_gb.",
+            need,
+            budget,
+            where,
+            parts,
         )
 
     def _run_linear(

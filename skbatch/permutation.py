@@ -63,7 +63,7 @@ from ._base import (
     check_verbose,
 )
 from ._engine import run_parallel, run_problem
-from ._preflight import DataBytes, gb_up, refit_window
+from ._preflight import DataBytes, refit_window, refuse
 from ._ridge.cv import cv_scheme, fold_rows
 from ._ridge.problems import DEVICE_SCORINGS, PermutedRidgeProblem
 from ._ridge.spec import resolve_dtype, ridge_spec
@@ -698,11 +698,15 @@ default="shuffle"
             )
 
     def _refuse(self, need, budget, where, parts):
-        raise ValueError(
-            f"PermutationScorer needs {gb_up(need):.3g} GB {where} ({parts}), but "
-            f"the memory budget there is {budget:.3g} GB (max_memory_gb="
-            f"{self.max_memory_gb!r}). Lower n_jobs, set return_null=False, use "
-            f"fewer targets or samples, or raise max_memory_gb."
+        refuse(
+            "PermutationScorer",
+            self.max_memory_gb,
+            "Lower n_jobs, set return_null=False, use fewer targets or samples, "
+            "or raise max_memory_gb.",
+            need,
+            budget,
+            where,
+            parts,
         )
 
     def _counter(self, observed, dtype):
