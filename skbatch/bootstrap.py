@@ -831,9 +831,11 @@ def _refit_replicates(
                     )
             out[k] = np.concatenate([v.ravel() for v in values.values()])
         except Exception as exc:
-            raise RuntimeError(
-                f"Bootstrap replicate {int(item)} failed: {type(exc).__name__}: {exc}"
-            ) from exc
+            # The estimator's own error, as scikit-learn's refits raise it,
+            # with the replicate named in its traceback (Python 3.11 on).
+            if hasattr(exc, "add_note"):
+                exc.add_note(f"Raised in bootstrap replicate {int(item)}.")
+            raise
     return out
 
 
