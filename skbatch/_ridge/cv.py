@@ -329,13 +329,16 @@ def fold_rows(rows, n_samples, fold, part):
             f"cv fold {fold}: the {part} rows must be integer indices or a "
             f"boolean mask, got dtype {rows.dtype}"
         )
-    outside = (rows < -n_samples) | (rows >= n_samples)
-    if np.any(outside):
+    low, high = rows.min(), rows.max()
+    if low < -n_samples or high >= n_samples:
+        outside = rows[(rows < -n_samples) | (rows >= n_samples)]
         raise ValueError(
-            f"cv fold {fold}: {part} row index {int(rows[np.argmax(outside)])} is "
-            f"out of range for {n_samples} samples"
+            f"cv fold {fold}: {part} row index {int(outside[0])} is out of range "
+            f"for {n_samples} samples"
         )
-    return np.where(rows < 0, rows + n_samples, rows).astype(np.intp, copy=False)
+    if low < 0:
+        rows = np.where(rows < 0, rows + n_samples, rows)
+    return rows.astype(np.intp, copy=False)
 
 
 def _check_splits(splits, cv, sample_weight, scoring):
