@@ -286,9 +286,9 @@ default=None
     Attributes
     ----------
     coef_ : ndarray of shape (n_targets, n_features) or (n_features,)
-        Coefficients at the chosen alphas; 1-D for 1-D ``y``.
+        Coefficients at the chosen alphas, in ``dtype_``; 1-D for 1-D ``y``.
     intercept_ : ndarray of shape (n_targets,) or float
-        Intercepts (0.0 when ``fit_intercept=False``).
+        Intercepts, in ``dtype_`` (0.0 when ``fit_intercept=False``).
     alpha_ : ndarray of shape (n_targets,) or float
         Chosen alpha per target; a float for 1-D ``y`` or
         ``alpha_per_target=False``.
@@ -611,7 +611,7 @@ default=None
         self.coef_ = coef[0] if one_target else coef
         self.intercept_ = float(intercept[0]) if one_target else intercept
         if not self.fit_intercept:
-            self.intercept_ = 0.0 if one_target else np.zeros(n_targets)
+            self.intercept_ = 0.0 if one_target else np.zeros(n_targets, self.dtype_)
         if self.store_cv_results:
             self.cv_results_ = {
                 "alphas": alphas,

@@ -886,10 +886,15 @@ def test_auto_dtype_keeps_float32_input_in_float32():
     single = BatchedRidge(alphas=alphas).fit(X.astype(np.float32), Y)
     assert single.dtype_ == np.float32
     assert single.predict(X.astype(np.float32)).dtype == np.float32
+    # The fitted arrays too, as Ridge's (scikit-learn's test_dtype_match).
+    assert single.coef_.dtype == single.intercept_.dtype == np.float32
     double = BatchedRidge(alphas=alphas).fit(X, Y)
     assert double.dtype_ == np.float64
     assert double.predict(X).dtype == np.float64
+    assert double.coef_.dtype == double.intercept_.dtype == np.float64
     np.testing.assert_allclose(single.coef_, double.coef_, rtol=1e-4, atol=1e-5)
+    no_intercept = BatchedRidge(alphas=alphas, fit_intercept=False)
+    assert no_intercept.fit(X.astype(np.float32), Y).intercept_.dtype == np.float32
     # Asked for float64, float64 it is, whatever the input.
     asked = BatchedRidge(alphas=alphas, dtype="float64").fit(X.astype(np.float32), Y)
     assert asked.dtype_ == np.float64

@@ -244,7 +244,7 @@ class RidgeSolver(Portable):
 def results_bytes(n_targets, n_features, n_alphas):
     """Host bytes of the results of every target, held for the whole fit:
     coefficients, intercept, best alpha and its score, the score of every
-    alpha, in float64."""
+    alpha, at most in float64."""
     return 8 * n_targets * (n_features + 3 + n_alphas)
 
 
@@ -401,8 +401,9 @@ def fit_targets(solver, Y, *, alpha_per_target, batch_size, max_memory_gb, verbo
 
     n_targets = Y.shape[1]
     n_alphas = solver.alphas.size
-    coef = np.empty((n_targets, solver.n_features))
-    intercept = np.empty(n_targets)
+    # In the compute dtype, as scikit-learn's Ridge keeps float32 input's.
+    coef = np.empty((n_targets, solver.n_features), dtype=solver.dtype)
+    intercept = np.empty(n_targets, dtype=solver.dtype)
     best = np.empty(n_targets, dtype=np.int64)
     best_score = np.empty(n_targets)
     scores = np.empty((n_targets, n_alphas))
