@@ -599,7 +599,8 @@ default="shuffle"
         # The folds, the device and the memory may refuse: before any fit.
         cv = check_cv(self.cv, y, classifier=is_classifier(estimator))
         splits = _split_rows(cv, X, y, groups)
-        resolve_backend(self.device)
+        # The generic path's; the fast path's weighs its work ("auto").
+        backend = resolve_backend(self.device)
         spec = None
         if (
             not fit_params
@@ -625,27 +626,13 @@ default="shuffle"
             ridge = self._plan_ridge(X_valid, y, splits, spec)
         else:
             data = DataBytes.of(X_input, y_input, X_valid, y, fit_params)
-            n_stats = n_targets if raw else 1
-            summaries = PermutationCounter.nbytes_needed(
-                n_stats, self.n_permutations, keep_null=self.return_null
-            )
-            # Each worker refits on a copy of the data: refused up front.
-            refit_window(
-                self.max_memory_gb,
-                self.n_jobs,
-                data,
-                summaries,
-                n_samples,
-                n_stats,
-                self._refuse,
-            )
+            self._check_refit_memory(data, n_samples, n_targets if raw else 1)
         estimator_ = clone(estimator).fit(X, y, **fit_params)
         if spec is not None:
             backend, counter = self._fit_ridge(
                 X_valid, y, groups, splits, ridge, entropy, raw, permutation
             )
         else:
-            backend = resolve_backend(self.device)
             counter = self._fit_generic(
                 estimator,
                 X,
@@ -696,6 +683,22 @@ default="shuffle"
                 f"{budget:.3g} GB. Set return_null=False (p-values, null mean and "
                 "std do not need it), lower n_permutations, or raise max_memory_gb."
             )
+
+    def _check_refit_memory(self, data, n_samples, n_stats):
+        """Refuse, before any fit, refits whose copies of the data exceed the
+        budget: each worker of the generic path refits on one."""
+        summaries = PermutationCounter.nbytes_needed(
+            n_stats, self.n_permutations, keep_null=self.return_null
+        )
+        refit_window(
+            self.max_memory_gb,
+            self.n_jobs,
+            data,
+            summaries,
+            n_samples,
+            n_stats,
+            self._refuse,
+        )
 
     def _refuse(self, need, budget, where, parts):
         refuse(

@@ -34,7 +34,7 @@ import numpy as np
 from array_api_compat import device as array_device
 
 from .. import _backends, _linalg
-from .._engine import Portable, cpu_workers
+from .._engine import Portable, cpu_workers, plan_batches
 from .._targets import TargetColumns
 from ..memory import GB, memory_budget
 from ..random import bootstrap_counts, permutation_indices
@@ -587,12 +587,9 @@ class PermutedRidgeProblem(Portable):
         What :meth:`_fixed_bytes` will hold, with every rank at its bound:
         the targets, and per fold the thin SVD of its training rows, the
         bases of its inner ``scheme`` and its test rows in the basis; then
-        the engine's plan of
-        ``n_permutations`` against the budget
+        the engine's plan of ``n_permutations`` against the budget
         (:func:`skbatch._engine.plan_batches`), which raises.
         """
-        from .._engine import plan_batches
-
         n_samples, n_features = X.shape
         itemsize = np.dtype(dtype).itemsize
         fixed = itemsize * Y.size
