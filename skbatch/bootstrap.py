@@ -56,7 +56,7 @@ from ._ridge.problems import (
 from ._ridge.spec import resolve_dtype, ridge_spec
 from .backend import resolve_backend, to_numpy
 from .memory import GB, memory_budget
-from .random import bootstrap_counts, resolve_entropy
+from .random import DEFAULT_RANDOM_STATE, bootstrap_counts, resolve_entropy
 from .ridge import BatchedRidge
 from .streaming import BootstrapAccumulator
 
@@ -186,9 +186,12 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         ``RandomizedSearchCV`` as its ``best_estimator_`` (the best
         parameters). Other self-tuning estimators (``LassoCV``...) re-tune
         in every replicate either way.
-    random_state : int, RandomState instance or None, default=None
+    random_state : int, RandomState instance or None, default=0
         Seeds the resamples. The same value gives the same replicates for
-        any batch size, memory budget, ``n_jobs`` or joblib backend.
+        any batch size, memory budget, ``n_jobs`` or joblib backend. The
+        default, :data:`skbatch.random.DEFAULT_RANDOM_STATE` (0), the one
+        default of every skbatch estimator, makes a rerun give the same
+        intervals; None draws fresh resamples every fit.
     n_jobs : int or None, default=None
         Workers of the generic (joblib) path; the batched linear path uses
         the BLAS threads instead.
@@ -290,7 +293,7 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         return_samples=False,
         block_size=None,
         tune_per_replicate=False,
-        random_state=None,
+        random_state=DEFAULT_RANDOM_STATE,
         n_jobs=None,
         device="auto",
         max_memory_gb=None,

@@ -69,7 +69,12 @@ from ._ridge.problems import DEVICE_SCORINGS, PermutedRidgeProblem
 from ._ridge.spec import resolve_dtype, ridge_spec
 from .backend import resolve_backend, to_numpy
 from .memory import GB, memory_budget
-from .random import _check_permutation_type, permutation_indices, resolve_entropy
+from .random import (
+    DEFAULT_RANDOM_STATE,
+    _check_permutation_type,
+    permutation_indices,
+    resolve_entropy,
+)
 from .ridge import BatchedRidge
 from .streaming import PermutationCounter
 
@@ -349,8 +354,10 @@ default="shuffle"
         memory does not grow with ``n_permutations``.
     random_state : int, RandomState instance, Generator or None, default=0
         Seeds the permutations: permutation i depends on this and i alone.
-        The default 0, as in ``permutation_test_score``, makes a rerun give
-        the same p-values; None draws fresh permutations every fit.
+        The default, :data:`skbatch.random.DEFAULT_RANDOM_STATE` (0), the
+        one default of every skbatch estimator and the value of
+        ``permutation_test_score``, makes a rerun give the same p-values;
+        None draws fresh permutations every fit.
     n_jobs : int or None, default=None
         Workers of the generic path (joblib convention; wrap ``fit`` in
         ``joblib.parallel_config`` to choose the joblib backend). The ridge
@@ -471,7 +478,7 @@ default="shuffle"
         permutation_type="shuffle",
         block_size=None,
         return_null=False,
-        random_state=0,
+        random_state=DEFAULT_RANDOM_STATE,
         n_jobs=None,
         device="auto",
         max_memory_gb=None,

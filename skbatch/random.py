@@ -4,7 +4,9 @@ Item ``i`` (a bootstrap replicate, a permutation) draws from its own stream,
 which depends on the entropy from the estimator's ``random_state`` and on
 ``i`` alone. Indices are generated per batch on the host. Hence the same
 ``random_state`` gives the same result for any batch size, budget, OOM
-split, ``n_jobs``, joblib backend and device.
+split, ``n_jobs``, joblib backend and device. Every estimator's
+``random_state`` defaults to :data:`DEFAULT_RANDOM_STATE` (0), so a rerun
+gives the same numbers; ``None`` draws fresh entropy every fit.
 
 Stream layout
 -------------
@@ -47,6 +49,7 @@ import numbers
 import numpy as np
 
 __all__ = [
+    "DEFAULT_RANDOM_STATE",
     "PERMUTATION_TYPES",
     "bootstrap_counts",
     "item_rng",
@@ -54,6 +57,10 @@ __all__ = [
     "resolve_entropy",
 ]
 
+# The ``random_state`` default of every skbatch estimator: reproducible by
+# default, as ``permutation_test_score``, so a rerun of a script gives the same
+# p-values and intervals; ``random_state=None`` asks for fresh draws every fit.
+DEFAULT_RANDOM_STATE = 0
 # Entropy drawn from a RandomState / Generator: 128 bits, as SeedSequence
 # itself draws from the OS.
 _ENTROPY_WORDS = 4
