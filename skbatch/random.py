@@ -34,7 +34,10 @@ Per scheme, for ``n`` samples:
 
 - :func:`bootstrap_counts`: ``n`` integers in ``[0, n)`` (rows); one per
   group in ``[0, n_groups)`` (clusters); ``n_blocks`` block starts
-  (``block_size``).
+  (``block_size``, moving blocks); per group of ``m`` rows, ``ceil(m /
+  block_size)`` block starts in ``[0, m)``, the groups in group order
+  (circular blocks); one start in ``[0, m)`` per row, then one integer in
+  ``[0, block_size)`` per row, 0 starting a new block (stationary blocks).
 - :func:`permutation_indices`: ``n`` words, of which each group sorts its
   own rows' (``"shuffle"``); one integer per group in ``[0, group size)``
   (``"circular_shift"``); one word per block, the blocks of each group in
@@ -50,6 +53,7 @@ import numpy as np
 
 __all__ = [
     "DEFAULT_RANDOM_STATE",
+    "BLOCK_SCHEMES",
     "PERMUTATION_TYPES",
     "bootstrap_counts",
     "item_rng",
@@ -279,7 +283,110 @@ def _n_blocks(n_samples, block_size):
     return max(1, (2 * n_samples + block_size) // (2 * block_size))
 
 
-def bootstrap_counts(entropy, items, n_samples, groups=None, *, block_size=None):
+# What ``bootstrap_counts(block_scheme=...)`` accepts.
+BLOCK_SCHEMES = ("moving", "circular", "stationary")
+
+
+def check_block_scheme(block_scheme, block_size):
+    """Refuse an unknown ``block_scheme``, or one other than "moving" without
+    ``block_size``."""
+    if not isinstance(block_scheme, str) or block_scheme not in BLOCK_SCHEMES:
+        raise ValueError(
+            f"block_scheme must be one of {BLOCK_SCHEMES}, got {block_scheme!r} "
+            f"(with block_size={block_size!r})"
+        )
+    if block_scheme != "moving" and block_size is None:
+        raise ValueError(
+            f"block_scheme={block_scheme!r} needs block_size, got block_size=None; "
+            f"set block_size, or leave block_scheme='moving' for the iid bootstrap"
+        )
+
+
+def _moving_rows(entropy, items, members, n_samples, block_size):
+    """Rows of moving-block replicates, block after block (today's layout)."""
+    # One row per valid start: the rows of the block starting there.
+    blocks = np.concatenate(
+        [np.lib.stride_tricks.sliding_window_view(rows, block_size) for rows in members]
+    )
+    n_blocks = _n_blocks(n_samples, block_size)
+    starts = _integers(entropy, items, np.full(n_blocks, len(blocks)))
+    return blocks[starts].reshape(len(items), n_blocks * block_size)
+
+
+def _circular_rows(entropy, items, members, n_samples, block_size):
+    """Rows of circular-block replicates, at the positions of each group's rows."""
+    n_blocks = [-(-len(rows) // block_size) for rows in members]
+    bounds = np.repeat([len(rows) for rows in members], n_blocks)
+    starts = _integers(entropy, items, bounds)
+    out = np.empty((len(items), n_samples), dtype=np.int64)
+    first = 0
+    for rows, count in zip(members, n_blocks):
+        positions = np.arange(len(rows))
+        # Position p of the group reads block p // block_size at offset
+        # p % block_size from its start, wrapping around the group's end; the
+        # last block is cut at the group's length.
+        block_starts = starts[:, first + positions // block_size]
+        out[:, rows] = rows[(block_starts + positions % block_size) % len(rows)]
+        first += count
+    return out
+
+
+def _stationary_rows(entropy, items, members, n_samples, block_size):
+    """Rows of stationary-bootstrap replicates, at each group's rows' positions.
+
+    As arch's ``StationaryBootstrap``: each row of a group starts a new
+    block with probability ``1 / block_size`` (its draw in ``[0,
+    block_size)`` is 0; a group's first row always does), at a start drawn
+    uniformly among the group's rows; otherwise it reads the row after the
+    previous one, wrapping around the group's end. Block lengths are thus
+    geometric with mean ``block_size``, cut at the group's end.
+    """
+    sizes = np.zeros(n_samples, dtype=np.int64)
+    for rows in members:
+        sizes[rows] = len(rows)
+    draws = _integers(
+        entropy, items, np.concatenate([sizes, np.full(n_samples, block_size)])
+    )
+    starts, renew = draws[:, :n_samples], draws[:, n_samples:] == 0
+    out = np.empty((len(items), n_samples), dtype=np.int64)
+    for rows in members:
+        positions = np.arange(len(rows))
+        new = renew[:, rows]
+        new[:, 0] = True
+        # The position where each position's block started.
+        began = np.maximum.accumulate(np.where(new, positions, 0), axis=1)
+        block_starts = np.take_along_axis(starts[:, rows], began, axis=1)
+        out[:, rows] = rows[(block_starts + positions - began) % len(rows)]
+    return out
+
+
+_BLOCK_ROWS = {
+    "moving": _moving_rows,
+    "circular": _circular_rows,
+    "stationary": _stationary_rows,
+}
+
+
+def block_rows(
+    entropy, items, n_samples, groups=None, *, block_size, block_scheme="moving"
+):
+    """The rows each block-bootstrap replicate draws, of shape (len(items), m).
+
+    For "moving", the rows block after block, ``m = block_size * n_blocks``;
+    for "circular" and "stationary", ``m = n_samples`` and column ``j`` is
+    the row drawn in place of row ``j``, so that each group keeps its
+    length. See :func:`bootstrap_counts`.
+    """
+    check_block_scheme(block_scheme, block_size)
+    items = _check_items(items)
+    members = _group_rows(groups, n_samples)
+    block_size = _check_block_size(block_size, members)
+    return _BLOCK_ROWS[block_scheme](entropy, items, members, n_samples, block_size)
+
+
+def bootstrap_counts(
+    entropy, items, n_samples, groups=None, *, block_size=None, block_scheme="moving"
+):
     """How often each sample is drawn in each bootstrap replicate.
 
     Parameters
@@ -297,25 +404,43 @@ def bootstrap_counts(entropy, items, n_samples, groups=None, *, block_size=None)
         a time series). Labels may come in any order; a group's rows are
         consecutive in row order.
     block_size : int >= 1 or None
-        Moving-block bootstrap: a replicate is made of ``round(n_samples /
-        block_size)`` whole blocks (half rounded up, at least one), each
-        ``block_size`` consecutive rows of one group, whose start is drawn
-        uniformly with replacement among all valid start positions, pooled
-        over groups. A replicate thus has ``block_size * n_blocks`` rows,
-        within ``block_size / 2`` of ``n_samples``.
+        Block bootstrap with blocks of ``block_size`` consecutive rows of one
+        group (the mean length, for "stationary"); at most the size of the
+        smallest group.
+    block_scheme : {"moving", "circular", "stationary"}, default="moving"
+        How blocks are drawn, with ``block_size``:
+
+        - ``"moving"``: a replicate is made of ``round(n_samples /
+          block_size)`` whole blocks (half rounded up, at least one), whose
+          starts are drawn uniformly with replacement among all valid start
+          positions, pooled over groups. A replicate thus has ``block_size *
+          n_blocks`` rows, within ``block_size / 2`` of ``n_samples``.
+        - ``"circular"`` (arch's ``CircularBlockBootstrap``): each group of
+          ``m`` rows is replaced by ``ceil(m / block_size)`` blocks whose
+          starts are drawn uniformly among its ``m`` rows, a block wrapping
+          around the end of its group to its first row; the last block is
+          cut so that the group keeps ``m`` rows.
+        - ``"stationary"`` (Politis and Romano's, arch's
+          ``StationaryBootstrap``): as "circular", but block lengths are
+          geometric with mean ``block_size``: each row after a group's first
+          starts a new block with probability ``1 / block_size``.
+
+        Other than "moving" needs ``block_size``.
 
     Returns
     -------
     counts : ndarray of shape (len(items), n_samples), dtype int64
-        Row ``k`` sums to ``n_samples`` (rows), to the number of rows in the
-        drawn clusters (groups), or to ``block_size`` times the number of
-        blocks (``block_size``).
+        Row ``k`` sums to ``n_samples`` (rows, circular and stationary
+        blocks), to the number of rows in the drawn clusters (groups), or to
+        ``block_size`` times the number of blocks (moving blocks).
 
     Raises
     ------
     ValueError
-        If ``groups`` does not label each sample, or ``block_size`` is not an
-        int >= 1 or is larger than a group (or than ``n_samples``).
+        If ``groups`` does not label each sample, ``block_size`` is not an
+        int >= 1 or is larger than a group (or than ``n_samples``), or
+        ``block_scheme`` is unknown or other than "moving" without
+        ``block_size``.
 
     Examples
     --------
@@ -324,21 +449,22 @@ def bootstrap_counts(entropy, items, n_samples, groups=None, *, block_size=None)
     array([5, 5])
     >>> bootstrap_counts(0, [0, 1], 10, block_size=3).sum(axis=1)
     array([9, 9])
+    >>> bootstrap_counts(0, [0, 1], 10, block_size=3, block_scheme="circular").sum(
+    ...     axis=1
+    ... )
+    array([10, 10])
     """
+    check_block_scheme(block_scheme, block_size)
     items = _check_items(items)
     if block_size is not None:
-        members = _group_rows(groups, n_samples)
-        block_size = _check_block_size(block_size, members)
-        # One row per valid start: the rows of the block starting there.
-        blocks = np.concatenate(
-            [
-                np.lib.stride_tricks.sliding_window_view(rows, block_size)
-                for rows in members
-            ]
+        rows = block_rows(
+            entropy,
+            items,
+            n_samples,
+            groups,
+            block_size=block_size,
+            block_scheme=block_scheme,
         )
-        n_blocks = _n_blocks(n_samples, block_size)
-        starts = _integers(entropy, items, np.full(n_blocks, len(blocks)))
-        rows = blocks[starts].reshape(len(items), n_blocks * block_size)
         return _row_counts(rows, n_samples)
     if groups is None:
         draws = _integers(entropy, items, np.full(n_samples, n_samples))

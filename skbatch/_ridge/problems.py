@@ -712,7 +712,7 @@ class BootstrapRidgeProblem(Portable):
     alpha : float or ndarray of shape (n_targets,)
     fit_intercept : bool
     sample_weight : ndarray of shape (n_samples,) or None
-    groups, block_size, entropy :
+    groups, block_size, block_scheme, entropy :
         The resampling scheme of :func:`skbatch.random.bootstrap_counts`.
     backend, dtype :
     n_bootstrap : int
@@ -738,12 +738,14 @@ class BootstrapRidgeProblem(Portable):
         dtype,
         n_bootstrap,
         max_batch_size=None,
+        block_scheme="moving",
     ):
         xp = backend.xp
         self.backend, self.dtype, self.xp = backend, dtype, xp
         self.fit_intercept = fit_intercept
         self.sample_weight = sample_weight
         self.groups, self.block_size, self.entropy = groups, block_size, entropy
+        self.block_scheme = block_scheme
         self.n_items = n_bootstrap
         X = np.asarray(X, dtype=np.float64 if X.dtype != np.float32 else None)
         Y = np.asarray(y, dtype=dtype).reshape(X.shape[0], -1)
@@ -853,7 +855,12 @@ class BootstrapRidgeProblem(Portable):
 
     def weights(self, ids):
         counts = bootstrap_counts(
-            self.entropy, ids, self.n_samples, self.groups, block_size=self.block_size
+            self.entropy,
+            ids,
+            self.n_samples,
+            self.groups,
+            block_size=self.block_size,
+            block_scheme=self.block_scheme,
         )
         weights = counts.astype(np.float64)
         if self.sample_weight is not None:
