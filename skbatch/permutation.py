@@ -387,6 +387,16 @@ default="shuffle"
         permutations whose best score over targets reaches the target's
         ``score_``. Never below ``pvalue_``. For "uniform_average" there is a
         single statistic and it equals ``pvalue_``.
+    pvalue_fdr_ : float or ndarray of shape (n_targets,)
+        Benjamini–Hochberg adjusted p-values of ``pvalue_``, equal to
+        :func:`scipy.stats.false_discovery_control` (``method="bh"``);
+        targets whose ``pvalue_`` is NaN stay NaN and are left out of the
+        family. Rejecting where ``pvalue_fdr_ <= q`` controls the false
+        discovery rate at ``q`` when the targets' tests are independent or
+        positively dependent (noise correlated positively across targets);
+        under arbitrary dependence use ``pvalue_fwer_``, the stricter
+        choice, which controls the chance of any false discovery. For
+        "uniform_average" it equals ``pvalue_`` (a family of one).
     null_mean_ : float or ndarray of shape (n_targets,)
         Mean of the permuted scores.
     null_std_ : float or ndarray of shape (n_targets,)
@@ -667,6 +677,7 @@ default="shuffle"
         self.score_ = counter.observed if raw else float(counter.observed)
         self.pvalue_ = counter.pvalue()
         self.pvalue_fwer_ = counter.pvalue_fwer()
+        self.pvalue_fdr_ = counter.pvalue_fdr()
         self.null_mean_ = counter.null_mean
         self.null_std_ = counter.null_std
         if self.return_null:

@@ -11,7 +11,7 @@ import numbers
 
 import numpy as np
 
-__all__ = ["BootstrapAccumulator", "PermutationCounter"]
+__all__ = ["BootstrapAccumulator", "PermutationCounter", "fdr_adjusted"]
 
 # Replicates are folded into the percentile tails at least this many at a
 # time: enough to amortise the selection over short tails, few enough that the
@@ -803,3 +803,59 @@ class PermutationCounter:
         pvalue : float or ndarray of shape (n_targets,)
         """
         return self._pvalue(self._max_counts)
+
+    def pvalue_fdr(self):
+        """Benjamini–Hochberg adjusted p-values of :meth:`pvalue`.
+
+        Controls the false discovery rate over targets when their tests are
+        independent or positively dependent; see :func:`fdr_adjusted`.
+
+        Returns
+        -------
+        pvalue : float or ndarray of shape (n_targets,)
+            NaN where the observed score is NaN; a scalar equals
+            :meth:`pvalue` (a family of one).
+        """
+        return self._unpack(fdr_adjusted(np.atleast_1d(self.pvalue())))
+
+
+def fdr_adjusted(pvalues):
+    """Benjamini–Hochberg adjusted p-values, NaNs left out of the family.
+
+    The definition of :func:`scipy.stats.false_discovery_control` (method
+    "bh"), computed the same way so that the values agree to the last digit:
+    sorted p-values times ``m / i`` (rank ``i`` of ``m``), the running
+    minimum from the largest down, clipped to [0, 1]. Rejecting where the
+    adjusted value is at most ``q`` controls the false discovery rate at
+    ``q`` for independent or positively dependent tests.
+
+    Parameters
+    ----------
+    pvalues : array-like of shape (m,)
+
+    Returns
+    -------
+    adjusted : ndarray of shape (m,)
+        NaN where ``pvalues`` is NaN; the other values are adjusted as a
+        family of their own number.
+
+    Examples
+    --------
+    >>> from skbatch.streaming import fdr_adjusted
+    >>> fdr_adjusted([0.01, 0.04, float("nan"), 0.03])
+    array([0.03, 0.04,  nan, 0.04])
+    """
+    pvalues = np.asarray(pvalues, dtype=np.float64)
+    if pvalues.ndim != 1:
+        raise ValueError(f"pvalues must be 1-D, got shape {pvalues.shape}")
+    adjusted = np.full(pvalues.shape, np.nan)
+    defined = np.flatnonzero(~np.isnan(pvalues))
+    m = defined.size
+    if m == 0:
+        return adjusted
+    order = np.argsort(pvalues[defined])
+    ps = pvalues[defined][order]
+    ps *= m / np.arange(1, m + 1, dtype=np.float64)
+    np.minimum.accumulate(ps[::-1], out=ps[::-1])
+    adjusted[defined[order]] = np.clip(ps, 0.0, 1.0)
+    return adjusted

@@ -21,6 +21,7 @@ from sklearn.tree import DecisionTreeRegressor
 from sklearn.utils import get_tags
 
 import skbatch.permutation as permutation_module
+import skbatch.streaming as streaming
 from skbatch import Backend, BatchedRidge, PermutationScorer
 from skbatch._ridge import problems
 from skbatch._ridge.cv import cv_scheme
@@ -604,3 +605,58 @@ def test_ridge_path_batches_side_by_side_equal_batches_in_turn():
         side_by_side.permutation_scores_, in_turn.permutation_scores_, rtol=1e-12
     )
     assert_array_equal(side_by_side.pvalue_, in_turn.pvalue_)
+
+
+# --- false discovery rate ----------------------------------------------------------
+
+
+def test_fdr_adjusted_follows_benjamini_hochberg():
+    # Against the definition: the smallest (m / j) p_(j) over ranks j >= i.
+    rng = np.random.default_rng(0)
+    pvalues = rng.uniform(size=40) ** 3
+    pvalues[::5] = np.round(pvalues[::5], 1)
+    pvalues[7] = np.nan
+    defined = ~np.isnan(pvalues)
+    family = pvalues[defined]
+    ranks = stats.rankdata(family, method="ordinal")
+    m = family.size
+    expected = [
+        min(1.0, min(m / r * q for q, r in zip(family, ranks) if q >= p))
+        for p in family
+    ]
+    adjusted = streaming.fdr_adjusted(pvalues)
+    assert np.isnan(adjusted[7])
+    assert_allclose(adjusted[defined], expected, rtol=1e-14)
+
+
+def test_fdr_adjusted_equals_scipy_to_the_last_digit():
+    control = getattr(stats, "false_discovery_control", None)
+    if control is None:
+        pytest.skip("scipy.stats.false_discovery_control needs scipy >= 1.11")
+    rng = np.random.default_rng(1)
+    for m in (1, 2, 7, 1000):
+        pvalues = rng.uniform(size=m) ** 2
+        pvalues[::3] = np.round(pvalues[::3], 2)
+        assert_array_equal(streaming.fdr_adjusted(pvalues), control(pvalues))
+
+
+def test_pvalue_fdr_adjusts_the_defined_targets():
+    X, Y = make_data(n_targets=6, signal=0.3)
+    # A constant target has an undefined correlation: NaN p-value.
+    Y[:, 2] = 1.0
+    with pytest.warns(UserWarning, match="undefined"):
+        perm = PermutationScorer(
+            Ridge(),
+            n_permutations=49,
+            scoring="correlation",
+            multioutput="raw_values",
+            random_state=0,
+        ).fit(X, Y)
+    assert np.isnan(perm.pvalue_fdr_[2])
+    defined = ~np.isnan(perm.pvalue_)
+    assert_array_equal(
+        perm.pvalue_fdr_[defined], streaming.fdr_adjusted(perm.pvalue_[defined])
+    )
+    assert np.all(perm.pvalue_fdr_[defined] >= perm.pvalue_[defined])
+    uniform = PermutationScorer(Ridge(), n_permutations=49, random_state=0).fit(X, Y)
+    assert uniform.pvalue_fdr_ == uniform.pvalue_
