@@ -42,6 +42,7 @@ from ._targets import (
     TargetColumns,
     check_target_array,
     out_of_core_kind,
+    shares_data,
 )
 from .backend import resolve_backend
 
@@ -216,6 +217,91 @@ def _check_target_magnitudes(Y, start=0, *, dtype):
             f"{first} is the first): the squared errors that score alpha "
             f"would underflow {finfo.dtype}; {fix}."
         )
+
+
+def fit_data(estimator, X, y, sample_weight):
+    """``fit``'s inputs checked once: ``(X, y, Y, sample_weight, out_of_core)``.
+
+    ``X`` validated (``n_features_in_`` set on ``estimator``), ``y`` as
+    given or validated, ``Y`` its 2-D view (the array on disk for targets
+    read one batch at a time, ``out_of_core``), weights as float64.
+    """
+    X, _ = host_input(X)
+    y, _ = host_input(y)
+    # 2-D targets on disk are read one batch at a time, checked as they
+    # are read; a single target is read whole, like any array-like.
+    out_of_core = out_of_core_kind(y) is not None and len(y.shape) != 1
+    if out_of_core:
+        X = validate_data(estimator, X, dtype=[np.float64, np.float32])
+        check_target_array(y, X.shape[0])
+        Y = y
+    else:
+        if sparse.issparse(y):
+            raise TypeError(
+                "Sparse data was passed for y, but dense data is required. "
+                "Use '.toarray()' to convert to a dense numpy array."
+            )
+        X, y = validate_data(
+            estimator,
+            X,
+            y,
+            multi_output=True,
+            y_numeric=True,
+            dtype=[np.float64, np.float32],
+        )
+        if y.dtype.kind not in NUMERIC_KINDS:
+            # Numbers written as strings, which Ridge reads as numbers.
+            try:
+                y = y.astype(np.float64)
+            except ValueError as error:
+                raise ValueError(f"y must hold numbers: {error}") from None
+        Y = y.reshape(X.shape[0], -1) if y.ndim == 1 else y
+    n_samples = X.shape[0]
+    if n_samples < MIN_SAMPLES:
+        raise ValueError(
+            f"{type(estimator).__name__} needs at least {MIN_SAMPLES} samples, got "
+            f"{n_samples} sample"
+        )
+    if sample_weight is not None:
+        sample_weight = _check_weights(host_input(sample_weight)[0], n_samples)
+    return X, y, Y, sample_weight, out_of_core
+
+
+def checked_targets(X, Y, dtype, out_of_core):
+    """``Y`` as :class:`~skbatch._targets.TargetColumns`, ``X`` and ``Y``'s
+    magnitudes checked for ``dtype`` (targets on disk as they are read)."""
+    _check_magnitudes(X, dtype)
+    # With one alpha too: the squared errors give best_score_.
+    check_y = functools.partial(_check_target_magnitudes, dtype=dtype)
+    if out_of_core:
+        return TargetColumns(Y, check_y)
+    check_y(Y)
+    return TargetColumns(Y)
+
+
+def no_model_scores(scheme, Y, targets, sample_weight, scoring, fit_intercept, batch):
+    """``no_model(columns)`` of :func:`_warn_at_grid_edges` for a fit's targets.
+
+    ``Y`` is the host array (or, with ``targets`` out of core, the array on
+    disk, read again in batches of ``batch``).
+    """
+
+    def score(block):
+        return scheme.no_model_score(block, sample_weight, scoring, fit_intercept)
+
+    def no_model(columns):
+        if not targets.out_of_core:
+            return score(Y[:, columns])
+        # Another pass over the targets, in the fit's batches.
+        parts = []
+        for block in targets.blocks(np.arange(Y.shape[1])[columns], batch):
+            part = score(block)
+            if part is None:
+                return None
+            parts.append(part)
+        return np.concatenate(parts)
+
+    return no_model
 
 
 def _score_weights(sample_weight, rows):
@@ -476,44 +562,8 @@ default=None
             Fitted estimator.
         """
         alphas, scheme = self._check_params()
-        X, _ = host_input(X)
-        y, _ = host_input(y)
-        # 2-D targets on disk are read one batch at a time, checked as they
-        # are read; a single target is read whole, like any array-like.
-        out_of_core = out_of_core_kind(y) is not None and len(y.shape) != 1
-        if out_of_core:
-            X = validate_data(self, X, dtype=[np.float64, np.float32])
-            check_target_array(y, X.shape[0])
-            Y = y
-        else:
-            if sparse.issparse(y):
-                raise TypeError(
-                    "Sparse data was passed for y, but dense data is required. "
-                    "Use '.toarray()' to convert to a dense numpy array."
-                )
-            X, y = validate_data(
-                self,
-                X,
-                y,
-                multi_output=True,
-                y_numeric=True,
-                dtype=[np.float64, np.float32],
-            )
-            if y.dtype.kind not in NUMERIC_KINDS:
-                # Numbers written as strings, which Ridge reads as numbers.
-                try:
-                    y = y.astype(np.float64)
-                except ValueError as error:
-                    raise ValueError(f"y must hold numbers: {error}") from None
-            Y = y.reshape(X.shape[0], -1) if y.ndim == 1 else y
+        X, y, Y, sample_weight, out_of_core = fit_data(self, X, y, sample_weight)
         n_samples, n_features = X.shape
-        if n_samples < MIN_SAMPLES:
-            raise ValueError(
-                f"BatchedRidge needs at least {MIN_SAMPLES} samples, got "
-                f"{n_samples} sample"
-            )
-        if sample_weight is not None:
-            sample_weight = _check_weights(host_input(sample_weight)[0], n_samples)
         n_targets = Y.shape[1]
         # Splitters that read y (stratified ones) cannot split continuous
         # targets anyway; targets on disk are not read for them.
@@ -530,14 +580,7 @@ default=None
         )
         self.backend_ = resolve_backend(self.device, flops=flops)
         self.dtype_ = resolve_dtype(self.dtype, self.backend_, X.dtype)
-        _check_magnitudes(X, self.dtype_)
-        # With one alpha too: the squared errors give best_score_.
-        check_y = functools.partial(_check_target_magnitudes, dtype=self.dtype_)
-        if out_of_core:
-            targets = TargetColumns(Y, check_y)
-        else:
-            check_y(Y)
-            targets = TargetColumns(Y)
+        targets = checked_targets(X, Y, self.dtype_, out_of_core)
         check_solver_memory(
             n_samples,
             n_features,
@@ -570,23 +613,15 @@ default=None
             )
         coef, intercept, best, best_score, scores, batch_size = results
 
-        def no_model(columns):
-            def score(block):
-                return scheme.no_model_score(
-                    block, sample_weight, self.scoring, self.fit_intercept
-                )
-
-            if not out_of_core:
-                return score(Y[:, columns])
-            # Another pass over the targets, in the fit's batches.
-            parts = []
-            for block in targets.blocks(np.arange(n_targets)[columns], batch_size):
-                part = score(block)
-                if part is None:
-                    return None
-                parts.append(part)
-            return np.concatenate(parts)
-
+        no_model = no_model_scores(
+            scheme,
+            Y,
+            targets,
+            sample_weight,
+            self.scoring,
+            self.fit_intercept,
+            batch_size,
+        )
         if self.alpha_per_target:
             _warn_at_grid_edges(alphas, best, scores, no_model)
         else:
@@ -658,6 +693,11 @@ default=None
         else:
             _check_out(out, shape, dtype)
             result = out
+            if shares_data(X, out):
+                # Batches of predictions are written into out while later
+                # batches still read X: they are computed from X as given,
+                # as numpy's own out= computes from overlapping inputs.
+                X = X.copy()
         writer = ColumnWriter(result)
 
         def reduce(ids, block):
