@@ -17,7 +17,13 @@ import sys
 
 import numpy as np
 
-__all__ = ["ColumnWriter", "TargetColumns", "chunk_aligned", "out_of_core_kind"]
+__all__ = [
+    "ColumnWriter",
+    "TargetColumns",
+    "chunk_aligned",
+    "out_of_core_kind",
+    "shares_data",
+]
 
 # Element kinds a target array may hold: booleans, integers and floats, the
 # numbers scikit-learn's ``y_numeric`` keeps as they are.
@@ -38,6 +44,36 @@ def out_of_core_kind(array):
         library = sys.modules.get(module)
         if library is not None and isinstance(array, getattr(library, name)):
             return kind
+    return None
+
+
+def shares_data(X, out):
+    """Whether writing to ``out`` may change the numpy array ``X``.
+
+    True where their memory overlaps, or where both are mapped from the same
+    file (two memmaps of one file share no memory, but each sees what the
+    other writes).
+    """
+    if isinstance(out, np.ndarray) and np.may_share_memory(X, out):
+        return True
+    mapped, written = _mapped_file(X), _mapped_file(out)
+    if mapped is None or written is None:
+        return False
+    try:
+        return os.path.samefile(mapped, written)
+    except OSError:
+        # A file no longer at its name: the same name is the same file.
+        return os.path.realpath(mapped) == os.path.realpath(written)
+
+
+def _mapped_file(array):
+    """The name of the file ``array`` is mapped from (memmap or h5py), or None."""
+    if out_of_core_kind(array) == "h5py":
+        return array.file.filename
+    while isinstance(array, np.ndarray):
+        if isinstance(array, np.memmap) and array.filename:
+            return array.filename
+        array = array.base
     return None
 
 

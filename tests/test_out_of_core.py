@@ -572,3 +572,44 @@ def test_targets_four_times_the_budget_fit_within_it(tmp_path):
     np.testing.assert_array_equal(result["alpha"], reference.alpha_)
     np.testing.assert_allclose(result["coef"], reference.coef_, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(result["score"], reference.best_score_, rtol=1e-4)
+
+
+# --- out sharing memory with X, memmaps whose file changed, closed datasets ----
+
+
+def _overlapping(kind, tmp_path):
+    """``(X, out)`` of 40 rows, 6 features and 6 targets, ``out`` over ``X``."""
+    values = np.random.default_rng(1).standard_normal((40, 8))
+    if kind == "same array":
+        X = values[:, :6].copy()
+        return X, X
+    if kind == "overlapping columns":
+        return values[:, :6], values[:, 2:]
+    if kind == "torch":
+        torch = pytest.importorskip("torch")
+        out = values[:, :6].copy()
+        # A CPU tensor and the array share their memory.
+        return torch.from_numpy(out), out
+    file = tmp_path / "shared.dat"
+    X = np.memmap(file, dtype=np.float64, mode="w+", shape=(40, 6))
+    X[:] = values[:, :6]
+    if kind == "same memmap":
+        return X, X
+    # Another mapping of the same file: no memory is shared, the file is.
+    return X, np.memmap(file, dtype=np.float64, mode="r+", shape=(40, 6))
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["same array", "overlapping columns", "torch", "same memmap", "same file"],
+)
+def test_predict_into_an_out_over_X_predicts_from_X_as_given(kind, tmp_path):
+    rng = np.random.default_rng(0)
+    model = BatchedRidge(alphas=1.0, n_targets_batch=1, device="cpu").fit(
+        rng.standard_normal((40, 6)), rng.standard_normal((40, 6))
+    )
+    X, out = _overlapping(kind, tmp_path)
+    expected = model.predict(np.array(out if kind == "torch" else X))
+    assert model.predict(X, out=out) is out
+    np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-12, atol=1e-12)
+
