@@ -41,12 +41,15 @@ Per scheme, for ``n`` samples:
 - :func:`permutation_indices`: ``n`` words, of which each group sorts its
   own rows' (``"shuffle"``); one integer per group in ``[0, group size)``
   (``"circular_shift"``); one word per block, the blocks of each group in
-  group order (``"block_shuffle"``).
+  group order (``"block_shuffle"``); none with ``exact=True``, where item
+  ``i`` is decoded from ``i`` alone (the enumeration of
+  :func:`count_permutations`).
 
 :func:`item_rng` gives an independent :class:`numpy.random.Generator` per
 item for other uses; the functions above do not use it.
 """
 
+import math
 import numbers
 
 import numpy as np
@@ -56,6 +59,7 @@ __all__ = [
     "BLOCK_SCHEMES",
     "PERMUTATION_TYPES",
     "bootstrap_counts",
+    "count_permutations",
     "item_rng",
     "permutation_indices",
     "resolve_entropy",
@@ -505,6 +509,7 @@ def permutation_indices(
     *,
     permutation_type="shuffle",
     block_size=None,
+    exact=False,
 ):
     """One permutation of the samples per item.
 
@@ -533,6 +538,15 @@ def permutation_indices(
     block_size : int >= 1 or None
         Rows per block; required by, and only allowed with,
         ``"block_shuffle"``. At most the size of the smallest group.
+    exact : bool, default=False
+        Enumerate instead of drawing: item ``i`` is the ``i``-th of the
+        :func:`count_permutations` distinct permutations of the scheme, in a
+        fixed order whatever ``entropy``, item 0 the identity. Item ``i``
+        is read in the mixed radix of the groups' counts (the first group's
+        digit varies fastest), and each group's digit is its offset
+        (``"circular_shift"``) or the lexicographic rank of its rows' order
+        (``"shuffle"``) or of its blocks' order (``"block_shuffle"``).
+        Items must be below that count.
 
     Returns
     -------
@@ -556,10 +570,22 @@ def permutation_indices(
     >>> idx = permutation_indices(0, [3], 5, permutation_type="circular_shift")
     >>> bool(np.all(np.diff(idx[0]) % 5 == 1))
     True
+
+    Every rotation of 3 rows, once each:
+
+    >>> permutation_indices(0, [0, 1, 2], 3, permutation_type="circular_shift",
+    ...                     exact=True)
+    array([[0, 1, 2],
+           [1, 2, 0],
+           [2, 0, 1]])
     """
     _check_permutation_type(permutation_type, block_size)
     items = _check_items(items)
     members = _group_rows(groups, n_samples)
+    if permutation_type == "block_shuffle":
+        block_size = _check_block_size(block_size, members)
+    if exact:
+        return _enumerated(items, members, n_samples, permutation_type, block_size)
     out = np.empty((items.shape[0], n_samples), dtype=np.int64)
     if permutation_type == "shuffle":
         keys = _item_words(_keys(entropy)[0], items, n_samples)
@@ -573,7 +599,6 @@ def permutation_indices(
             positions = np.arange(len(rows)) + offsets[:, g : g + 1]
             out[:, rows] = rows[positions % len(rows)]
     else:
-        block_size = _check_block_size(block_size, members)
         n_blocks = [-(-len(rows) // block_size) for rows in members]
         keys = _item_words(_keys(entropy)[0], items, sum(n_blocks))
         first = 0
@@ -588,12 +613,148 @@ def permutation_indices(
 def _block_shuffled(keys, rows, block_size):
     """``rows`` cut into blocks of ``block_size`` (the last may be shorter), the
     blocks in the order of ``keys``, one row of keys per item."""
+    order = np.argsort(keys, axis=1, kind="stable")
+    return _blocks_in_order(order, rows, block_size)
+
+
+def _blocks_in_order(order, rows, block_size):
+    """``rows`` cut into blocks of ``block_size`` (the last may be shorter),
+    block ``order[k, j]`` placed j-th in row k."""
     starts = np.arange(0, len(rows), block_size)
     lengths = np.diff([*starts, len(rows)])
-    order = np.argsort(keys, axis=1, kind="stable")
     taken = lengths[order]
     # Output position j in a block moved from ``start`` to ``placed`` reads
     # row ``j + start - placed``.
     placed = np.cumsum(taken, axis=1) - taken
     shift = np.repeat((starts[order] - placed).ravel(), taken.ravel())
-    return rows[shift.reshape(len(keys), len(rows)) + np.arange(len(rows))]
+    return rows[shift.reshape(len(order), len(rows)) + np.arange(len(rows))]
+
+
+def _capped_product(factors, cap):
+    """The product of ``factors`` (Python ints), or None once it exceeds ``cap``."""
+    product = 1
+    for factor in factors:
+        product *= factor
+        if product > cap:
+            return None
+    return product
+
+
+def _scheme_counts(members, permutation_type, block_size, cap):
+    """Per group, its distinct permutations under the scheme, or None once the
+    product over groups exceeds ``cap``.
+
+    Rotations of ``m`` rows are ``m`` distinct permutations, orders of ``m``
+    rows ``m!``, orders of ``k`` blocks ``k!``: blocks are disjoint sets of
+    rows, so two orders of them never give the same rows, whatever their
+    sizes.
+    """
+    if permutation_type == "circular_shift":
+        sizes = [len(rows) for rows in members]
+        return sizes if _capped_product(sizes, cap) is not None else None
+    if permutation_type == "shuffle":
+        sizes = [len(rows) for rows in members]
+    else:
+        sizes = [-(-len(rows) // block_size) for rows in members]
+    counts = []
+    for size in sizes:
+        # Every factor is at least 1: m! exceeds the cap as soon as a
+        # partial product of it does.
+        count = _capped_product(range(2, size + 1), cap)
+        if count is None:
+            return None
+        counts.append(count)
+    return counts if _capped_product(counts, cap) is not None else None
+
+
+# Enumerated permutations are numbered by int64 item ids.
+_MAX_ENUMERATED = np.iinfo(np.int64).max
+
+
+def count_permutations(
+    n_samples,
+    groups=None,
+    *,
+    permutation_type="shuffle",
+    block_size=None,
+    limit=None,
+):
+    """How many distinct permutations a scheme can produce.
+
+    The product over groups (the whole series without groups) of ``m``
+    rotations of a group of ``m`` rows (``"circular_shift"``), ``m!``
+    orders of its rows (``"shuffle"``), or ``k!`` orders of its ``k``
+    blocks (``"block_shuffle"``, the last block possibly shorter). When it
+    is at most the number of permutations asked for,
+    :func:`permutation_indices` with ``exact=True`` enumerates them all.
+
+    Parameters
+    ----------
+    n_samples, groups, permutation_type, block_size
+        As for :func:`permutation_indices`.
+    limit : int or None, default=None
+        Stop counting above this (a shuffle of 10,000 rows has a count of
+        35,660 digits); None counts up to the largest int64.
+
+    Returns
+    -------
+    count : int or None
+        None when the count exceeds ``limit``.
+
+    Examples
+    --------
+    >>> from skbatch.random import count_permutations
+    >>> count_permutations(6, [0, 0, 0, 1, 1, 1], permutation_type="circular_shift")
+    9
+    >>> count_permutations(4)
+    24
+    >>> count_permutations(1000, limit=10**6) is None
+    True
+    """
+    _check_permutation_type(permutation_type, block_size)
+    members = _group_rows(groups, n_samples)
+    if permutation_type == "block_shuffle":
+        block_size = _check_block_size(block_size, members)
+    cap = _MAX_ENUMERATED if limit is None else min(int(limit), _MAX_ENUMERATED)
+    counts = _scheme_counts(members, permutation_type, block_size, cap)
+    return None if counts is None else _capped_product(counts, cap)
+
+
+def _unranked(ranks, m):
+    """The permutation of ``0 .. m - 1`` of each lexicographic rank (< m!)."""
+    out = np.empty((ranks.shape[0], m), dtype=np.int64)
+    remaining = np.broadcast_to(np.arange(m), (ranks.shape[0], m))
+    rest = ranks.copy()
+    every = np.arange(ranks.shape[0])
+    for k in range(m):
+        place, rest = np.divmod(rest, math.factorial(m - 1 - k))
+        out[:, k] = remaining[every, place]
+        kept = np.arange(m - k)[None, :] != place[:, None]
+        remaining = remaining[kept].reshape(ranks.shape[0], m - k - 1)
+    return out
+
+
+def _enumerated(items, members, n_samples, permutation_type, block_size):
+    """Permutation ``items`` of the scheme's enumeration (see
+    :func:`permutation_indices`, ``exact=True``)."""
+    counts = _scheme_counts(members, permutation_type, block_size, _MAX_ENUMERATED)
+    total = None if counts is None else _capped_product(counts, _MAX_ENUMERATED)
+    if total is None or (items.size and items.max() >= total):
+        raise ValueError(
+            f"exact=True enumerates the {total or 'more than 2**63'} distinct "
+            f"permutations of permutation_type={permutation_type!r}: items must "
+            f"be below that, got {int(items.max()) if items.size else None}"
+        )
+    out = np.empty((items.shape[0], n_samples), dtype=np.int64)
+    rest = items.copy()
+    for rows, count in zip(members, counts):
+        rest, digit = np.divmod(rest, count)
+        if permutation_type == "circular_shift":
+            positions = (np.arange(len(rows)) + digit[:, None]) % len(rows)
+            out[:, rows] = rows[positions]
+        elif permutation_type == "shuffle":
+            out[:, rows] = rows[_unranked(digit, len(rows))]
+        else:
+            order = _unranked(digit, -(-len(rows) // block_size))
+            out[:, rows] = _blocks_in_order(order, rows, block_size)
+    return out

@@ -11,6 +11,7 @@ from skbatch.random import (
     _integers,
     _sorted_positions,
     bootstrap_counts,
+    count_permutations,
     item_rng,
     permutation_indices,
     resolve_entropy,
@@ -643,3 +644,77 @@ def test_block_size_one_is_the_iid_bootstrap_in_distribution():
 def test_moving_block_validation(block_size, groups, match):
     with pytest.raises(ValueError, match=match):
         bootstrap_counts(SEED, [0], N_SAMPLES, groups, block_size=block_size)
+
+
+# --- exact enumeration --------------------------------------------------------
+
+
+def hand_enumeration(permutation_type, sizes, block_size=None):
+    """Every distinct row permutation of the scheme, by brute force: the
+    product over runs of every rotation, row order or block order."""
+    per_run, first = [], 0
+    for size in sizes:
+        rows = list(range(first, first + size))
+        first += size
+        if permutation_type == "circular_shift":
+            options = [tuple(rows[k:] + rows[:k]) for k in range(size)]
+        elif permutation_type == "shuffle":
+            options = list(itertools.permutations(rows))
+        else:
+            blocks = [rows[k : k + block_size] for k in range(0, size, block_size)]
+            options = [
+                tuple(row for block in order for row in block)
+                for order in itertools.permutations(blocks)
+            ]
+        per_run.append(options)
+    return {sum(parts, ()) for parts in itertools.product(*per_run)}
+
+
+ENUMERATED = [
+    ("circular_shift", (7,), None),
+    ("circular_shift", (3, 5, 2), None),
+    ("shuffle", (4,), None),
+    ("shuffle", (3, 1, 2), None),
+    ("block_shuffle", (10,), 3),
+    ("block_shuffle", (4, 6), 2),
+]
+
+
+@pytest.mark.parametrize("permutation_type, sizes, block_size", ENUMERATED)
+def test_enumeration_is_complete_without_duplicates(
+    permutation_type, sizes, block_size
+):
+    groups = np.repeat(np.arange(len(sizes)), sizes)
+    n = len(groups)
+    kwargs = dict(permutation_type=permutation_type, block_size=block_size)
+    total = count_permutations(n, groups, **kwargs)
+    expected = hand_enumeration(permutation_type, sizes, block_size)
+    assert total == len(expected)
+    perms = permutation_indices(SEED, range(total), n, groups, exact=True, **kwargs)
+    assert len({tuple(row) for row in perms}) == total
+    assert {tuple(row) for row in perms} == expected
+    assert_array_equal_rows(perms[0], np.arange(n))
+    # Item i is the same permutation in any batch and for any entropy.
+    picked = [total - 1, 0, total // 2]
+    assert np.array_equal(
+        permutation_indices(SEED + 1, picked, n, groups, exact=True, **kwargs),
+        perms[picked],
+    )
+
+
+def assert_array_equal_rows(row, expected):
+    assert np.array_equal(row, expected), (row, expected)
+
+
+def test_enumeration_refuses_items_past_the_count():
+    with pytest.raises(ValueError, match="enumerates the 5 distinct"):
+        permutation_indices(SEED, [5], 5, permutation_type="circular_shift", exact=True)
+
+
+def test_count_permutations_stops_at_the_limit():
+    assert count_permutations(20) == np.prod(np.arange(1, 21), dtype=object)
+    assert count_permutations(21) is None
+    assert count_permutations(10**5, limit=1000) is None
+    rotations = dict(permutation_type="circular_shift")
+    assert count_permutations(10, np.repeat([0, 1], 5), **rotations, limit=25) == 25
+    assert count_permutations(10, np.repeat([0, 1], 5), **rotations, limit=24) is None
