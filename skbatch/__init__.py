@@ -6,6 +6,7 @@ PyTorch or JAX within a memory budget: :class:`BatchedRidge`,
 """
 
 from ._report import FitReport, FitStage
+from .banded import BandedRidge
 from .backend import Backend, check_gpu_available, resolve_backend
 from .bootstrap import BootstrapEstimator, BootstrapResult
 from .memory import (
@@ -22,6 +23,7 @@ from .ridge import BatchedRidge
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "BandedRidge",
     "Backend",
     "BatchedRidge",
     "BootstrapEstimator",

@@ -1,0 +1,480 @@
+"""Banded ridge: one regularisation per feature space, found by a search.
+
+The penalty ``sum_b alpha / gamma_b ||w_b||^2`` over bands ``b`` with band
+weights ``gamma`` on the simplex is ordinary ridge at ``alpha`` on ``Z``,
+whose band-b columns are ``sqrt(gamma_b) X_b`` (``w_b = sqrt(gamma_b) v_b``
+for the ridge solution ``v`` on ``Z``). So each candidate ``gamma`` is one
+rescaling of X and one :class:`~skbatch._ridge.problems.RidgeSolver` (one
+SVD, or one per fold), serving every target and every alpha. A band of
+weight 0 is left out of ``Z``: its coefficients are exactly 0.
+
+- :func:`check_bands`, :func:`check_band_weights`, :func:`check_concentration`
+  and :func:`band_candidates`: the parameters, checked before any work, and
+  the candidates (the first equal, then Dirichlet draws);
+- :class:`BandedDesign`: the rescaled design of each candidate;
+- :class:`BandedSearchProblem`: the targets, each keeping its best
+  (candidate, alpha) pair while the candidates run over its batch;
+- :class:`BandedRefitProblem`: the targets' coefficients at their choice.
+
+Both problems are :class:`~skbatch._ridge.problems.TargetProblem` s: they
+read targets the same way (from memory or disk, one batch at a time, on a
+dask cluster as its tasks) and state their memory to the engine.
+"""
+
+import numbers
+
+import numpy as np
+
+from .. import _linalg
+from ..backend import to_numpy
+from ..memory import GB, memory_budget
+from ..random import resolve_entropy
+from .problems import CV_WORKSPACE_OVERHEAD, RidgeSolver, TargetProblem
+
+__all__ = [
+    "BandedDesign",
+    "BandedRefitProblem",
+    "BandedSearchProblem",
+    "band_candidates",
+    "check_band_weights",
+    "check_bands",
+    "check_concentration",
+    "check_search_memory",
+]
+
+
+def check_bands(bands, n_features):
+    """Column indices of each band and the bands' names.
+
+    Parameters
+    ----------
+    bands : None, array-like of shape (n_features,) or list of array-like
+        A label (int or str) per column, in any order (columns of one band
+        may be interleaved), or one array of column indices per band. None:
+        one band of every column.
+    n_features : int
+
+    Returns
+    -------
+    columns : list of ndarray of int
+        The columns of each band, increasing.
+    names : ndarray of shape (n_bands,)
+        The labels in order of first appearance, or 0 .. n_bands - 1 for
+        index arrays and None.
+
+    Raises
+    ------
+    ValueError, TypeError
+        Naming ``bands``, for anything that is not a partition of the columns.
+    """
+    if bands is None:
+        return [np.arange(n_features)], np.arange(1)
+    if isinstance(bands, str) or np.isscalar(bands):
+        raise TypeError(
+            f"bands must be None, a label per column of X or a list of column "
+            f"index arrays, got {type(bands).__name__}: {bands!r}"
+        )
+    items = list(bands)
+    if items and all(np.ndim(item) == 1 for item in items):
+        return _bands_from_indices(items, n_features), np.arange(len(items))
+    labels = np.asarray(items)
+    if labels.ndim != 1 or labels.dtype.kind not in "iuUSO":
+        raise TypeError(
+            f"bands must be a 1-D array of int or str labels (one per column of "
+            f"X) or a list of 1-D column index arrays, got an array of shape "
+            f"{labels.shape} and dtype {labels.dtype}"
+        )
+    if labels.dtype.kind == "O" and not all(isinstance(v, str) for v in labels):
+        raise TypeError(
+            f"bands labels must all be int or all be str, got "
+            f"{sorted({type(v).__name__ for v in labels})}"
+        )
+    if labels.size != n_features:
+        raise ValueError(
+            f"bands must have one label per column of X ({n_features} columns), "
+            f"got {labels.size} labels"
+        )
+    names, first, inverse = np.unique(labels, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    band_of_column = rank[inverse.ravel()]
+    columns = [np.flatnonzero(band_of_column == b) for b in range(order.size)]
+    return columns, names[order]
+
+
+def _bands_from_indices(items, n_features):
+    owner = np.full(n_features, -1)
+    columns = []
+    for b, item in enumerate(items):
+        indices = np.asarray(item)
+        if indices.size == 0:
+            raise ValueError(f"bands[{b}] is empty: every band needs a column")
+        if indices.dtype.kind not in "iu":
+            raise TypeError(
+                f"bands[{b}] must hold integer column indices, got dtype "
+                f"{indices.dtype}"
+            )
+        outside = indices[(indices < 0) | (indices >= n_features)]
+        if outside.size:
+            raise ValueError(
+                f"bands[{b}] has column index {int(outside[0])}, out of range "
+                f"for X of {n_features} columns (0 to {n_features - 1})"
+            )
+        taken = owner[indices] >= 0
+        if taken.any() or np.unique(indices).size != indices.size:
+            column = int(indices[taken][0]) if taken.any() else None
+            if column is None:
+                values, counts = np.unique(indices, return_counts=True)
+                column, other = int(values[counts > 1][0]), b
+            else:
+                other = int(owner[column])
+            raise ValueError(
+                f"bands: column {column} is in bands[{other}] and bands[{b}]; "
+                f"bands must be disjoint"
+            )
+        owner[indices] = b
+        columns.append(np.sort(indices).astype(np.intp))
+    missing = np.flatnonzero(owner < 0)
+    if missing.size:
+        raise ValueError(
+            f"bands must cover every column of X: {missing.size} column(s) are "
+            f"in no band, the first {int(missing[0])}"
+        )
+    return columns
+
+
+def check_concentration(concentration):
+    """``concentration`` as a non-empty 1-D float64 array of positive values."""
+    try:
+        values = None if isinstance(concentration, str) else np.asarray(concentration)
+    except (TypeError, ValueError):
+        values = None
+    if values is None or values.dtype.kind not in "iuf":
+        raise TypeError(
+            f"concentration must be a positive float or a 1-D sequence of "
+            f"positive floats, got {type(concentration).__name__}: "
+            f"{concentration!r}"
+        )
+    values = np.atleast_1d(values.astype(np.float64))
+    if (
+        values.ndim != 1
+        or values.size == 0
+        or not np.all(np.isfinite(values))
+        or np.any(values <= 0)
+    ):
+        raise ValueError(
+            f"concentration must be positive and finite, one value or a "
+            f"non-empty 1-D sequence of them, got {concentration!r}"
+        )
+    return values
+
+
+def check_band_weights(band_weights, n_bands):
+    """An int of candidates to draw, or explicit candidates normalised.
+
+    Returns
+    -------
+    int or ndarray of shape (n_candidates, n_bands)
+        Rows of an explicit array divided by their sums.
+    """
+    if isinstance(band_weights, numbers.Integral) and not isinstance(
+        band_weights, bool
+    ):
+        if band_weights < 1:
+            raise ValueError(
+                f"band_weights must be an int >= 1 (candidates to draw) or an "
+                f"array of candidates, got {band_weights!r}"
+            )
+        return int(band_weights)
+    values = None
+    if not isinstance(band_weights, str | bool | numbers.Number):
+        try:
+            values = np.asarray(band_weights)
+        except (TypeError, ValueError):
+            values = None
+    if values is None or values.dtype.kind not in "iuf":
+        raise TypeError(
+            f"band_weights must be an int >= 1 (candidates to draw) or an array "
+            f"of shape (n_candidates, n_bands) of non-negative weights, got "
+            f"{type(band_weights).__name__}: {band_weights!r}"
+        )
+    values = values.astype(np.float64)
+    if values.ndim != 2 or values.shape[0] == 0 or values.shape[1] != n_bands:
+        raise ValueError(
+            f"band_weights as an array must have shape (n_candidates, {n_bands}), "
+            f"one column per band, got shape {values.shape}"
+        )
+    if not np.all(np.isfinite(values)) or np.any(values < 0):
+        raise ValueError(
+            "band_weights must be non-negative and finite, got "
+            f"{np.count_nonzero(~(values >= 0) | ~np.isfinite(values))} value(s) "
+            "that are not"
+        )
+    totals = values.sum(axis=1)
+    zero = np.flatnonzero(totals == 0)
+    if zero.size:
+        raise ValueError(
+            f"band_weights row {int(zero[0])} is all zero: every candidate needs "
+            f"a band of positive weight"
+        )
+    return values / totals[:, None]
+
+
+def band_candidates(band_weights, n_bands, concentration, random_state):
+    """The candidates (n_candidates, n_bands), rows on the simplex.
+
+    For an int m: m candidates, the first weighting every band equally, the
+    others Dirichlet draws whose concentration cycles through
+    ``concentration``, from ``random_state`` alone (as himalaya's random
+    search draws them). One band has one candidate, weight 1.
+    """
+    if not isinstance(band_weights, int):
+        return band_weights
+    if n_bands == 1:
+        return np.ones((1, 1))
+    rng = np.random.default_rng(resolve_entropy(random_state))
+    candidates = np.empty((band_weights, n_bands))
+    candidates[0] = 1.0 / n_bands
+    for i in range(1, band_weights):
+        scale = concentration[(i - 1) % concentration.size]
+        draw = rng.dirichlet(np.full(n_bands, scale))
+        # A tiny concentration can draw all weights as 0 or NaN in float64:
+        # the limit, a vertex of the simplex, at the largest gamma draw.
+        if not (np.all(np.isfinite(draw)) and draw.sum() > 0):
+            draw = np.eye(n_bands)[rng.integers(n_bands)]
+        candidates[i] = draw / draw.sum()
+    return candidates
+
+
+class BandedDesign:
+    """The rescaled design of every candidate, built one at a time.
+
+    Candidate c keeps the bands of positive weight; its design is those
+    columns of X times ``sqrt(gamma_b)``, band by band.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+    columns : list of ndarray
+        The columns of each band (:func:`check_bands`).
+    candidates : ndarray of shape (n_candidates, n_bands)
+    """
+
+    def __init__(self, X, columns, candidates):
+        self.X, self.columns, self.candidates = X, columns, candidates
+        n_features = X.shape[1]
+        self.kept, self.scales = [], []
+        for gamma in candidates:
+            bands = np.flatnonzero(gamma > 0)
+            kept = np.concatenate([columns[b] for b in bands])
+            order = np.argsort(kept)
+            scale = np.concatenate(
+                [np.full(columns[b].size, np.sqrt(gamma[b])) for b in bands]
+            )
+            self.kept.append(kept[order])
+            self.scales.append(scale[order])
+        self.n_features = n_features
+
+    def n_columns(self, c):
+        return self.kept[c].size
+
+    def design(self, c):
+        """Candidate ``c``'s design matrix; X itself when nothing changes."""
+        kept, scale = self.kept[c], self.scales[c]
+        if kept.size == self.n_features and np.all(scale == 1.0):
+            return self.X
+        return self.X[:, kept] * scale.astype(self.X.dtype)
+
+
+def check_search_memory(
+    design,
+    n_samples,
+    scheme,
+    dtype,
+    backend,
+    max_memory_gb,
+    *,
+    n_targets,
+    n_alphas,
+    store_cv_results,
+):
+    """Refuse, before any SVD, a search whose held memory exceeds the budget.
+
+    Held whatever the target batch: every candidate's decompositions on the
+    device (:meth:`RidgeSolver.nbytes`) and the results of all targets on
+    the host (:func:`results_bytes`), one budget on a device computing in
+    host memory.
+    """
+    itemsize = np.dtype(dtype).itemsize
+    device = sum(
+        RidgeSolver.nbytes(n_samples, design.n_columns(c), scheme, itemsize)
+        for c in range(len(design.candidates))
+    )
+    n_candidates, n_bands = design.candidates.shape
+    host = results_bytes(
+        n_targets,
+        design.n_features,
+        n_alphas,
+        n_candidates if store_cv_results else 0,
+    )
+    fix = (
+        "raise max_memory_gb (or free memory), fit the targets in parts, or use "
+        "fewer candidates (band_weights)"
+    )
+    if backend.is_gpu:
+        host_gb = memory_budget(None, max_memory_gb)
+        if host > host_gb * GB:
+            raise ValueError(
+                f"BandedRidge needs {host / GB:.3g} GB of host memory for the "
+                f"results of {n_targets:,} targets, but the host budget is "
+                f"{host_gb:.3g} GB; {fix}"
+            )
+    else:
+        device += host
+    budget_gb = memory_budget(backend, max_memory_gb)
+    if device > budget_gb * GB:
+        raise ValueError(
+            f"BandedRidge needs {device / GB:.3g} GB on {backend.name} for the "
+            f"decompositions of {n_candidates} candidates of X ({n_samples} x "
+            f"{design.n_features}) and the results of {n_targets:,} targets "
+            f"before any target is fit, but the memory budget is "
+            f"{budget_gb:.3g} GB; {fix}"
+        )
+
+
+def results_bytes(n_targets, n_features, n_alphas, n_stored_candidates=0):
+    """Host bytes of the results of every target, held for the whole fit.
+
+    Coefficients, intercept, chosen candidate, alpha and score, the scores of
+    every alpha at the chosen candidate (for the edge warning), and with
+    stored results the score of every (candidate, alpha) pair, in float64.
+    """
+    per_target = n_features + 4 + n_alphas + n_stored_candidates * n_alphas
+    return 8 * n_targets * per_target
+
+
+class BandedSearchProblem(TargetProblem):
+    """Every candidate over each batch of targets, a running best per target.
+
+    ``problem(ids)`` gives, for targets ``ids``: the index of the chosen
+    candidate, of its alpha, the score of that pair, the scores of every
+    alpha at that candidate (len(ids), n_alphas) and, with ``store``, of
+    every pair (len(ids), n_candidates, n_alphas). Ties go to the first
+    candidate, then the first alpha; NaN scores rank last.
+
+    Parameters
+    ----------
+    solvers : list of RidgeSolver
+        One per candidate, in order.
+    Y : ndarray or TargetColumns
+    store : bool
+        Return the score of every pair.
+    """
+
+    desc = "searched targets"
+
+    def __init__(self, solvers, Y, *, store):
+        super().__init__(solvers[0], Y)
+        self.solvers, self.store = solvers, store
+        n_candidates = len(solvers)
+        n_alphas = solvers[0].alphas.size
+        solver = solvers[0]
+        n, p = solver.n_samples, max(s.n_features for s in solvers)
+        rank = max(s.s.shape[0] for s in solvers)
+        itemsize = np.dtype(solver.dtype).itemsize
+        self.fixed_bytes = sum(s.fixed_bytes for s in solvers)
+        n_stored = n_candidates if store else 0
+        if not self.backend.is_gpu:
+            self.fixed_bytes += results_bytes(self.n_items, p, n_alphas, n_stored)
+        # One candidate at a time: a target's column, centred copy,
+        # projection, residuals and scores, as TargetProblem counts them, and
+        # the running best.
+        self.device_bytes_per_item = (
+            CV_WORKSPACE_OVERHEAD * itemsize * (4 * n + rank + 2 * n_alphas)
+        )
+        self.host_bytes_per_item = (
+            8 * (3 + 2 * n_alphas + n_stored * n_alphas) + self.Y.host_bytes_per_column
+        )
+
+    def __call__(self, ids):
+        Y = self._to_device(ids)
+        m = Y.shape[1]
+        n_alphas = self.solvers[0].alphas.size
+        candidate = np.zeros(m, dtype=np.int64)
+        alpha = np.zeros(m, dtype=np.int64)
+        running = np.full(m, -np.inf)
+        rows = np.full((m, n_alphas), np.nan)
+        stored = np.empty((m, len(self.solvers), n_alphas)) if self.store else None
+        for c, solver in enumerate(self.solvers):
+            scores = solver.scores(Y, *solver.project(Y))
+            best, best_score = _linalg.select_alpha(scores, xp=solver.xp)
+            best, scores = to_numpy(best), to_numpy(scores).T
+            best_score = to_numpy(best_score).astype(np.float64)
+            filled = np.where(np.isnan(best_score), -np.inf, best_score)
+            better = filled > running if c else np.ones(m, dtype=bool)
+            candidate[better], alpha[better] = c, best[better]
+            running[better], rows[better] = filled[better], scores[better]
+            if stored is not None:
+                stored[:, c] = scores
+        score = np.where(np.isneginf(running), np.nan, running)
+        if stored is None:
+            return candidate, alpha, score, rows
+        return candidate, alpha, score, rows, stored
+
+
+class BandedRefitProblem(TargetProblem):
+    """Coefficients and intercepts of targets at their chosen pair.
+
+    ``problem(ids)`` gives coefficients (len(ids), n_features) over X's
+    columns (0 in the bands of weight 0) and intercepts (len(ids),): each
+    candidate refits the targets that chose it, at their alphas, and maps its
+    coefficients back through ``sqrt(gamma_b)``.
+
+    Parameters
+    ----------
+    solvers : list of RidgeSolver
+    design : BandedDesign
+    Y : ndarray or TargetColumns
+    candidate : ndarray of int of shape (n_targets,)
+    alpha : ndarray of shape (n_targets,)
+        The chosen alpha of each target.
+    """
+
+    desc = "refit targets"
+
+    def __init__(self, solvers, design, Y, candidate, alpha):
+        super().__init__(solvers[0], Y)
+        self.solvers, self.candidate, self.alpha = solvers, candidate, alpha
+        self.kept, self.scales = design.kept, design.scales
+        self.n_features = design.n_features
+        self.fixed_bytes = sum(s.fixed_bytes for s in solvers)
+        solver = solvers[0]
+        itemsize = np.dtype(solver.dtype).itemsize
+        n, p = solver.n_samples, self.n_features
+        rank = max(s.s.shape[0] for s in solvers)
+        # A target's column, its gathered copy, centred copy, projection and
+        # coefficients, on the device; coefficients and intercept on the host.
+        self.device_bytes_per_item = (
+            CV_WORKSPACE_OVERHEAD * itemsize * (3 * n + rank + 2 * p)
+        )
+        self.host_bytes_per_item = 8 * (p + 1) + self.Y.host_bytes_per_column
+
+    def __call__(self, ids):
+        Y = self._to_device(ids)
+        candidate = self.candidate[ids]
+        dtype = self.solver.dtype
+        coef = np.zeros((len(ids), self.n_features), dtype=dtype)
+        intercept = np.empty(len(ids), dtype=dtype)
+        for c in np.unique(candidate):
+            solver = self.solvers[c]
+            (rows,) = np.nonzero(candidate == c)
+            block = Y
+            if rows.size != len(ids):
+                block = solver.xp.take(Y, self.backend.asarray(rows), axis=1)
+            alpha = self.backend.asarray(self.alpha[ids][rows], dtype)
+            coef_c, intercept_c = solver.fit_fixed(block, alpha)
+            kept, scale = self.kept[c], self.scales[c].astype(dtype)
+            coef[np.ix_(rows, kept)] = to_numpy(coef_c) * scale
+            intercept[rows] = to_numpy(intercept_c)
+        return coef, intercept

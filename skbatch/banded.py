@@ -1,0 +1,555 @@
+"""BandedRidge: one regularisation per feature space, chosen per target."""
+
+import warnings
+
+import numpy as np
+from sklearn.base import BaseEstimator, MultiOutputMixin, RegressorMixin
+from sklearn.utils.validation import check_array
+
+from . import _linalg
+from ._base import (
+    DeviceMixin,
+    as_output,
+    atomic_fit,
+    check_max_memory_gb,
+    check_verbose,
+    host_input,
+)
+from ._engine import _say, run_problem
+from ._ridge.banded import (
+    BandedDesign,
+    BandedRefitProblem,
+    BandedSearchProblem,
+    band_candidates,
+    check_band_weights,
+    check_bands,
+    check_concentration,
+    check_search_memory,
+)
+from ._ridge.cv import cv_scheme
+from ._ridge.problems import RidgeSolver
+from ._ridge.spec import check_alphas, resolve_dtype
+from .backend import resolve_backend
+from .random import DEFAULT_RANDOM_STATE
+from .ridge import (
+    DEFAULT_ALPHAS,
+    BatchedRidge,
+    LinearPredictMixin,
+    _warn_at_grid_edges,
+    checked_targets,
+    fit_data,
+    no_model_scores,
+)
+
+__all__ = ["BandedRidge"]
+
+# Weights of the Dirichlet draws: sparse (0.1, near the vertices of the
+# simplex, one band dominating) and flat (1.0, the interior), as himalaya's
+# random search cycles them.
+DEFAULT_CONCENTRATION = (0.1, 1.0)
+# After fit, warn that the candidates look too coarse when more than this
+# share of targets chose the candidate that weighs some band the most ...
+COARSE_SHARE = 0.5
+# ... while that candidate is still this far from the vertex of that band
+# (its weight below 1 - COARSE_VERTEX_GAP): the targets point at a corner of
+# the simplex that no candidate reaches.
+COARSE_VERTEX_GAP = 0.05
+# Targets scored per block in score_per_band: n_bands x n_samples x this many
+# predictions at once.
+SCORE_BLOCK = 256
+
+
+def _warn_coarse_candidates(candidates, chosen):
+    """Warn when most targets chose the grid's most extreme candidate of a band."""
+    n_candidates, n_bands = candidates.shape
+    if n_bands < 2 or n_candidates < 2:
+        return
+    for b in range(n_bands):
+        extreme = int(np.argmax(candidates[:, b]))
+        weight = candidates[extreme, b]
+        share = np.mean(chosen == extreme)
+        if weight < 1 - COARSE_VERTEX_GAP and share > COARSE_SHARE:
+            warnings.warn(
+                f"{share:.0%} of targets chose candidate {extreme}, the one that "
+                f"weighs band {b} the most ({weight:.3g}): the candidates look too "
+                f"coarse towards that band alone. Add candidates closer to it "
+                f"(e.g. a row of band_weights with band {b} only), or draw more "
+                f"(band_weights) with a smaller concentration.",
+                UserWarning,
+                # Past this function, fit and its atomic wrapper.
+                stacklevel=4,
+            )
+            return
+
+
+class BandedRidge(
+    DeviceMixin, LinearPredictMixin, MultiOutputMixin, RegressorMixin, BaseEstimator
+):
+    """Banded ridge: one alpha per feature space (band), chosen per target.
+
+    The model of each target minimises ``||y - sum_b X_b w_b||^2 + sum_b
+    alpha_b ||w_b||^2`` over bands ``X_1 ... X_k`` of the columns of X. With
+    ``alpha_b = alpha / gamma_b`` and band weights ``gamma`` on the simplex
+    (non-negative, summing to 1), it is ridge at one ``alpha`` on ``Z``,
+    whose band-b columns are ``sqrt(gamma_b) X_b``. Each candidate ``gamma``
+    is one rescaling of X, decomposed once (one thin SVD, one per fold for
+    K-fold) for every target and alpha, as in :class:`BatchedRidge`; each
+    target keeps the (candidate, alpha) pair of best cross-validated score.
+
+    Parameters
+    ----------
+    bands : None, array-like of shape (n_features,) or list of array-like, \
+default=None
+        A label (int or str) per column of X, columns of one band possibly
+        interleaved, or a list of arrays of column indices, one per band,
+        disjoint and covering every column. None: one band, which is
+        :class:`BatchedRidge`.
+    alphas : float or array-like of shape (n_alphas,), default=DEFAULT_ALPHAS
+        Positive values of the overall alpha to choose from, as for
+        :class:`BatchedRidge`.
+    band_weights : int or array-like of shape (n_candidates, n_bands), \
+default=100
+        int m: m candidates, the first weighting every band equally, the
+        others Dirichlet draws whose concentration cycles through
+        ``concentration``, from ``random_state``. An array: explicit
+        candidates, non-negative, no row all zero, each row divided by its
+        sum. With one band there is one candidate, weight 1.
+    concentration : float or sequence of float, default=(0.1, 1.0)
+        Concentrations of the Dirichlet draws: small values give candidates
+        near the vertices of the simplex (one band dominating), 1.0 uniform
+        ones over it.
+    cv : None, "gcv", int, CV splitter or iterable of splits, default=None
+        None: exact leave-one-out; ``"gcv"``: generalized cross-validation;
+        else K-fold, the same folds for every candidate. As
+        :class:`BatchedRidge`.
+    fit_intercept : bool, default=True
+        Whether to fit an intercept.
+    scoring : {None, "r2", "neg_mean_squared_error", "correlation"}, \
+default=None
+        Criterion of the choice, as for :class:`BatchedRidge`.
+    dtype : {"auto", "float32", "float64"}, default="auto"
+        Compute dtype, as for :class:`BatchedRidge`.
+    n_targets_batch : "auto" or int, default="auto"
+        Targets per batch; "auto" sizes batches from the memory budget.
+    store_cv_results : bool, default=False
+        Keep the score of every (candidate, alpha) pair of every target in
+        ``cv_results_``; its memory is counted before the fit.
+    device : str or Backend, default="auto"
+        Where to compute; see :func:`skbatch.resolve_backend`.
+    max_memory_gb : float or None, default=None
+        Memory budget in GB; None measures free memory.
+    random_state : int, RandomState instance, Generator or None, default=0
+        Seeds the Dirichlet draws of the candidates.
+    verbose : int, default=0
+        1: the plan of each loop, progress bars over the target batches and a
+        summary (the share of targets per winning candidate); 2: also logs.
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape (n_targets, n_features) or (n_features,)
+        Coefficients over X's columns, in ``dtype_``; exactly 0 in a band of
+        weight 0.
+    intercept_ : ndarray of shape (n_targets,) or float
+        Intercepts (0.0 without ``fit_intercept``).
+    alpha_ : ndarray of shape (n_targets,) or float
+        The chosen overall alpha; a float for 1-D ``y``.
+    band_weights_ : ndarray of shape (n_targets, n_bands) or (n_bands,)
+        The chosen candidate ``gamma`` of each target.
+    band_alphas_ : ndarray of shape (n_targets, n_bands) or (n_bands,)
+        ``alpha_ / band_weights_``, the alpha of each band: inf for a band
+        of weight 0 (left out of the model).
+    best_score_ : ndarray of shape (n_targets,) or float
+        Cross-validated score of the chosen pair (NaN where every pair
+        scored NaN).
+    candidates_ : ndarray of shape (n_candidates, n_bands)
+        The candidates searched, rows summing to 1.
+    band_names_ : ndarray of shape (n_bands,)
+        The labels of ``bands`` in order of first appearance, or 0 .. k-1.
+    cv_results_ : dict
+        With ``store_cv_results=True``: ``"alphas"``, ``"candidates"`` and
+        ``"scores"`` of shape (n_targets, n_candidates, n_alphas) (or
+        (n_candidates, n_alphas) for 1-D y).
+    dtype_ : numpy dtype
+    backend_ : Backend
+    fit_report_ : FitReport
+        A stage for the search over the targets and one for their refit.
+    n_features_in_ : int
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+
+    See Also
+    --------
+    BatchedRidge : One alpha for all columns.
+
+    Notes
+    -----
+    **Choice.** Each target chooses the pair with the best CV score; ties go
+    to the first candidate, then to the first alpha, and NaN scores rank
+    last. Targets are searched in batches: every candidate's decomposition
+    runs over a batch before the next batch is read, and each target keeps
+    a running best, so memory never holds candidates x alphas x targets
+    scores (unless ``store_cv_results``).
+
+    **Warnings.** As :class:`BatchedRidge`, a warning when a notable share of
+    targets chose an edge of ``alphas`` (at their chosen candidate); and one
+    when more than half of the targets chose the candidate that weighs one
+    band the most while it is still 5% or more from that band's vertex:
+    the candidates are then too coarse towards that band.
+
+    **Per-band scores.** :meth:`score_per_band` splits each target's R^2
+    with the product measure (himalaya's ``r2_score_split``), on data
+    centred on its means; see there for the intercept's part.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skbatch import BandedRidge
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((200, 30))
+    >>> bands = ["motion"] * 10 + ["semantic"] * 20
+    >>> w = np.concatenate([rng.standard_normal(10), np.zeros(20)])
+    >>> y = X @ w + 0.5 * rng.standard_normal(200)
+    >>> model = BandedRidge(bands, band_weights=20, alphas=np.logspace(-2, 3, 6))
+    >>> model = model.fit(X, y)
+    >>> model.band_names_.tolist()
+    ['motion', 'semantic']
+    >>> bool(model.band_alphas_[0] < model.band_alphas_[1])
+    True
+    >>> bool(np.isclose(model.score_per_band(X, y).sum(), model.score(X, y)))
+    True
+    """
+
+    def __init__(
+        self,
+        bands=None,
+        *,
+        alphas=DEFAULT_ALPHAS,
+        band_weights=100,
+        concentration=DEFAULT_CONCENTRATION,
+        cv=None,
+        fit_intercept=True,
+        scoring=None,
+        dtype="auto",
+        n_targets_batch="auto",
+        store_cv_results=False,
+        device="auto",
+        max_memory_gb=None,
+        random_state=DEFAULT_RANDOM_STATE,
+        verbose=0,
+    ):
+        self.bands = bands
+        self.alphas = alphas
+        self.band_weights = band_weights
+        self.concentration = concentration
+        self.cv = cv
+        self.fit_intercept = fit_intercept
+        self.scoring = scoring
+        self.dtype = dtype
+        self.n_targets_batch = n_targets_batch
+        self.store_cv_results = store_cv_results
+        self.device = device
+        self.max_memory_gb = max_memory_gb
+        self.random_state = random_state
+        self.verbose = verbose
+
+    _parameter_constraints = {
+        **{
+            name: constraint
+            for name, constraint in BatchedRidge._parameter_constraints.items()
+            if name != "alpha_per_target"
+        },
+        # Checked with the data (the number of columns) by
+        # skbatch._ridge.banded, naming the parameter.
+        "bands": "no_validation",
+        "band_weights": "no_validation",
+        "concentration": "no_validation",
+        "random_state": ["random_state"],
+    }
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        tags.array_api_support = False
+        return tags
+
+    def _check_params(self):
+        self._validate_params()
+        alphas = check_alphas(self.alphas)
+        scheme = cv_scheme(self.cv, self.scoring)
+        concentration = check_concentration(self.concentration)
+        check_max_memory_gb(self.max_memory_gb)
+        check_verbose(self.verbose)
+        return alphas, scheme, concentration
+
+    @atomic_fit
+    def fit(self, X, y, sample_weight=None, groups=None):
+        """Search the band weights and alphas, and fit every target.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training data (numpy, torch or jax arrays are accepted).
+        y : array-like of shape (n_samples,) or (n_samples, n_targets)
+            Targets; 2-D targets on disk are read one batch at a time, as
+            for :class:`BatchedRidge`.
+        sample_weight : float or array-like of shape (n_samples,), default=None
+            Non-negative sample weights, as for :class:`BatchedRidge`.
+        groups : array-like of shape (n_samples,), default=None
+            Group labels for a ``cv`` splitter that reads them
+            (``GroupKFold``, ``LeaveOneGroupOut``).
+
+        Returns
+        -------
+        self : object
+            Fitted estimator.
+        """
+        alphas, scheme, concentration = self._check_params()
+        X, y, Y, sample_weight, out_of_core = fit_data(self, X, y, sample_weight)
+        n_samples, n_features = X.shape
+        columns, names = check_bands(self.bands, n_features)
+        weights = check_band_weights(self.band_weights, len(columns))
+        candidates = band_candidates(
+            weights, len(columns), concentration, self.random_state
+        )
+        n_targets = Y.shape[1]
+        _split(scheme, X, None if out_of_core else y, sample_weight, self, groups)
+        rank = min(n_samples, n_features)
+        n_fits = 1 + len(getattr(scheme, "splits", None) or ())
+        flops = (
+            2.0
+            * n_fits
+            * len(candidates)
+            * (
+                n_samples * n_features * rank
+                + n_samples * rank * n_targets * alphas.size
+            )
+        )
+        self.backend_ = resolve_backend(self.device, flops=flops)
+        self.dtype_ = resolve_dtype(self.dtype, self.backend_, X.dtype)
+        targets = checked_targets(X, Y, self.dtype_, out_of_core)
+        design = BandedDesign(X, columns, candidates)
+        check_search_memory(
+            design,
+            n_samples,
+            scheme,
+            self.dtype_,
+            self.backend_,
+            self.max_memory_gb,
+            n_targets=n_targets,
+            n_alphas=alphas.size,
+            store_cv_results=self.store_cv_results,
+        )
+        run_args = dict(
+            max_memory_gb=self.max_memory_gb,
+            batch_size=self.n_targets_batch,
+            verbose=self.verbose,
+        )
+        chosen = np.empty(n_targets, dtype=np.int64)
+        best = np.empty(n_targets, dtype=np.int64)
+        best_score = np.empty(n_targets)
+        scores = np.empty((n_targets, alphas.size))
+        stored = (
+            np.empty((n_targets, len(candidates), alphas.size))
+            if self.store_cv_results
+            else None
+        )
+
+        def reduce_search(ids, result):
+            chosen[ids], best[ids], best_score[ids], scores[ids] = result[:4]
+            if stored is not None:
+                stored[ids] = result[4]
+
+        coef = np.empty((n_targets, n_features), dtype=self.dtype_)
+        intercept = np.empty(n_targets, dtype=self.dtype_)
+
+        def reduce_refit(ids, result):
+            coef[ids], intercept[ids] = result
+
+        with self.backend_.context():
+            solvers = [
+                RidgeSolver(
+                    design.design(c),
+                    sample_weight,
+                    alphas,
+                    scheme,
+                    self.backend_,
+                    self.dtype_,
+                    fit_intercept=self.fit_intercept,
+                    scoring=self.scoring,
+                )
+                for c in range(len(candidates))
+            ]
+            search = BandedSearchProblem(solvers, targets, store=self.store_cv_results)
+            plan = run_problem(search, reduce_search, **run_args)
+            refit = BandedRefitProblem(solvers, design, targets, chosen, alphas[best])
+            run_problem(refit, reduce_refit, **run_args)
+        no_model = no_model_scores(
+            scheme,
+            Y,
+            targets,
+            sample_weight,
+            self.scoring,
+            self.fit_intercept,
+            plan.batch_size,
+        )
+        _warn_at_grid_edges(alphas, best, scores, no_model)
+        _warn_coarse_candidates(candidates, chosen)
+        if self.verbose:
+            counts = np.bincount(chosen, minlength=len(candidates))
+            top = np.argsort(-counts, kind="stable")[:5]
+            shares = ", ".join(
+                f"candidate {c} {np.round(candidates[c], 3).tolist()}: "
+                f"{counts[c] / n_targets:.0%}"
+                for c in top
+                if counts[c]
+            )
+            _say(self.verbose, f"band weights chosen: {shares}")
+        one_target = not out_of_core and y.ndim == 1
+        band_weights = candidates[chosen]
+        alpha = alphas[best]
+        with np.errstate(divide="ignore"):
+            band_alphas = alpha[:, None] / band_weights
+        if not self.fit_intercept:
+            intercept[:] = 0
+        self.candidates_ = candidates
+        self.band_names_ = names
+        self.coef_ = coef[0] if one_target else coef
+        self.intercept_ = float(intercept[0]) if one_target else intercept
+        self.alpha_ = float(alpha[0]) if one_target else alpha
+        self.band_weights_ = band_weights[0] if one_target else band_weights
+        self.band_alphas_ = band_alphas[0] if one_target else band_alphas
+        self.best_score_ = float(best_score[0]) if one_target else best_score
+        self._band_columns = columns
+        if stored is not None:
+            self.cv_results_ = {
+                "alphas": alphas,
+                "candidates": candidates,
+                "scores": stored[0] if one_target else stored,
+            }
+        return self
+
+    def predict_per_band(self, X):
+        """The prediction of each band, without the intercept.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        y_pred : array of shape (n_bands, n_samples, n_targets) or \
+(n_bands, n_samples)
+            ``X_b @ coef_b`` for every band b; summed over bands and plus
+            ``intercept_`` they are ``predict(X)``. numpy for numpy input,
+            else the input's library.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from skbatch import BandedRidge
+        >>> rng = np.random.default_rng(0)
+        >>> X, Y = rng.standard_normal((40, 6)), rng.standard_normal((40, 2))
+        >>> model = BandedRidge([0, 0, 1, 1, 1, 1], band_weights=5).fit(X, Y)
+        >>> parts = model.predict_per_band(X)
+        >>> parts.shape
+        (2, 40, 2)
+        >>> bool(np.allclose(parts.sum(0) + model.intercept_, model.predict(X)))
+        True
+        """
+        X, source = self._validated_X(X)
+        return as_output(self._per_band(X, np.atleast_2d(self.coef_)), source)
+
+    def _per_band(self, X, coef):
+        dtype = np.result_type(X.dtype, self.dtype_)
+        parts = np.stack(
+            [X[:, cols].astype(dtype) @ coef[:, cols].T for cols in self._band_columns]
+        )
+        return parts[:, :, 0] if np.ndim(self.coef_) == 1 else parts
+
+    def score_per_band(self, X, y):
+        """Each band's share of the R^2 of every target; shares sum to R^2.
+
+        The product measure (himalaya's ``r2_score_split``): with ``y_c``
+        the target centred on its mean, ``P_b`` band b's prediction
+        (:meth:`predict_per_band`) centred on its mean, ``P = sum_b P_b``
+        and ``S = ||y_c||^2``, band b's centred share is ``c_b = <P_b, 2 y_c
+        - P> / S``; they sum to the R^2 of the centred prediction. The
+        intercept enters only through the mean error ``d = mean(y_pred) -
+        mean(y)``, which costs ``n d^2 / S`` of R^2; it is split among the
+        bands in proportion to their share of the prediction's variance,
+        ``pi_b = <P_b, P> / ||P||^2`` (equal shares when ``P`` is 0):
+        ``share_b = c_b + pi_b (R^2 - sum_b c_b)``. On the training rows with
+        an intercept ``d`` is 0, and the shares are himalaya's. A constant
+        target (``S`` = 0) has ``c_b = 0``: its R^2 (1 or 0, as
+        :meth:`score_per_target` gives it) is split by ``pi_b``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) or (n_samples, n_targets)
+
+        Returns
+        -------
+        scores : ndarray of shape (n_bands, n_targets)
+            Summed over bands, ``score_per_target(X, y)`` (to rounding).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from skbatch import BandedRidge
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.standard_normal((60, 6))
+        >>> Y = X[:, :2] @ rng.standard_normal((2, 3)) + rng.standard_normal((60, 3))
+        >>> model = BandedRidge([0, 0, 1, 1, 1, 1], band_weights=5).fit(X, Y)
+        >>> shares = model.score_per_band(X, Y)
+        >>> shares.shape
+        (2, 3)
+        >>> bool(np.allclose(shares.sum(0), model.score_per_target(X, Y)))
+        True
+        """
+        X, _ = self._validated_X(X)
+        y, _ = host_input(y)
+        y = check_array(y, ensure_2d=False, dtype=np.float64, input_name="y")
+        Y = y.reshape(y.shape[0], -1)
+        coef = np.atleast_2d(self.coef_)
+        if Y.shape != (X.shape[0], coef.shape[0]):
+            raise ValueError(
+                f"y must have one row per sample of X and one column per target, "
+                f"shape {(X.shape[0], coef.shape[0])}, got {y.shape}"
+            )
+        intercept = np.atleast_1d(np.asarray(self.intercept_, dtype=np.float64))
+        shares = np.empty((len(self._band_columns), coef.shape[0]))
+        for start in range(0, coef.shape[0], SCORE_BLOCK):
+            block = slice(start, start + SCORE_BLOCK)
+            parts = np.stack(
+                [
+                    X[:, cols].astype(np.float64) @ coef[block, cols].T.astype(float)
+                    for cols in self._band_columns
+                ]
+            )
+            shares[:, block] = _product_measure(parts, Y[:, block], intercept[block])
+        return shares
+
+
+def _product_measure(parts, Y, intercept):
+    """Shares (n_bands, t) of R^2 from band predictions (n_bands, n, t)."""
+    predictions = parts.sum(axis=0) + intercept
+    r2 = _linalg.score_per_target(Y, predictions, "r2", xp=np)
+    Y_c = Y - Y.mean(axis=0)
+    P_b = parts - parts.mean(axis=1, keepdims=True)
+    P = P_b.sum(axis=0)
+    S = np.sum(Y_c**2, axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        centred = np.sum(P_b * (2 * Y_c - P), axis=1) / S
+        centred = np.where(S > 0, centred, 0.0)
+        power = np.sum(P**2, axis=0)
+        pi = np.sum(P_b * P, axis=1) / power
+        pi = np.where(power > 0, pi, 1.0 / parts.shape[0])
+    return centred + pi * (r2 - centred.sum(axis=0))
+
+
+def _split(scheme, X, y, sample_weight, estimator, groups):
+    """Draw the scheme's folds, with ``groups`` for a splitter that reads them."""
+    if groups is None:
+        scheme.split(X, y, sample_weight, estimator.scoring)
+        return
+    scheme.split(X, y, sample_weight, estimator.scoring, groups=groups)
