@@ -45,7 +45,13 @@ from sklearn.utils.parallel import Parallel, delayed
 from tqdm.auto import tqdm
 
 from . import _backends
-from ._report import FitStage, _count, record_stage, stages_not_collected
+from ._report import (
+    FitStage,
+    Progress,
+    _count,
+    record_stage,
+    stages_not_collected,
+)
 from ._targets import chunk_aligned
 from .backend import Backend, backend_of_array, to_numpy
 from .memory import (
@@ -244,13 +250,17 @@ def _say(verbose, message):
 
 
 def _progress(total, verbose, desc):
-    """The progress bar of one loop; never stored on an estimator.
+    """The :class:`~skbatch._report.Progress` of one loop; never stored on an
+    estimator.
 
-    ``verbose=0``: none. ``verbose>=1``: shown where someone watches, that is
-    when stderr is a terminal or in a Jupyter notebook (``tqdm.auto`` then
-    draws a widget), in addition to the plain lines of :func:`_say`; hidden
-    in logs and pipes, where it would leave only control characters.
+    ``verbose=0``: no bar, no lines. ``verbose>=1``: the bar is shown where
+    someone watches, that is when stderr is a terminal or in a Jupyter
+    notebook (``tqdm.auto`` then draws a widget), in addition to the plain
+    lines of :func:`_say`; hidden in logs and pipes, where it would leave only
+    control characters. Where the bar is hidden, or stdout is not a terminal
+    (``python job.py > log``), progress lines go to stdout instead.
     """
+    in_notebook = False
     if verbose <= 0:
         disable = True
     else:
@@ -259,7 +269,19 @@ def _progress(total, verbose, desc):
         # notebook's output stream is, although its widget is seen.
         in_notebook = notebook is not None and issubclass(tqdm, notebook.tqdm)
         disable = False if in_notebook else None
-    return tqdm(total=total, desc=desc, disable=disable, leave=False)
+    bar = tqdm(total=total, desc=desc, disable=disable, leave=False)
+    in_log = verbose >= 1 and not in_notebook and (bar.disable or not _is_terminal())
+    return Progress(
+        bar, total=total, desc=desc, verbose=verbose, in_log=in_log, say=_say
+    )
+
+
+def _is_terminal():
+    """Whether stdout is a terminal (a closed or odd stream is not)."""
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def run_batched(
@@ -620,11 +642,15 @@ def run_parallel(
     function, args, kwargs = _task_parts(task)
     data_bytes = _array_bytes([*args, *kwargs.values()])
     n_jobs = _memory_capped_n_jobs(n_jobs, data_bytes, max_memory_gb, verbose, desc)
-    parallel = Parallel(n_jobs=n_jobs)
+    joblib_backend, _ = get_active_backend()
+    # Results as each task completes, in order, for the progress of a window
+    # (a whole fit is often one window); the multiprocessing backend returns
+    # them only at the end of the window.
+    return_as = "generator" if joblib_backend.supports_return_generator else "list"
+    parallel = Parallel(n_jobs=n_jobs, return_as=return_as)
     n_workers = max(_n_workers(parallel), 1)
     chunk = max(1, math.ceil(window / (n_workers * TASKS_PER_WORKER)))
     n_windows = math.ceil(n_items / window)
-    joblib_backend, _ = get_active_backend()
     # Local workers each copy the task's arrays; a cluster's hold theirs elsewhere.
     data_copies = n_workers if type(joblib_backend) in _LOCAL_BACKENDS else 0
     stage = FitStage(
@@ -668,11 +694,10 @@ def run_parallel(
             chunks = [
                 window_ids[i : i + chunk] for i in range(0, len(window_ids), chunk)
             ]
-            results = _run_window(parallel, function, data, chunks)
+            results = _run_window(parallel, function, data, chunks, bar, start)
             for lo in range(0, len(window_ids), block):
                 hi = min(lo + block, len(window_ids))
                 reduce(window_ids[lo:hi], _block_result(results, chunk, lo, hi))
-                bar.update(hi - lo)
             # Release this window before the next one is computed, so that at
             # most one window of results is in flight.
             del results
@@ -767,12 +792,14 @@ def _task_parts(task):
     return task, (), {}
 
 
-def _run_window(parallel, function, data, chunks):
+def _run_window(parallel, function, data, chunks, progress=None, start=0):
     """One window of tasks, run again if the cluster lost the data meanwhile.
 
     The tasks of a window are functions of their item ids alone and nothing
     is reduced before the window is complete, so running it again gives the
-    same results.
+    same results. ``progress``, if given, reaches ``start`` plus the items of
+    the tasks completed, as they complete; a window run again is not counted
+    twice.
     """
     for attempt in range(DATA_LOSS_RETRIES + 1):
         # A cluster left with one thread (its other workers died or are
@@ -783,7 +810,14 @@ def _run_window(parallel, function, data, chunks):
         args, kwargs = data.local if in_process else data.sent
         task = function if in_process else functools.partial(_resolved, function)
         try:
-            return parallel(delayed(task)(*args, ids, **kwargs) for ids in chunks)
+            results, reached = [], start
+            outputs = parallel(delayed(task)(*args, ids, **kwargs) for ids in chunks)
+            for ids, result in zip(chunks, outputs):
+                results.append(result)
+                reached += len(ids)
+                if progress is not None:
+                    progress.reach(reached)
+            return results
         except Exception as exc:
             if not data.any_lost():
                 raise

@@ -9,11 +9,27 @@ a :class:`contextvars.ContextVar`, so a fit sees the stages of its own thread
 
 import contextlib
 import contextvars
+import logging
+import time
 from dataclasses import dataclass
 from operator import attrgetter
 
 from .backend import Backend
 from .memory import GB
+
+logger = logging.getLogger("skbatch")
+
+# In a log file, where no progress bar shows, a loop prints how far it is at
+# least this often (in seconds, once a batch completes): a batch job's log
+# shows that it runs, and how long it has left.
+PROGRESS_INTERVAL_S = 30.0
+# ... and at every tenth of its items, so that 10% and 90% read differently.
+PROGRESS_STEPS = 10
+# A loop estimated to take less than this (in seconds) says only its plan and
+# its summary: its end comes before a line of progress would be read.
+PROGRESS_QUIET_S = 10.0
+# Seconds in a minute and in an hour, for durations as people read them.
+_MINUTE, _HOUR = 60, 3600
 
 # The stage lists of the fits running in this context, outermost first: a
 # loop is recorded in each, so a nested fit's loops appear in the enclosing
@@ -273,3 +289,133 @@ def record_stage(stage):
     """Append ``stage`` to every collector open in this context."""
     for stages in _COLLECTORS.get():
         stages.append(stage)
+
+
+def _now():
+    """The clock progress is timed by (a function, so tests can replace it)."""
+    return time.perf_counter()
+
+
+def format_duration(seconds):
+    """``"4.2 s"``, ``"3 min 07 s"``, ``"2 h 05 min"``: as a log reader reads it."""
+    if round(seconds, 1) < _MINUTE:
+        return f"{seconds:.1f} s"
+    seconds = round(seconds)
+    if seconds < _HOUR:
+        return f"{seconds // _MINUTE} min {seconds % _MINUTE:02d} s"
+    return f"{seconds // _HOUR} h {seconds % _HOUR // _MINUTE:02d} min"
+
+
+class Progress:
+    """How far one engine loop is: its bar, its lines in a log, its log records.
+
+    The engine opens one per loop (``with Progress(...) as progress``) and
+    calls :meth:`update` as batches complete. It never outlives the loop,
+    so no estimator holds one (a bar does not pickle).
+
+    - The tqdm ``bar`` is updated in every case (a disabled bar ignores it).
+    - With ``in_log`` (``verbose >= 1`` where the bar does not show: stdout
+      or stderr is a file, as in a batch job), a plain line on stdout says
+      the items done of the total, the time elapsed, the time left (elapsed
+      time times items left over items done) and the estimated cost of the
+      loop (elapsed plus left). It is printed once a batch completes if
+      ``PROGRESS_INTERVAL_S`` seconds passed since the last line (the plan
+      line counts), or if the loop is estimated to take
+      ``PROGRESS_QUIET_S`` or more and the batch is its first or reaches a
+      new ``PROGRESS_STEPS``-th of the items. A loop estimated to take less
+      says only its plan and its summary; the last batch prints nothing,
+      the summary follows.
+    - Every batch is logged on the ``"skbatch"`` logger, at INFO with
+      ``verbose >= 2`` and at DEBUG otherwise, for whoever configures it.
+
+    Parameters
+    ----------
+    bar : tqdm.tqdm
+        The loop's progress bar, shown or not.
+    total : int
+        Items of the loop.
+    desc : str
+        What the items are (``"permutations"``...), the lines' prefix.
+    verbose : int
+        The estimator's ``verbose``.
+    in_log : bool
+        Print plain progress lines.
+    say : callable
+        ``say(verbose, line)``, how the engine prints a line.
+    """
+
+    def __init__(self, bar, *, total, desc, verbose, in_log, say):
+        self.bar = bar
+        self.total = total
+        self.desc = desc
+        self.verbose = verbose
+        self.in_log = in_log
+        self.say = say
+        self.done = 0
+        self.n_updates = 0
+        self.steps_done = 0
+        self.started = self.last_line = _now()
+
+    def __enter__(self):
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc_info):
+        return self.bar.__exit__(*exc_info)
+
+    def reach(self, done):
+        """Record ``done`` items done in all; a count already passed is ignored.
+
+        For loops that may run a window of items again (a lost dask worker):
+        its items are counted once.
+        """
+        if done > self.done:
+            self.update(done - self.done)
+
+    def update(self, n):
+        """Record ``n`` more items done, and say so where it is due."""
+        self.bar.update(n)
+        self.done += n
+        self.n_updates += 1
+        now = _now()
+        elapsed = now - self.started
+        left = elapsed * (self.total - self.done) / self.done
+        logger.log(
+            logging.INFO if self.verbose >= 2 else logging.DEBUG,
+            "%s: batch of %d done, %d of %d (%.0f%%) in %s, about %s left",
+            self.desc,
+            n,
+            self.done,
+            self.total,
+            100 * self.done / self.total,
+            format_duration(elapsed),
+            format_duration(left),
+        )
+        steps = self.done * PROGRESS_STEPS // self.total
+        new_step = steps > self.steps_done or self.n_updates == 1
+        self.steps_done = steps
+        if not self.in_log or self.done >= self.total:
+            return
+        long = elapsed + left >= PROGRESS_QUIET_S
+        if (new_step and long) or now - self.last_line >= PROGRESS_INTERVAL_S:
+            self.last_line = now
+            self.say(self.verbose, self.format_line(elapsed, left))
+
+    def format_line(self, elapsed, left):
+        """The progress line: done of total, elapsed, left, estimated cost.
+
+        Parameters
+        ----------
+        elapsed, left : float
+            Seconds since the loop started, and estimated to its end.
+
+        Returns
+        -------
+        line : str
+        """
+        return (
+            f"{self.desc}: {self.done:,} of {_count(self.total, self.desc)} "
+            f"({100 * self.done / self.total:.0f}%) in {format_duration(elapsed)}, "
+            f"about {format_duration(left)} left of an estimated "
+            f"{format_duration(elapsed + left)}"
+        )
