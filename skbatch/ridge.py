@@ -598,8 +598,11 @@ default=None
     verbose : int, default=0
         1: print the plan of each loop before it runs and a summary after it
         (plain lines on stdout), and a progress bar over the target batches on a
-        terminal or in a notebook; 2: also log the plans and out-of-memory
-        recoveries on the ``skbatch`` logger.
+        terminal or in a notebook; where no bar shows (a log file), a line of
+        progress (done, elapsed, left) at every 10% of a loop estimated to
+        take 10 s or more and at least every 30 s; 2: also log the plans,
+        every batch and the out-of-memory recoveries on the ``skbatch``
+        logger.
 
     Attributes
     ----------
