@@ -196,12 +196,16 @@ class _RunningMoments:
             # stays in cache, no temporary made per row.
             deviation = np.empty_like(block_mean)
             for row in block:
-                np.subtract(row, block_mean, out=deviation)
+                np.subtract(row, block_mean, out=deviation, dtype=np.float64)
                 np.multiply(deviation, deviation, out=deviation)
                 m2 += deviation
         else:
             for start in range(0, len(block), step):
-                deviations = block[start : start + step] - block_mean
+                # In float64 whatever the block: numpy 1.x computes a float32
+                # array minus a float64 scalar (shape ()) in float32.
+                deviations = np.subtract(
+                    block[start : start + step], block_mean, dtype=np.float64
+                )
                 np.square(deviations, out=deviations)
                 m2 += deviations.sum(axis=0)
         self._combine(len(block), block_mean, m2, part)
@@ -587,6 +591,12 @@ class PermutationCounter:
     tolerance : float or array-like of shape (n_targets,), default=0.0
         Null scores ``>= observed - tolerance`` count as reaching the
         observed score; 0 compares exactly, as scikit-learn does.
+    exact : bool, default=False
+        The ``n_total`` permutations are every distinct permutation of the
+        scheme, enumerated once, the identity among them: the p-values are
+        then ``counts / n_total``, the exact share of permutations reaching
+        the observed score (the identity counts itself), without the
+        ``+ 1`` that Monte Carlo draws add for the observed data.
 
     Attributes
     ----------
@@ -618,7 +628,9 @@ class PermutationCounter:
     array([0.01, 0.76])
     """
 
-    def __init__(self, observed, n_total, *, keep_null=False, tolerance=0.0):
+    def __init__(
+        self, observed, n_total, *, keep_null=False, tolerance=0.0, exact=False
+    ):
         observed = np.array(observed, dtype=np.float64)
         if observed.ndim > 1:
             raise ValueError(
@@ -640,6 +652,7 @@ class PermutationCounter:
         self.tolerance = np.broadcast_to(tolerance, observed.shape).copy()
         self.n_total = n_total
         self.keep_null = keep_null
+        self.exact = bool(exact)
         # NaN for an undefined observed score: nothing reaches it.
         self._threshold = (observed - self.tolerance).reshape(-1)
         self.n_seen = 0
@@ -742,6 +755,7 @@ class PermutationCounter:
                 _check_same(name, mine.tolist(), np.asarray(theirs).tolist())
         _check_same("n_total", self.n_total, other.n_total)
         _check_same("keep_null", self.keep_null, other.keep_null)
+        _check_same("exact", self.exact, other.exact)
         _check_room(self.n_seen, other.n_seen, self.n_total)
         if self._store is not None:
             self._store.merge(other._store)
@@ -779,6 +793,8 @@ class PermutationCounter:
     def pvalue(self):
         """Per-target p-value ``(counts + 1) / (n_total + 1)``.
 
+        With ``exact``, ``counts / n_total``.
+
         Returns
         -------
         pvalue : float or ndarray of shape (n_targets,)
@@ -788,12 +804,17 @@ class PermutationCounter:
 
     def _pvalue(self, counts):
         _check_complete(self.n_seen, self.n_total)
-        pvalue = (counts + 1) / (self.n_total + 1)
+        if self.exact:
+            pvalue = counts / self.n_total
+        else:
+            pvalue = (counts + 1) / (self.n_total + 1)
         pvalue[np.isnan(self._threshold)] = np.nan
         return self._unpack(pvalue)
 
     def pvalue_fwer(self):
         """Family-wise p-value ``(max_counts + 1) / (n_total + 1)``.
+
+        With ``exact``, ``max_counts / n_total``.
 
         Controls the family-wise error rate over targets (max-statistic
         method); never below :meth:`pvalue`.

@@ -48,11 +48,12 @@ def _fresh_logging():
 
 
 @pytest.mark.parametrize("page", PAGES, ids=_page_id)
-def test_page_examples_run(page, tmp_path, monkeypatch):
+def test_page_examples_run(page, tmp_path, monkeypatch, doctest_requirements):
     # Pages may write files (pickles, figures): into a scratch folder.
     monkeypatch.chdir(tmp_path)
     text = page.read_text(encoding="utf-8")
     test = doctest.DocTestParser().get_doctest(text, {}, _page_id(page), str(page), 0)
+    doctest_requirements(test.examples)
     report = []
     runner = doctest.DocTestRunner(optionflags=OPTIONFLAGS)
     with _fresh_logging():

@@ -4,7 +4,6 @@ undefined scores, per-target correlation, and input it must refuse."""
 import warnings
 
 import numpy as np
-import pandas as pd
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 from sklearn.base import clone
@@ -64,6 +63,8 @@ def cv_score(estimator, X, y, splits, metric):
 def test_identity_permutations_give_pvalue_one(estimator, device):
     # One sample per group: every permutation is the identity, whose score is
     # the observed one: each counts as reaching it.
+    if device != "cpu":
+        pytest.importorskip(device)
     X, y = make_data(n_targets=3)
     scorer = PermutationScorer(
         estimator,
@@ -373,6 +374,7 @@ def test_nan_input_reaches_a_pipeline_that_imputes():
 
 
 def test_dataframes_reach_the_estimator_unchanged():
+    pd = pytest.importorskip("pandas")
     X, y = make_data(n=40)
     seen = []
 
