@@ -174,7 +174,11 @@ LINEAR_CASES = {
         Ridge(alpha=2.0, fit_intercept=False),
         Ridge(alpha=2.0, fit_intercept=False),
     ),
-    "ridge-per-target": (Ridge(alpha=[0.1, 1.0, 30.0]), Ridge(alpha=[0.1, 1.0, 30.0])),
+    # An array: scikit-learn takes a list as alpha only from 1.9 on.
+    "ridge-per-target": (
+        Ridge(alpha=np.array([0.1, 1.0, 30.0])),
+        Ridge(alpha=np.array([0.1, 1.0, 30.0])),
+    ),
     "linear-regression": (LinearRegression(), LinearRegression()),
     "linear-regression-no-intercept": (
         LinearRegression(fit_intercept=False),
