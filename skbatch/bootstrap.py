@@ -23,7 +23,9 @@ does not grow with ``n_bootstrap`` unless the samples are asked for.
 
 import contextlib
 import functools
+import math
 import numbers
+import warnings
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -54,15 +56,33 @@ from ._ridge.problems import (
     check_replicate_weights,
 )
 from ._ridge.spec import resolve_dtype, ridge_spec
+from ._timeseries import (
+    lag1_autocorrelation,
+    min_rows_for_block_length,
+    optimal_block_length,
+)
 from .backend import resolve_backend, to_numpy
 from .memory import GB, memory_budget
-from .random import DEFAULT_RANDOM_STATE, bootstrap_counts, resolve_entropy
+from .random import (
+    DEFAULT_RANDOM_STATE,
+    bootstrap_counts,
+    check_block_scheme,
+    resolve_entropy,
+)
 from .ridge import BatchedRidge
 from .streaming import BootstrapAccumulator
 
 __all__ = ["BootstrapEstimator", "BootstrapResult"]
 
 _CI_METHODS = ("percentile", "basic")
+# An iid bootstrap of rows warns when the median over targets of the lag-1
+# autocorrelation of the full-data fit's residuals exceeds both figures. 0.2:
+# the variance of a mean of AR(1) rows is then (1 + 0.2) / (1 - 0.2) = 1.5
+# times what iid rows give, so iid standard errors are about 20% too small.
+AUTOCORRELATION_WARN = 0.2
+# ... and this many standard errors of the statistic on white noise
+# (1 / sqrt(n_samples)): a false alarm probability of 3e-5 per target.
+AUTOCORRELATION_WARN_Z = 4.0
 # The attributes the batched linear path computes.
 _LINEAR_ATTRIBUTES = ("coef_", "intercept_")
 # results_ key of a callable ``attributes`` that returns a single array.
@@ -156,16 +176,29 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
     return_samples : bool, default=False
         Keep every replicate in ``results_[name].samples``. Memory then grows
         with ``n_bootstrap``.
-    block_size : int >= 1 or None, default=None
+    block_size : int >= 1, "auto" or None, default=None
         None resamples rows (or groups) independently, which is valid only
-        when rows are independent. With autocorrelated rows (time series,
-        fMRI runs) the iid bootstrap understates the variability: an int
-        gives the moving-block bootstrap, where a replicate is
-        ``round(n_samples / block_size)`` blocks of ``block_size``
-        consecutive rows, drawn with replacement among all start positions
-        (see :func:`skbatch.random.bootstrap_counts`). With ``groups``, a
-        block never crosses a group boundary (each group a run), and must fit
-        in the smallest group.
+        when rows are independent; fit warns when the residuals of the fit
+        on all data are clearly autocorrelated (see Notes). With
+        autocorrelated rows (time series, fMRI runs) the iid bootstrap
+        understates the variability: an int gives a block bootstrap of
+        ``block_size`` consecutive rows (the mean length, for
+        ``block_scheme="stationary"``), drawn as ``block_scheme`` says (see
+        :func:`skbatch.random.bootstrap_counts`). With ``groups``, a block
+        never crosses a group boundary (each group a run), and must fit in
+        the smallest group.
+
+        "auto" chooses it by Politis and White's (2004) rule with Patton,
+        Politis and White's (2009) correction, as
+        ``arch.bootstrap.optimal_block_length`` computes it (its ``b_sb``
+        for "stationary", ``b_cb`` for "circular" and "moving", whose
+        optimal lengths are the same), applied to the residuals ``y -
+        estimator_.predict(X)`` of each target: on each group separately
+        (each at least 11 rows), averaged over the groups weighted by their
+        lengths; then the median over targets (constant targets left out),
+        rounded up, at least 1 and at most the smallest group. The value
+        used is ``block_size_``. The rule costs about ``2 (sqrt(n) + 5)``
+        passes over the residuals.
 
         Choosing it: a block should span the lag beyond which rows are
         nearly independent, that is where the autocorrelation of the
@@ -177,6 +210,22 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         iid bootstrap covers 47% (1000 simulated series,
         ``benchmarks/calibration.py``). Longer
         blocks keep more of the dependence but leave too few blocks to vary.
+    block_scheme : {"moving", "circular", "stationary"}, default="moving"
+        How a block bootstrap draws its blocks (needs ``block_size``), as
+        arch's ``MovingBlockBootstrap``, ``CircularBlockBootstrap`` and
+        ``StationaryBootstrap`` define them, with blocks kept inside groups:
+
+        - "moving": ``round(n_samples / block_size)`` blocks of
+          ``block_size`` rows, with starts drawn among all positions that
+          leave a whole block inside the group (rows near a group's ends
+          are drawn less often);
+        - "circular": each group of ``m`` rows is rebuilt from ``ceil(m /
+          block_size)`` blocks starting anywhere in it and wrapping around
+          its end, the last one cut so that the group keeps ``m`` rows;
+        - "stationary" (Politis and Romano): as "circular", with block
+          lengths drawn from a geometric law of mean ``block_size``.
+
+        Every scheme takes the batched linear path.
     tune_per_replicate : bool, default=False
         Hyperparameters chosen by cross-validation are tuned once, on all
         data, and held fixed across replicates (False), or tuned again in
@@ -218,6 +267,9 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
     results_ : dict of str to BootstrapResult
         Per bootstrapped attribute: ``estimate`` (from ``estimator_``),
         ``standard_error``, ``ci_lower``, ``ci_upper`` and ``samples``.
+    block_size_ : int or None
+        The block size used: ``block_size``, or the value "auto" chose; None
+        for the iid (row or cluster) bootstrap.
     backend_ : Backend
         Where the batched path ran (numpy for the generic path with
         ``device="auto"``).
@@ -247,6 +299,15 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
     fit; for others, after the single fit on all data that gives the
     shapes of the attributes (a request that cannot fit even one element
     is refused before it).
+
+    An iid bootstrap of rows (neither ``block_size`` nor ``groups``) warns
+    when the residuals of ``estimator_`` on the training data are clearly
+    autocorrelated: the median over targets of their lag-1 autocorrelation
+    above both ``AUTOCORRELATION_WARN`` (0.2) and ``AUTOCORRELATION_WARN_Z /
+    sqrt(n_samples)`` (4 standard errors of white noise). The warning says to
+    set ``block_size`` (and ``block_scheme``). A cluster bootstrap
+    (``groups`` alone) keeps each group whole, with its dependence, and does
+    not warn.
 
     The linear path solves each replicate's normal equations from its
     weighted Gram matrix (Cholesky, or an eigendecomposition when alphas
@@ -295,6 +356,7 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         attributes="auto",
         return_samples=False,
         block_size=None,
+        block_scheme="moving",
         tune_per_replicate=False,
         random_state=DEFAULT_RANDOM_STATE,
         n_jobs=None,
@@ -309,6 +371,7 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         self.attributes = attributes
         self.return_samples = return_samples
         self.block_size = block_size
+        self.block_scheme = block_scheme
         self.tune_per_replicate = tune_per_replicate
         self.random_state = random_state
         self.n_jobs = n_jobs
@@ -348,14 +411,18 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
             )
         _check_attributes_param(self.attributes)
         block_size = self.block_size
-        if block_size is not None and (
-            isinstance(block_size, bool)
-            or not isinstance(block_size, numbers.Integral)
-            or block_size < 1
+        if not (isinstance(block_size, str) and block_size == "auto") and (
+            block_size is not None
+            and (
+                isinstance(block_size, bool)
+                or not isinstance(block_size, numbers.Integral)
+                or block_size < 1
+            )
         ):
             raise ValueError(
-                f"block_size must be None or an int >= 1, got {block_size!r}"
+                f"block_size must be None, 'auto' or an int >= 1, got {block_size!r}"
             )
+        check_block_scheme(self.block_scheme, block_size)
         for name in ("return_samples", "tune_per_replicate"):
             if not isinstance(getattr(self, name), bool | np.bool_):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
@@ -412,8 +479,18 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
             accept_sparse="csr" if inner_tags.input_tags.sparse else False,
         )
         n_samples = _num_samples(X_checked)
-        # Draws no replicate: checks block_size against the groups.
-        bootstrap_counts(entropy, [], n_samples, groups, block_size=self.block_size)
+        if self.block_size == "auto":
+            _check_auto_groups(groups, n_samples)
+        else:
+            # Draws no replicate: checks block_size against the groups.
+            bootstrap_counts(
+                entropy,
+                [],
+                n_samples,
+                groups,
+                block_size=self.block_size,
+                block_scheme=self.block_scheme,
+            )
         # DataFrames go to the estimator as they are, so that column names
         # (and a ColumnTransformer selecting by them) keep working.
         X_fit = X if hasattr(X, "iloc") else X_checked
@@ -463,6 +540,7 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
             one_thread = _backends.get("numpy").one_thread()
         with one_thread:
             self.estimator_ = clone(estimator).fit(X_fit, y_fit, **fit_params)
+        self.block_size_ = self._resolve_block_size(X_fit, y_checked, groups)
         source = _unwrap_search(self.estimator_)
         names = self._attribute_names(source)
         replicate_estimator = _replicate_estimator(
@@ -525,6 +603,45 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
             )
         self.backend_ = backend
         return self
+
+    def _residuals(self, X, y):
+        """``y - estimator_.predict(X)``, of shape (n_samples, n_targets), or
+        None when the estimator does not predict numbers."""
+        if not hasattr(self.estimator_, "predict") or y.dtype.kind not in "biuf":
+            return None
+        predicted = np.asarray(to_numpy(self.estimator_.predict(X)), dtype=np.float64)
+        y = np.asarray(y, dtype=np.float64)
+        if predicted.size != y.size:
+            return None
+        return (y - predicted.reshape(y.shape)).reshape(y.shape[0], -1)
+
+    def _resolve_block_size(self, X, y, groups):
+        """``block_size_``: as given, or chosen by "auto" from the residuals;
+        warns when an iid row bootstrap meets autocorrelated residuals."""
+        if self.block_size is None:
+            if groups is None:
+                residuals = self._residuals(X, y)
+                if residuals is not None:
+                    _warn_if_autocorrelated(residuals)
+            return None
+        if self.block_size != "auto":
+            return int(self.block_size)
+        residuals = self._residuals(X, y)
+        if residuals is None:
+            raise ValueError(
+                f"block_size='auto' chooses the block size from the residuals "
+                f"of the fit on all data, but {type(self.estimator_).__name__} "
+                f"does not predict numeric targets; pass an int block_size"
+            )
+        lengths = optimal_block_length(residuals, groups, self.block_scheme)
+        lengths = lengths[np.isfinite(lengths)]
+        smallest = n_samples = residuals.shape[0]
+        if groups is not None:
+            smallest = int(np.unique(groups, return_counts=True)[1].min())
+        if not lengths.size:
+            return 1
+        chosen = math.ceil(float(np.median(lengths)))
+        return int(min(max(chosen, 1), smallest, n_samples))
 
     def _attribute_names(self, source):
         """Names to read from each fit (None for a callable), checked on ``source``."""
@@ -639,7 +756,8 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
                 fit_intercept=spec.fit_intercept,
                 sample_weight=sample_weight,
                 groups=groups,
-                block_size=self.block_size,
+                block_size=self.block_size_,
+                block_scheme=self.block_scheme,
                 entropy=entropy,
                 backend=backend,
                 dtype=dtype,
@@ -686,7 +804,8 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
             X=X,
             y=y,
             groups=groups,
-            block_size=self.block_size,
+            block_size=self.block_size_,
+            block_scheme=self.block_scheme,
             entropy=entropy,
             fit_params=fit_params,
             attributes=attributes,
@@ -713,6 +832,44 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
 
     def __sklearn_is_fitted__(self):
         return hasattr(self, "results_")
+
+
+def _check_auto_groups(groups, n_samples):
+    """Refuse block_size='auto' on groups too short for the rule."""
+    least = min_rows_for_block_length()
+    if groups is None:
+        shortest, where = n_samples, f"n_samples={n_samples}"
+    else:
+        shortest = int(np.unique(groups, return_counts=True)[1].min())
+        where = f"the smallest group has {shortest} rows"
+    if shortest < least:
+        raise ValueError(
+            f"block_size='auto' needs at least {least} rows in every group for "
+            f"the Politis-White rule, but {where}; pass an int block_size"
+        )
+
+
+def _warn_if_autocorrelated(residuals):
+    """Warn when the residuals' lag-1 autocorrelation makes iid rows wrong."""
+    r1 = lag1_autocorrelation(residuals)
+    r1 = r1[np.isfinite(r1)]
+    if not r1.size:
+        return
+    median = float(np.median(r1))
+    n_samples = residuals.shape[0]
+    threshold = max(AUTOCORRELATION_WARN, AUTOCORRELATION_WARN_Z / math.sqrt(n_samples))
+    if median > threshold:
+        warnings.warn(
+            f"The residuals of the fit on all data are autocorrelated (median "
+            f"lag-1 autocorrelation {median:.2f} over {r1.size} target(s), above "
+            f"{threshold:.2f}), so the iid bootstrap of rows understates the "
+            f"variability. Set block_size (an int, or 'auto') and block_scheme "
+            f"('moving', 'circular' or 'stationary') for a block bootstrap, or "
+            f"pass the runs as groups.",
+            UserWarning,
+            # _warn_if_autocorrelated, _resolve_block_size, fit, atomic_fit.
+            stacklevel=5,
+        )
 
 
 def _check_attributes_param(attributes):
@@ -803,7 +960,18 @@ def _replicate_estimator(fitted, estimator, tune_per_replicate):
 
 
 def _refit_replicates(
-    ids, *, estimator, X, y, groups, block_size, entropy, fit_params, attributes, shapes
+    ids,
+    *,
+    estimator,
+    X,
+    y,
+    groups,
+    block_size,
+    block_scheme,
+    entropy,
+    fit_params,
+    attributes,
+    shapes,
 ):
     """Generic-path task: refit clones on the resampled rows of replicates ``ids``.
 
@@ -811,7 +979,14 @@ def _refit_replicates(
     attributes raveled and concatenated in the order of ``shapes``.
     """
     n_samples = _num_samples(X)
-    counts = bootstrap_counts(entropy, ids, n_samples, groups, block_size=block_size)
+    counts = bootstrap_counts(
+        entropy,
+        ids,
+        n_samples,
+        groups,
+        block_size=block_size,
+        block_scheme=block_scheme,
+    )
     sample_weight = fit_params.get("sample_weight")
     if sample_weight is not None:
         check_replicate_weights(ids, counts * np.asarray(sample_weight))

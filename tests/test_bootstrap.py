@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 import tracemalloc
+import warnings
 
 import joblib
 import numpy as np
@@ -941,16 +942,28 @@ def ar1_series(n_samples, phi, seed, n_features=2):
     return X, X @ np.arange(1.0, n_features + 1) + series[:, -1]
 
 
+@pytest.mark.parametrize("block_scheme", ["moving", "circular", "stationary"])
 @pytest.mark.parametrize("groups", [None, np.repeat([0, 1, 2], [12, 8, 10])])
-def test_block_bootstrap_fast_path_equals_generic_path_and_refits(groups):
+def test_block_bootstrap_fast_path_equals_generic_path_and_refits(groups, block_scheme):
     X, Y = make_data(30, 4, 2, seed=30)
-    params = dict(n_bootstrap=20, block_size=4, return_samples=True, random_state=3)
+    params = dict(
+        n_bootstrap=20,
+        block_size=4,
+        block_scheme=block_scheme,
+        return_samples=True,
+        random_state=3,
+    )
     fast = BootstrapEstimator(Ridge(alpha=0.5), **params).fit(X, Y, groups=groups)
     generic = BootstrapEstimator(
         generic_ridge(alpha=0.5), attributes=last_step_linear, **params
     ).fit(X, Y, groups=groups)
     counts = bootstrap_counts(
-        resolve_entropy(3), np.arange(20), 30, groups, block_size=4
+        resolve_entropy(3),
+        np.arange(20),
+        30,
+        groups,
+        block_size=4,
+        block_scheme=block_scheme,
     )
     rows = [np.repeat(np.arange(30), c) for c in counts]
     expected = naive_samples(Ridge(alpha=0.5), X, Y, rows, "coef_")
@@ -962,7 +975,9 @@ def test_block_bootstrap_fast_path_equals_generic_path_and_refits(groups):
             rtol=1e-10,
             atol=1e-10,
         )
-    iid = BootstrapEstimator(Ridge(alpha=0.5), **{**params, "block_size": None})
+    iid = BootstrapEstimator(
+        Ridge(alpha=0.5), **{**params, "block_size": None, "block_scheme": "moving"}
+    )
     assert not np.allclose(
         iid.fit(X, Y, groups=groups).results_["coef_"].samples,
         fast.results_["coef_"].samples,
@@ -995,7 +1010,10 @@ def test_block_bootstrap_widens_intervals_of_autocorrelated_rows():
                 n_bootstrap=200,
                 block_size=block_size,
                 random_state=seed,
-            ).fit(X, y)
+            )
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "The residuals", UserWarning)
+                boot.fit(X, y)
             result = boot.results_["coef_"]
             covered.append((result.ci_lower <= truth) & (truth <= result.ci_upper))
     assert np.mean(covered_block) > np.mean(covered_iid) + 0.1
@@ -1005,9 +1023,10 @@ def test_block_bootstrap_widens_intervals_of_autocorrelated_rows():
 @pytest.mark.parametrize(
     "block_size, groups, match",
     [
-        (0, None, r"block_size must be None or an int >= 1, got 0"),
-        (2.5, None, r"block_size must be None or an int >= 1, got 2.5"),
-        (True, None, r"block_size must be None or an int >= 1, got True"),
+        (0, None, r"block_size must be None, 'auto' or an int >= 1, got 0"),
+        (2.5, None, r"block_size must be None, 'auto' or an int >= 1, got 2.5"),
+        (True, None, r"block_size must be None, 'auto' or an int >= 1, got True"),
+        ("big", None, r"block_size must be None, 'auto' or an int >= 1, got 'big'"),
         (21, None, r"block_size=21 but n_samples=20"),
         (
             6,
@@ -1021,6 +1040,150 @@ def test_invalid_block_size_raises_before_fitting(block_size, groups, match):
     boot = BootstrapEstimator(MustNotFit(), n_bootstrap=5, block_size=block_size)
     with pytest.raises(ValueError, match=match):
         boot.fit(X, y, groups=groups)
+
+
+@pytest.mark.parametrize(
+    "block_scheme, block_size, match",
+    [
+        (
+            "circle",
+            4,
+            r"block_scheme must be one of \('moving', 'circular', 'stationary'\), "
+            r"got 'circle' \(with block_size=4\)",
+        ),
+        (None, None, r"block_scheme must be one of .* got None \(with block_size"),
+        (
+            "circular",
+            None,
+            r"block_scheme='circular' needs block_size, got block_size=None",
+        ),
+        ("stationary", None, r"block_scheme='stationary' needs block_size"),
+    ],
+)
+def test_invalid_block_scheme_raises_before_fitting(block_scheme, block_size, match):
+    X, y = make_data(20, 2, 1)
+    boot = BootstrapEstimator(
+        MustNotFit(), n_bootstrap=5, block_size=block_size, block_scheme=block_scheme
+    )
+    with pytest.raises(ValueError, match=match):
+        boot.fit(X, y)
+
+
+def ar1_runs(lengths, phi, seed, n_targets=3):
+    """X and Y whose noise is an AR(1) restarted at each run; the runs' labels."""
+    rng = np.random.default_rng(seed)
+    n_samples = sum(lengths)
+    X = rng.standard_normal((n_samples, 2))
+    noise = rng.standard_normal((n_samples, n_targets))
+    first = np.cumsum([0, *lengths[:-1]])
+    for i in range(n_samples):
+        if i not in first:
+            noise[i] += phi * noise[i - 1]
+    groups = np.repeat(np.arange(len(lengths)), lengths)
+    return X, X @ rng.standard_normal((2, n_targets)) + noise, groups
+
+
+@pytest.mark.parametrize("block_scheme", ["moving", "circular", "stationary"])
+def test_auto_block_size_is_the_politis_white_rule_on_the_residuals(block_scheme):
+    # Runs of unequal length: the rule on each run's residuals (the rule
+    # itself is checked against arch's formula in tests/test_timeseries.py),
+    # averaged weighted by run length, median over targets, rounded up.
+    lengths = [150, 90, 120]
+    X, Y, groups = ar1_runs(lengths, 0.7, seed=5)
+    boot = BootstrapEstimator(
+        LinearRegression(),
+        n_bootstrap=10,
+        block_size="auto",
+        block_scheme=block_scheme,
+        return_samples=True,
+    ).fit(X, Y, groups=groups)
+    residuals = Y - LinearRegression().fit(X, Y).predict(X)
+    per_run = np.array(
+        [
+            skbatch._timeseries.optimal_block_length(
+                residuals[groups == g], block_scheme=block_scheme
+            )
+            for g in range(3)
+        ]
+    )
+    pooled = np.median(np.average(per_run, axis=0, weights=lengths))
+    assert boot.block_size_ == int(np.ceil(pooled))
+    assert 1 < boot.block_size_ <= min(lengths)
+    fixed = BootstrapEstimator(
+        LinearRegression(),
+        n_bootstrap=10,
+        block_size=boot.block_size_,
+        block_scheme=block_scheme,
+        return_samples=True,
+    ).fit(X, Y, groups=groups)
+    assert_array_equal(boot.results_["coef_"].samples, fixed.results_["coef_"].samples)
+
+
+def test_auto_block_size_grows_with_the_autocorrelation():
+    chosen = [
+        BootstrapEstimator(LinearRegression(), n_bootstrap=2, block_size="auto")
+        .fit(*ar1_runs([400], phi, seed=6)[:2])
+        .block_size_
+        for phi in (0.0, 0.5, 0.8, 0.95)
+    ]
+    assert chosen == sorted(chosen) and chosen[0] < chosen[-1]
+    assert chosen[0] <= 3
+
+
+def test_auto_block_size_needs_runs_long_enough_for_the_rule():
+    X, y = make_data(30, 2, 1)
+    boot = BootstrapEstimator(MustNotFit(), n_bootstrap=5, block_size="auto")
+    with pytest.raises(
+        ValueError,
+        match=r"block_size='auto' needs at least 11 rows in every group .* the "
+        r"smallest group has 10 rows; pass an int block_size",
+    ):
+        boot.fit(X, y, groups=np.repeat([0, 1], [20, 10]))
+
+
+def test_fixed_and_iid_block_size_are_recorded():
+    X, y = make_data(30, 2, 1)
+    assert BootstrapEstimator(Ridge(), n_bootstrap=2).fit(X, y).block_size_ is None
+    boot = BootstrapEstimator(Ridge(), n_bootstrap=2, block_size=np.int64(3))
+    assert boot.fit(X, y).block_size_ == 3
+
+
+@pytest.mark.parametrize(
+    "estimator, attributes",
+    [
+        (Ridge(), "auto"),
+        (DecisionTreeRegressor(max_depth=1), "feature_importances_"),
+    ],
+)
+def test_iid_bootstrap_of_autocorrelated_rows_warns(estimator, attributes):
+    X, Y, _ = ar1_runs([300], 0.9, seed=7)
+    boot = BootstrapEstimator(estimator, n_bootstrap=2, attributes=attributes)
+    with pytest.warns(
+        UserWarning,
+        match=r"autocorrelated \(median lag-1 autocorrelation 0\.\d+ over 3 "
+        r"target\(s\), above 0\.23\).*Set block_size .* and block_scheme",
+    ) as record:
+        boot.fit(X, Y)
+    # Pointed at the caller's line.
+    assert record[0].filename == __file__
+
+
+@pytest.mark.parametrize(
+    "params, groups",
+    [
+        ({}, None),  # white noise
+        ({"block_size": 10}, None),  # block bootstrap: already handled
+        ({}, "runs"),  # cluster bootstrap: runs kept whole
+    ],
+)
+def test_no_autocorrelation_warning_on_white_noise_or_blocks(params, groups):
+    phi = 0.0 if not params and groups is None else 0.9
+    X, Y, runs = ar1_runs([100, 100, 100], phi, seed=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        BootstrapEstimator(Ridge(), n_bootstrap=2, **params).fit(
+            X, Y, groups=runs if groups else None
+        )
 
 
 # Numerics of the batched path ---------------------------------------------------------

@@ -5,11 +5,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numpy.testing import assert_equal
 from scipy import stats
 
 from skbatch.random import (
     _integers,
     _sorted_positions,
+    block_rows,
     bootstrap_counts,
     count_permutations,
     item_rng,
@@ -718,3 +720,174 @@ def test_count_permutations_stops_at_the_limit():
     rotations = dict(permutation_type="circular_shift")
     assert count_permutations(10, np.repeat([0, 1], 5), **rotations, limit=25) == 25
     assert count_permutations(10, np.repeat([0, 1], 5), **rotations, limit=24) is None
+
+
+# --- bootstrap_counts: circular and stationary blocks ------------------------
+
+
+def _blocks_of(drawn, rows):
+    """The blocks of a circular/stationary replicate of one group: runs of
+    consecutive positions of ``rows`` (wrapping around its end) in ``drawn``,
+    as (start, length) pairs; None if a drawn row is outside the group."""
+    position = {row: k for k, row in enumerate(rows)}
+    if any(row not in position for row in drawn):
+        return None
+    blocks = [[position[drawn[0]], 1]]
+    for previous, row in zip(drawn[:-1], drawn[1:]):
+        if position[row] == (position[previous] + 1) % len(rows):
+            blocks[-1][1] += 1
+        else:
+            blocks.append([position[row], 1])
+    return blocks
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    groups=group_labels,
+    seed=st.integers(0, 2**32 - 1),
+    block_size=st.integers(1, 4),
+    block_scheme=st.sampled_from(["circular", "stationary"]),
+)
+def test_circular_and_stationary_blocks_stay_inside_groups(
+    groups, seed, block_size, block_scheme
+):
+    groups = np.asarray(groups)
+    block_size = min(block_size, np.unique(groups, return_counts=True)[1].min())
+    n_samples = len(groups)
+    drawn = block_rows(
+        seed,
+        range(8),
+        n_samples,
+        groups,
+        block_size=block_size,
+        block_scheme=block_scheme,
+    )
+    counts = bootstrap_counts(
+        seed,
+        range(8),
+        n_samples,
+        groups,
+        block_size=block_size,
+        block_scheme=block_scheme,
+    )
+    for row, count in zip(drawn, counts):
+        assert_equal(np.bincount(row, minlength=n_samples), count)
+        for label in np.unique(groups):
+            rows = np.flatnonzero(groups == label)
+            # Each group keeps its length, made of whole blocks of its own rows.
+            assert count[rows].sum() == len(rows)
+            blocks = _blocks_of(row[rows], rows)
+            assert blocks is not None
+            if block_scheme == "circular":
+                # Blocks of block_size positions, the last one cut at the
+                # group's length: consecutive rows within each, modulo m.
+                local = row[rows] - rows[0]
+                for start in range(0, len(rows), block_size):
+                    block = local[start : start + block_size]
+                    assert_equal(np.diff(block) % len(rows), 1)
+
+
+def test_circular_blocks_wrap_around_their_group():
+    # Two runs of 5 and 7 rows, blocks of 4: ceil(5/4) = 2 and 2 blocks.
+    groups = np.repeat([0, 1], [5, 7])
+    drawn = block_rows(
+        SEED, range(400), 12, groups, block_size=4, block_scheme="circular"
+    )
+    members = [np.arange(5), np.arange(5, 12)]
+    wrapped = 0
+    for row in drawn:
+        for rows in members:
+            local = row[rows] - rows[0]
+            for start in range(0, len(rows), 4):
+                block = local[start : start + 4]
+                # Consecutive modulo the group's length...
+                assert_equal(np.diff(block) % len(rows), 1)
+                # ... and starting anywhere, so some wrap to the group's start.
+                wrapped += bool((np.diff(block) < 0).any())
+    assert wrapped > 100
+    # Every start is equally likely, the group's last row included.
+    starts = drawn[:, [0, 4]].ravel()
+    assert_equal(np.unique(starts), np.arange(5))
+    assert stats.chisquare(np.bincount(starts)).pvalue > 0.001
+
+
+def test_stationary_block_lengths_are_geometric():
+    # One long run: a block is a run of consecutive rows started by a renewal;
+    # its length is geometric with mean block_size (P(L = l) = (1-p)^(l-1) p,
+    # p = 1 / block_size). Blocks cut by the run's end are left out, and runs
+    # that continue by chance into the next block's start are rare
+    # (probability 1 / n) and merged, as the test cannot tell them apart.
+    n_samples, block_size = 4000, 5
+    drawn = block_rows(
+        SEED,
+        range(20),
+        n_samples,
+        block_size=block_size,
+        block_scheme="stationary",
+    )
+    lengths = []
+    for row in drawn:
+        breaks = np.flatnonzero(np.diff(row) % n_samples != 1) + 1
+        lengths.extend(np.diff(breaks))
+    lengths = np.asarray(lengths)
+    p = 1 / block_size
+    assert abs(lengths.mean() - block_size) < 0.15
+    largest = 25
+    observed = np.bincount(np.minimum(lengths, largest), minlength=largest + 1)[1:]
+    law = (1 - p) ** np.arange(largest - 1) * p
+    expected = np.append(law, 1 - law.sum()) * len(lengths)
+    assert stats.chisquare(observed, expected).pvalue > 0.001
+
+
+def test_stationary_starts_are_uniform_and_renewals_have_probability_one_over_b():
+    groups = np.repeat([0, 1], [6, 9])
+    drawn = block_rows(
+        SEED, range(3000), 15, groups, block_size=3, block_scheme="stationary"
+    )
+    # A group's first row always starts a block, anywhere in the group.
+    assert stats.chisquare(np.bincount(drawn[:, 0], minlength=6)).pvalue > 0.001
+    assert stats.chisquare(np.bincount(drawn[:, 6] - 6, minlength=9)).pvalue > 0.001
+    # Other rows continue the block (next row, wrapping) with probability 2/3,
+    # or start anew uniformly (hitting the next row by chance 1/m of the time).
+    local = drawn[:, 6:] - 6
+    continued = np.diff(local) % 9 == 1
+    assert local.min() >= 0
+    expected = 2 / 3 + 1 / 3 / 9
+    assert abs(continued.mean() - expected) < 0.01
+
+
+@pytest.mark.parametrize("block_scheme", ["circular", "stationary"])
+@pytest.mark.parametrize("groups", [None, [0, 0, 1, 1, 1, 2, 2, 3, 3, 3]])
+def test_block_scheme_counts_depend_only_on_seed_and_item(block_scheme, groups):
+    kwargs = dict(block_size=2, block_scheme=block_scheme)
+    full = bootstrap_counts(SEED, range(12), N_SAMPLES, groups, **kwargs)
+    np.testing.assert_array_equal(
+        bootstrap_counts(SEED, [7, 3], N_SAMPLES, groups, **kwargs), full[[7, 3]]
+    )
+    assert not np.array_equal(
+        bootstrap_counts(SEED + 1, range(12), N_SAMPLES, groups, **kwargs), full
+    )
+    assert (full.sum(axis=1) == N_SAMPLES).all()
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (
+            dict(block_size=2, block_scheme="geometric"),
+            r"block_scheme must be one of \('moving', 'circular', 'stationary'\), "
+            r"got 'geometric' \(with block_size=2\)",
+        ),
+        (
+            dict(block_scheme="circular"),
+            r"block_scheme='circular' needs block_size, got block_size=None",
+        ),
+        (
+            dict(block_size=11, block_scheme="stationary"),
+            r"block_size=11 but n_samples=10",
+        ),
+    ],
+)
+def test_block_scheme_validation(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        bootstrap_counts(SEED, [0], N_SAMPLES, **kwargs)
