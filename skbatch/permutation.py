@@ -4,7 +4,9 @@ The definitions are those of scikit-learn's ``permutation_test_score``: the
 score is the mean over folds of the scorer on the test rows, the null
 distribution is that score with ``y`` permuted (within groups when given),
 and ``p = (C + 1) / (n_permutations + 1)`` with C the number of permuted
-scores at least as high as the true one.
+scores at least as high as the true one; when the scheme has at most
+``n_permutations`` distinct permutations, each is scored once and
+``p = C / (their number)``, exact.
 
 Two paths compute the null with the same permutations (one seed stream per
 permutation, see :mod:`skbatch.random`):
@@ -72,6 +74,7 @@ from .memory import GB, memory_budget
 from .random import (
     DEFAULT_RANDOM_STATE,
     _check_permutation_type,
+    count_permutations,
     permutation_indices,
     resolve_entropy,
 )
@@ -298,7 +301,13 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
         ``1 / (n_permutations + 1)``: scikit-learn's default of 100 cannot
         go below 0.0099, too coarse for a family-wise threshold of 0.05 over
         many targets to be read with any precision, hence 1000 here (the
-        ridge fast path makes them cheap).
+        ridge fast path makes them cheap). When the scheme has no more
+        distinct permutations than this (see
+        :func:`skbatch.random.count_permutations`: ``n`` rotations of a run
+        of ``n`` rows, the product over runs; ``k!`` orders of ``k``
+        blocks; ``n!`` orders of ``n`` rows, per run), each is enumerated
+        once instead of drawn, the identity among them, and the p-values are
+        exact (``exact_``, ``n_permutations_``).
     scoring : str, callable or None, default=None
         Scorer name (:func:`sklearn.metrics.get_scorer_names`),
         ``"correlation"`` (Pearson correlation of predictions and targets,
@@ -384,12 +393,16 @@ default="shuffle"
         Cross-validated score on the true ``y`` (per target for
         "raw_values").
     pvalue_ : float or ndarray of shape (n_targets,)
-        ``(C + 1) / (n_permutations + 1)``.
+        ``(C + 1) / (n_permutations + 1)``; with ``exact_``,
+        ``C / n_permutations_``, C then counting every distinct permutation
+        scoring at least ``score_``, the identity included (the smallest
+        value is ``1 / n_permutations_``, with no Monte Carlo error).
     pvalue_fwer_ : float or ndarray of shape (n_targets,)
         Family-wise p-value: the proportion (with the same +1) of
         permutations whose best score over targets reaches the target's
         ``score_``. Never below ``pvalue_``. For "uniform_average" there is a
-        single statistic and it equals ``pvalue_``.
+        single statistic and it equals ``pvalue_``. With ``exact_``, the
+        proportion over all distinct permutations, as for ``pvalue_``.
     pvalue_fdr_ : float or ndarray of shape (n_targets,)
         Benjamini–Hochberg adjusted p-values of ``pvalue_``, equal to
         :func:`scipy.stats.false_discovery_control` (``method="bh"``);
@@ -404,10 +417,18 @@ default="shuffle"
         Mean of the permuted scores.
     null_std_ : float or ndarray of shape (n_targets,)
         Standard deviation (ddof=1) of the permuted scores.
-    permutation_scores_ : ndarray of shape (n_permutations,) or \
-(n_permutations, n_targets)
-        Every permuted score, row i from permutation i; only with
+    permutation_scores_ : ndarray of shape (n_permutations_,) or \
+(n_permutations_, n_targets)
+        Every permuted score, row i from permutation i (with ``exact_``,
+        the i-th of the enumeration, row 0 the identity); only with
         ``return_null=True``.
+    n_permutations_ : int
+        Permutations scored: ``n_permutations``, or with ``exact_`` the
+        number of distinct permutations of the scheme.
+    exact_ : bool
+        Whether every distinct permutation was enumerated once (the scheme
+        has at most ``n_permutations``) rather than ``n_permutations``
+        drawn at random.
     estimator_ : estimator object
         Clone of ``estimator`` fit on all data; ``predict`` and ``score``
         delegate to it.
@@ -615,6 +636,12 @@ default="shuffle"
         # Checks the scheme against the groups (a block longer than a group)
         # before any work.
         permutation_indices(0, [0], n_samples, groups, **permutation)
+        n_distinct = count_permutations(
+            n_samples, groups, **permutation, limit=self.n_permutations
+        )
+        # Every distinct permutation fits: each once, instead of draws.
+        permutation["exact"] = n_distinct is not None
+        n_items = self.n_permutations if n_distinct is None else n_distinct
         entropy = resolve_entropy(self.random_state)
         # The folds, the device and the memory may refuse: before any fit.
         cv = check_cv(self.cv, y, classifier=is_classifier(estimator))
@@ -643,14 +670,14 @@ default="shuffle"
         ):
             spec = None
         if spec is not None:
-            ridge = self._plan_ridge(X_valid, y, splits, spec)
+            ridge = self._plan_ridge(X_valid, y, splits, spec, n_items)
         else:
             data = DataBytes.of(X_input, y_input, X_valid, y, fit_params)
             self._check_refit_memory(data, n_samples, n_targets if raw else 1)
         estimator_ = clone(estimator).fit(X, y, **fit_params)
         if spec is not None:
             backend, counter = self._fit_ridge(
-                X_valid, y, groups, splits, ridge, entropy, raw, permutation
+                X_valid, y, groups, splits, ridge, entropy, raw, permutation, n_items
             )
         else:
             counter = self._fit_generic(
@@ -664,6 +691,7 @@ default="shuffle"
                 raw,
                 permutation,
                 fit_params,
+                n_items,
             )
         undefined = np.isnan(counter.observed)
         if undefined.any():
@@ -685,6 +713,8 @@ default="shuffle"
         self.null_std_ = counter.null_std
         if self.return_null:
             self.permutation_scores_ = counter.null
+        self.n_permutations_ = n_items
+        self.exact_ = permutation["exact"]
         self.backend_ = backend
         self.estimator_ = estimator_
         return self
@@ -733,21 +763,24 @@ default="shuffle"
             parts,
         )
 
-    def _counter(self, observed, dtype):
-        """The exceedance counter, with ties judged at ``dtype``'s round-off."""
+    def _counter(self, observed, dtype, n_items, exact):
+        """The exceedance counter of ``n_items`` permutations (every distinct
+        one if ``exact``), with ties judged at ``dtype``'s round-off."""
         scale = np.abs(observed)
         if self.scoring in _UNIT_SCALE_SCORINGS:
             scale = np.maximum(scale, 1.0)
         tolerance = TIE_ULPS * np.finfo(dtype).eps * np.nan_to_num(scale)
         return PermutationCounter(
             observed,
-            n_total=self.n_permutations,
+            n_total=n_items,
             keep_null=self.return_null,
             tolerance=tolerance,
+            exact=exact,
         )
 
-    def _plan_ridge(self, X, y, splits, spec):
-        """The fast path's device, dtype and work, its memory checked.
+    def _plan_ridge(self, X, y, splits, spec, n_items):
+        """The fast path's device, dtype and work for ``n_items``
+        permutations, its memory checked.
 
         Returns
         -------
@@ -759,7 +792,7 @@ default="shuffle"
         X = np.asarray(X, dtype=np.float64)
         Y = np.asarray(y, dtype=np.float64).reshape(X.shape[0], -1)
         n_samples, n_features = X.shape
-        columns = self.n_permutations * Y.shape[1]
+        columns = n_items * Y.shape[1]
         rank = min(n_samples, n_features)
         flops = 2.0 * len(splits) * n_samples * rank * columns * (spec.alphas.size + 2)
         backend = resolve_backend(self.device, flops=flops)
@@ -781,7 +814,7 @@ default="shuffle"
             [inner_scheme(X[train], Y[train]) for train, _ in splits],
             backend,
             dtype,
-            n_permutations=self.n_permutations,
+            n_permutations=n_items,
             max_memory_gb=self.max_memory_gb,
         )
         return dict(
@@ -794,7 +827,9 @@ default="shuffle"
             inner_scheme=inner_scheme,
         )
 
-    def _fit_ridge(self, X, y, groups, splits, ridge, entropy, raw, permutation):
+    def _fit_ridge(
+        self, X, y, groups, splits, ridge, entropy, raw, permutation, n_items
+    ):
         """Fast path: permutations as extra targets through one SVD per fold.
 
         ``ridge`` is what :meth:`_plan_ridge` planned.
@@ -815,11 +850,16 @@ default="shuffle"
                 backend,
                 dtype,
                 self.scoring,
-                n_permutations=self.n_permutations,
+                n_permutations=n_items,
                 permutation=dict(entropy=entropy, groups=groups, **permutation),
             )
             observed = np.asarray(to_numpy(problem.observed()), dtype=np.float64)
-            counter = self._counter(observed if raw else observed.mean(), dtype)
+            counter = self._counter(
+                observed if raw else observed.mean(),
+                dtype,
+                n_items,
+                permutation["exact"],
+            )
 
             def reduce(ids, scores):
                 counter.update(scores if raw else scores.mean(axis=1), ids)
@@ -841,6 +881,7 @@ default="shuffle"
         raw,
         permutation,
         fit_params,
+        n_items,
     ):
         """Generic path: refits of clones in joblib windows.
 
@@ -868,7 +909,7 @@ default="shuffle"
         if not raw:
             # A per-target metric averaged over targets, as r2_score does.
             observed = np.mean(observed)
-        counter = self._counter(observed, np.float64)
+        counter = self._counter(observed, np.float64, n_items, permutation["exact"])
         task = functools.partial(
             _null_scores_task,
             y=y,
@@ -889,7 +930,7 @@ default="shuffle"
         run_parallel(
             task,
             reduce,
-            n_items=self.n_permutations,
+            n_items=n_items,
             host_bytes_per_item=host_bytes_per_item,
             n_jobs=self.n_jobs,
             max_memory_gb=self.max_memory_gb,

@@ -660,3 +660,118 @@ def test_pvalue_fdr_adjusts_the_defined_targets():
     assert np.all(perm.pvalue_fdr_[defined] >= perm.pvalue_[defined])
     uniform = PermutationScorer(Ridge(), n_permutations=49, random_state=0).fit(X, Y)
     assert uniform.pvalue_fdr_ == uniform.pvalue_
+
+
+# --- exact enumeration -------------------------------------------------------------
+
+
+def ar_series(seed, n, n_targets=None, phi=0.8):
+    """Rows of an AR(phi) process: autocorrelated, as time series are."""
+    rng = np.random.default_rng(seed)
+    shape = (n,) if n_targets is None else (n, n_targets)
+    noise = rng.standard_normal(shape)
+    out = np.empty(shape)
+    out[0] = noise[0]
+    for t in range(1, n):
+        out[t] = phi * out[t - 1] + noise[t]
+    return out
+
+
+def test_exact_pvalue_equals_a_hand_loop_over_every_shift():
+    n = 15
+    X = ar_series(0, n, 2)
+    y = X[:, 0] + ar_series(1, n)
+    cv = KFold(3)
+    perm = PermutationScorer(
+        Ridge(), n_permutations=100, cv=cv, permutation_type="circular_shift"
+    ).fit(X, y)
+    assert perm.exact_ and perm.n_permutations_ == n
+    observed = cross_val_score(Ridge(), X, y, cv=cv).mean()
+    # Shift k reads row (i + k) mod n at row i; k = 0 is the data.
+    shifted = [
+        cross_val_score(Ridge(), X, np.roll(y, -k), cv=cv).mean() for k in range(n)
+    ]
+    assert abs(perm.score_ - observed) < 1e-12
+    expected = np.sum(np.array(shifted) >= observed - 1e-12) / n
+    assert perm.pvalue_ == expected
+    assert perm.pvalue_ >= 1 / n
+
+
+def test_exact_only_when_every_permutation_fits():
+    runs = np.repeat([0, 1, 2], [4, 5, 3])
+    X, y = make_data(n=12, p=2)
+    kwargs = dict(permutation_type="circular_shift", cv=GroupKFold(3), return_null=True)
+    exact = PermutationScorer(Ridge(), n_permutations=60, **kwargs).fit(
+        X, y, groups=runs
+    )
+    assert exact.exact_ and exact.n_permutations_ == 60
+    assert exact.permutation_scores_.shape == (60,)
+    # The identity is permutation 0 and counts itself.
+    assert abs(exact.permutation_scores_[0] - exact.score_) < 1e-12
+    count = np.sum(exact.permutation_scores_ >= exact.score_ - 1e-12)
+    assert exact.pvalue_ == count / 60
+    drawn = PermutationScorer(Ridge(), n_permutations=59, **kwargs).fit(
+        X, y, groups=runs
+    )
+    assert not drawn.exact_ and drawn.n_permutations_ == 59
+    count = np.sum(drawn.permutation_scores_ >= drawn.score_ - 1e-12)
+    assert drawn.pvalue_ == (count + 1) / 60
+
+
+@pytest.mark.parametrize(
+    "permutation_type, block_size, n, total",
+    [("shuffle", None, 5, 120), ("block_shuffle", 10, 40, 24)],
+)
+def test_exact_for_few_rows_or_few_blocks(permutation_type, block_size, n, total):
+    X = ar_series(2, n, 2)
+    Y = np.column_stack([X[:, 0] + ar_series(3, n), ar_series(4, n)])
+    perm = PermutationScorer(
+        Ridge(),
+        n_permutations=500,
+        cv=KFold(2) if n < 10 else KFold(4),
+        multioutput="raw_values",
+        permutation_type=permutation_type,
+        block_size=block_size,
+        return_null=True,
+    ).fit(X, Y)
+    assert perm.exact_ and perm.n_permutations_ == total
+    null = perm.permutation_scores_
+    reached = null >= perm.score_ - 1e-12
+    assert_array_equal(perm.pvalue_, reached.sum(axis=0) / total)
+    best = null.max(axis=1, keepdims=True)
+    assert_array_equal(
+        perm.pvalue_fwer_, (best >= perm.score_ - 1e-12).sum(axis=0) / total
+    )
+    assert np.all(perm.pvalue_fwer_ >= perm.pvalue_)
+
+
+def exact_fit(estimator, X, Y, runs, **kwargs):
+    return PermutationScorer(
+        estimator,
+        n_permutations=200,
+        cv=GroupKFold(3),
+        multioutput="raw_values",
+        permutation_type="circular_shift",
+        return_null=True,
+        **kwargs,
+    ).fit(X, Y, groups=runs)
+
+
+@pytest.mark.filterwarnings("ignore:.*chose the (smallest|largest) alpha")
+def test_exact_results_do_not_depend_on_batches_or_paths(monkeypatch):
+    runs = np.repeat([0, 1, 2], [5, 7, 4])
+    X = ar_series(5, 16, 3)
+    Y = X[:, :1] + ar_series(6, 16, 3)
+    estimator = BatchedRidge(alphas=ALPHAS, n_targets_batch=1)
+    reference = exact_fit(BatchedRidge(alphas=ALPHAS), X, Y, runs)
+    assert reference.exact_ and reference.n_permutations_ == 140
+    calls = count_batches(monkeypatch)
+    with simulate_oom(max_items=3):
+        split = exact_fit(estimator, X, Y, runs)
+    assert max(calls[1:]) <= 3
+    assert_same_result(reference, split)
+    tiny = exact_fit(BatchedRidge(alphas=ALPHAS), X, Y, runs, max_memory_gb=4e-5)
+    assert_same_result(reference, tiny)
+    refits = exact_fit(generic(BatchedRidge(alphas=ALPHAS)), X, Y, runs, n_jobs=1)
+    assert refits.exact_
+    assert_same_result(reference, refits)

@@ -498,8 +498,8 @@ class PermutedRidgeProblem(Portable):
         Where, in what, and how the folds are scored.
     n_permutations : int
     permutation : dict
-        ``entropy``, ``groups``, ``permutation_type`` and ``block_size`` of
-        :func:`skbatch.random.permutation_indices`.
+        ``entropy``, ``groups``, ``permutation_type``, ``block_size`` and
+        optionally ``exact`` of :func:`skbatch.random.permutation_indices`.
     """
 
     desc = "permutations"
@@ -632,6 +632,7 @@ class PermutedRidgeProblem(Portable):
                 self.permutation["groups"],
                 permutation_type=self.permutation["permutation_type"],
                 block_size=self.permutation["block_size"],
+                exact=self.permutation.get("exact", False),
             )
         )
 
