@@ -70,6 +70,7 @@ from ._ridge.cv import cv_scheme, fold_rows
 from ._ridge.problems import DEVICE_SCORINGS, PermutedRidgeProblem
 from ._ridge.spec import resolve_dtype, ridge_spec
 from .backend import resolve_backend, to_numpy
+from ._timeseries import lag1_autocorrelation
 from .memory import GB, memory_budget
 from .random import (
     DEFAULT_RANDOM_STATE,
@@ -99,6 +100,14 @@ _UNIT_SCALE_SCORINGS = (None, "r2", "correlation", "explained_variance")
 # summed row, and a permutation that reproduces the data must count.
 TIE_ULPS = 1000
 
+# permutation_type="shuffle" warns when the median over targets of the lag-1
+# autocorrelation of y within groups exceeds both figures. 0.2: a mean of
+# AR(1) rows then varies (1 + 0.2) / (1 - 0.2) = 1.5 times what exchangeable
+# rows give, so shuffled null scores are too narrow and p-values too small.
+SHUFFLE_AUTOCORRELATION_WARN = 0.2
+# ... and this many standard deviations of the statistic on white noise
+# (1 / sqrt(n_samples)): a false alarm probability of 3e-5 on such data.
+SHUFFLE_AUTOCORRELATION_WARN_Z = 4.0
 
 def _pearson(y_true, y_pred, *, multioutput="raw_values"):
     """Pearson correlation of each column; NaN where it is undefined.
@@ -153,6 +162,48 @@ _IGNORES_GROUPS = getattr(sklearn_split, "_UnsupportedGroupCVMixin", ())
 
 
 def _splits_ignore_y(cv):
+def _shuffle_autocorrelation(y, groups):
+    """``(statistic, threshold)`` of the shuffle warning, or None.
+
+    The median over targets of the lag-1 autocorrelation of ``y`` within
+    groups, and the larger of ``SHUFFLE_AUTOCORRELATION_WARN`` and
+    ``SHUFFLE_AUTOCORRELATION_WARN_Z / sqrt(n_samples)``. None for labels
+    (classifiers' ``y``) or where no target has a defined value.
+    """
+    y = np.asarray(y)
+    if y.dtype.kind not in "biuf":
+        return None
+    r1 = lag1_autocorrelation(y, groups)
+    r1 = r1[np.isfinite(r1)]
+    if not r1.size:
+        return None
+    n_samples = y.shape[0]
+    threshold = max(
+        SHUFFLE_AUTOCORRELATION_WARN,
+        SHUFFLE_AUTOCORRELATION_WARN_Z / np.sqrt(n_samples),
+    )
+    return float(np.median(r1)), threshold
+
+
+def _warn_if_autocorrelated(y, groups):
+    """Warn when shuffling rows of ``y`` that are clearly autocorrelated."""
+    found = _shuffle_autocorrelation(y, groups)
+    if found is None or found[0] <= found[1]:
+        return
+    within = "within groups" if groups is not None else "(no groups given)"
+    warnings.warn(
+        f"The rows of y are autocorrelated {within}: median lag-1 "
+        f"autocorrelation {found[0]:.2f} over the targets, above {found[1]:.2f}. "
+        f"permutation_type='shuffle' breaks that dependence, so the null is "
+        f"too narrow and the p-values too small. Use "
+        f"permutation_type='circular_shift' or 'block_shuffle' (with "
+        f"block_size), with the runs as groups.",
+        UserWarning,
+        # _warn_if_autocorrelated, fit, atomic_fit.
+        stacklevel=4,
+    )
+
+
     """Whether the folds of splitter ``cv`` (after ``check_cv``) ignore y."""
     return type(cv) in _Y_FREE_SPLITTERS
 
@@ -343,7 +394,12 @@ default="shuffle"
         - ``"shuffle"``: a uniform random permutation, valid when rows are
           exchangeable (independent trials). Invalid for autocorrelated rows
           (fMRI, EEG time series): it breaks the autocorrelation that the
-          observed data keep, and the test becomes far too liberal.
+          observed data keep, and the test becomes far too liberal. A
+          ``UserWarning`` says so when the median over targets of the lag-1
+          autocorrelation of ``y`` within groups exceeds both
+          ``SHUFFLE_AUTOCORRELATION_WARN`` (0.2) and
+          ``SHUFFLE_AUTOCORRELATION_WARN_Z / sqrt(n_samples)`` (4 standard
+          deviations of the statistic on white noise).
         - ``"circular_shift"``: rotate each run by a random offset; keeps
           the autocorrelation except at the wrap-around. Exact when each run
           is a stationary circular process; close for runs much longer than
@@ -644,6 +700,8 @@ default="shuffle"
         n_items = self.n_permutations if n_distinct is None else n_distinct
         entropy = resolve_entropy(self.random_state)
         # The folds, the device and the memory may refuse: before any fit.
+        if self.permutation_type == "shuffle":
+            _warn_if_autocorrelated(y, groups)
         cv = check_cv(self.cv, y, classifier=is_classifier(estimator))
         splits = _split_rows(cv, X, y, groups)
         # The generic path's; the fast path's weighs its work ("auto").

@@ -775,3 +775,43 @@ def test_exact_results_do_not_depend_on_batches_or_paths(monkeypatch):
     refits = exact_fit(generic(BatchedRidge(alphas=ALPHAS)), X, Y, runs, n_jobs=1)
     assert refits.exact_
     assert_same_result(reference, refits)
+
+
+# --- shuffling autocorrelated rows warns --------------------------------------------
+
+
+def test_shuffle_of_autocorrelated_rows_warns():
+    runs = np.repeat([0, 1], [70, 50])
+    X = ar_series(7, 120, 2, phi=0.9)
+    y = ar_series(8, 120, phi=0.9)
+    with pytest.warns(UserWarning, match="circular_shift"):
+        PermutationScorer(Ridge(), n_permutations=9, cv=GroupKFold(2)).fit(
+            X, y, groups=runs
+        )
+
+
+def test_no_warning_on_white_noise_or_other_schemes(recwarn):
+    rng = np.random.default_rng(9)
+    X = rng.standard_normal((120, 2))
+    PermutationScorer(Ridge(), n_permutations=9).fit(X, rng.standard_normal(120))
+    X_ar, y_ar = ar_series(7, 120, 2, phi=0.9), ar_series(8, 120, phi=0.9)
+    PermutationScorer(Ridge(), n_permutations=9, permutation_type="circular_shift").fit(
+        X_ar, y_ar
+    )
+    assert not [w for w in recwarn if "autocorrelated" in str(w.message)]
+
+
+def test_shuffle_warning_rarely_fires_on_white_noise():
+    # The statistic's null spread is about 1 / sqrt(n): at 4 of them, 3e-5.
+    rng = np.random.default_rng(10)
+    for n, runs in ((30, None), (200, np.repeat([0, 1, 2], [50, 90, 60]))):
+        fired = 0
+        for _ in range(2000):
+            statistic, threshold = permutation_module._shuffle_autocorrelation(
+                rng.standard_normal((n, 3)), runs
+            )
+            fired += statistic > threshold
+        assert fired <= 2
+    ar = ar_series(11, 200, 3, phi=0.9)
+    statistic, threshold = permutation_module._shuffle_autocorrelation(ar, None)
+    assert statistic > threshold
