@@ -31,6 +31,13 @@ from ..memory import GB, memory_budget
 from ..random import resolve_entropy
 from .problems import CV_WORKSPACE_OVERHEAD, RidgeSolver, TargetProblem
 
+# Drawn band weights below this share of a candidate's largest are 0: such a
+# band's alpha is 1e12 times the others', which leaves its coefficients at
+# 0 to within rounding, while its columns, rescaled by the square root of
+# the weight, would be beyond what the SVD resolves beside the others
+# (skbatch._linalg.svd_decompose refuses such a spread of column norms).
+DRAWN_WEIGHT_FLOOR = 1e-12
+
 __all__ = [
     "BandedDesign",
     "BandedRefitProblem",
@@ -77,6 +84,13 @@ def check_bands(bands, n_features):
     items = list(bands)
     if items and all(np.ndim(item) == 1 for item in items):
         return _bands_from_indices(items, n_features), np.arange(len(items))
+    strings = [isinstance(item, str) for item in items]
+    if any(strings) and not all(strings):
+        # numpy would read the numbers as strings too.
+        raise TypeError(
+            f"bands labels must all be int or all be str, got "
+            f"{sorted({type(item).__name__ for item in items})}"
+        )
     labels = np.asarray(items)
     if labels.ndim != 1 or labels.dtype.kind not in "iuUSO":
         raise TypeError(
@@ -239,6 +253,7 @@ def band_candidates(band_weights, n_bands, concentration, random_state):
     for i in range(1, band_weights):
         scale = concentration[(i - 1) % concentration.size]
         draw = rng.dirichlet(np.full(n_bands, scale))
+        draw[draw < DRAWN_WEIGHT_FLOOR * draw.max()] = 0.0
         # A tiny concentration can draw all weights as 0 or NaN in float64:
         # the limit, a vertex of the simplex, at the largest gamma draw.
         if not (np.all(np.isfinite(draw)) and draw.sum() > 0):
