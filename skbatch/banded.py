@@ -139,7 +139,10 @@ default=None
     max_memory_gb : float or None, default=None
         Memory budget in GB; None measures free memory.
     random_state : int, RandomState instance, Generator or None, default=0
-        Seeds the Dirichlet draws of the candidates.
+        Seeds the Dirichlet draws of the candidates. The default,
+        :data:`skbatch.random.DEFAULT_RANDOM_STATE` (0), the one default of
+        every skbatch estimator, makes a rerun draw the same candidates; None
+        draws fresh ones every fit.
     verbose : int, default=0
         1: the plan of each loop, progress bars over the target batches and a
         summary (the share of targets per winning candidate); 2: also logs.

@@ -85,6 +85,9 @@ AUTOCORRELATION_WARN = 0.2
 AUTOCORRELATION_WARN_Z = 4.0
 # The attributes the batched linear path computes.
 _LINEAR_ATTRIBUTES = ("coef_", "intercept_")
+# What attributes="auto" bootstraps of a model without coef_ (trees, forests,
+# boosting): the one per-feature summary such models have.
+_IMPORTANCES = "feature_importances_"
 # results_ key of a callable ``attributes`` that returns a single array.
 STATISTIC_KEY = "statistic"
 # Attributes that only exist through hyperparameter tuning: with tuning held
@@ -166,8 +169,10 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         the percentile interval reflected around the estimate,
         ``(2 * estimate - upper, 2 * estimate - lower)``.
     attributes : "auto", str, sequence of str or callable, default="auto"
-        What to bootstrap. "auto": ``coef_`` and ``intercept_``, those the
-        fitted estimator has. A name or names of fitted attributes. A
+        What to bootstrap. "auto": if the fitted estimator has ``coef_``,
+        ``coef_`` and ``intercept_`` (those it has); else
+        ``feature_importances_`` if it has that (forests, gradient boosting);
+        else an error. A name or names of fitted attributes. A
         callable taking a fitted estimator and returning an array (stored
         under ``results_["statistic"]``) or a dict of name to array.
         Attributes are read from the fitted estimator, or from its
@@ -649,14 +654,16 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         if callable(attributes):
             return None
         if isinstance(attributes, str) and attributes == "auto":
-            names = tuple(a for a in _LINEAR_ATTRIBUTES if hasattr(source, a))
-            if not names:
-                raise ValueError(
-                    f"attributes='auto' bootstraps coef_ and intercept_, but the "
-                    f"fitted {type(source).__name__} has neither; pass attribute "
-                    f"names or a callable"
-                )
-            return names
+            if hasattr(source, "coef_"):
+                return tuple(a for a in _LINEAR_ATTRIBUTES if hasattr(source, a))
+            if hasattr(source, _IMPORTANCES):
+                return (_IMPORTANCES,)
+            raise ValueError(
+                f"attributes='auto' bootstraps coef_ and intercept_, or else "
+                f"{_IMPORTANCES}, but the fitted {type(source).__name__} has "
+                f"neither coef_ nor {_IMPORTANCES}; pass attribute names or a "
+                f"callable"
+            )
         names = (attributes,) if isinstance(attributes, str) else tuple(attributes)
         for name in names:
             if not hasattr(source, name):
