@@ -3,12 +3,14 @@
 from sklearn.linear_model import LinearRegression, Ridge
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from skbatch import BatchedRidge, BootstrapEstimator, PermutationScorer
+from skbatch import BandedRidge, BatchedRidge, BootstrapEstimator, PermutationScorer
 
 ESTIMATORS = [
     BatchedRidge(),
     BatchedRidge(alphas=[0.1, 1.0, 10.0], cv=3, scoring="neg_mean_squared_error"),
     BatchedRidge(cv="gcv", alpha_per_target=False),
+    BandedRidge(),
+    BandedRidge(band_weights=5, cv=3, scoring="neg_mean_squared_error"),
     PermutationScorer(n_permutations=5, random_state=0),
     PermutationScorer(Ridge(), n_permutations=5, random_state=0),
     PermutationScorer(
