@@ -69,8 +69,8 @@ from ._preflight import DataBytes, refit_window, refuse
 from ._ridge.cv import cv_scheme, fold_rows
 from ._ridge.problems import DEVICE_SCORINGS, PermutedRidgeProblem
 from ._ridge.spec import resolve_dtype, ridge_spec
-from .backend import resolve_backend, to_numpy
 from ._timeseries import lag1_autocorrelation
+from .backend import resolve_backend, to_numpy
 from .memory import GB, memory_budget
 from .random import (
     DEFAULT_RANDOM_STATE,
@@ -99,7 +99,6 @@ _UNIT_SCALE_SCORINGS = (None, "r2", "correlation", "explained_variance")
 # same score computed in batches of other widths differs by a few ulps per
 # summed row, and a permutation that reproduces the data must count.
 TIE_ULPS = 1000
-
 # permutation_type="shuffle" warns when the median over targets of the lag-1
 # autocorrelation of y within groups exceeds both figures. 0.2: a mean of
 # AR(1) rows then varies (1 + 0.2) / (1 - 0.2) = 1.5 times what exchangeable
@@ -108,6 +107,7 @@ SHUFFLE_AUTOCORRELATION_WARN = 0.2
 # ... and this many standard deviations of the statistic on white noise
 # (1 / sqrt(n_samples)): a false alarm probability of 3e-5 on such data.
 SHUFFLE_AUTOCORRELATION_WARN_Z = 4.0
+
 
 def _pearson(y_true, y_pred, *, multioutput="raw_values"):
     """Pearson correlation of each column; NaN where it is undefined.
@@ -161,7 +161,6 @@ _Y_FREE_SPLITTERS = (
 _IGNORES_GROUPS = getattr(sklearn_split, "_UnsupportedGroupCVMixin", ())
 
 
-def _splits_ignore_y(cv):
 def _shuffle_autocorrelation(y, groups):
     """``(statistic, threshold)`` of the shuffle warning, or None.
 
@@ -204,6 +203,7 @@ def _warn_if_autocorrelated(y, groups):
     )
 
 
+def _splits_ignore_y(cv):
     """Whether the folds of splitter ``cv`` (after ``check_cv``) ignore y."""
     return type(cv) in _Y_FREE_SPLITTERS
 
@@ -692,6 +692,8 @@ default="shuffle"
         # Checks the scheme against the groups (a block longer than a group)
         # before any work.
         permutation_indices(0, [0], n_samples, groups, **permutation)
+        if self.permutation_type == "shuffle":
+            _warn_if_autocorrelated(y, groups)
         n_distinct = count_permutations(
             n_samples, groups, **permutation, limit=self.n_permutations
         )
@@ -700,8 +702,6 @@ default="shuffle"
         n_items = self.n_permutations if n_distinct is None else n_distinct
         entropy = resolve_entropy(self.random_state)
         # The folds, the device and the memory may refuse: before any fit.
-        if self.permutation_type == "shuffle":
-            _warn_if_autocorrelated(y, groups)
         cv = check_cv(self.cv, y, classifier=is_classifier(estimator))
         splits = _split_rows(cv, X, y, groups)
         # The generic path's; the fast path's weighs its work ("auto").
