@@ -2,18 +2,21 @@
 
 import copy
 import functools
+import inspect
 import numbers
 
 import numpy as np
 from sklearn import get_config
+from sklearn.base import clone
 from sklearn.utils import get_tags
 from sklearn.utils.metadata_routing import (
     MetadataRouter,
     MethodMapping,
+    get_routing_for_object,
     process_routing,
 )
 from sklearn.utils.metaestimators import available_if
-from sklearn.utils.validation import _num_samples, check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._report import FitReport, collect_stages
 from .backend import backend_of_array, resolve_backend, to_numpy
@@ -30,6 +33,17 @@ def host_input(X):
     if source is None:
         return X, None
     return to_numpy(X), source
+
+
+def estimator_input(given, validated):
+    """What a wrapped estimator is fit on: a DataFrame or Series as given.
+
+    pandas objects reach it as the user passed them, as scikit-learn's
+    ``permutation_test_score`` passes them: column names for its own checks
+    and name-based transformers, ``.iloc`` for the user's code; anything else
+    as the ``validated`` array.
+    """
+    return given if hasattr(given, "iloc") else validated
 
 
 def check_input_device(source, backend):
@@ -109,8 +123,13 @@ class DeviceMixin:
     def to_device(self, device):
         """Move the fitted estimator to another device, explicitly.
 
-        Fitted arrays are host numpy, so nothing is copied: only
-        ``backend_``, where later computation runs, changes.
+        Fitted arrays are host numpy, so nothing is copied: ``backend_``,
+        where later computation runs, changes, and so does the ``device``
+        parameter, so that a refit runs where the model was moved (a model
+        fitted with ``device="torch"`` and moved to ``"cpu"`` refits with
+        numpy, on a host without torch too). A wrapper moves its
+        ``estimator_`` as well, and its ``estimator`` parameter is replaced
+        by a clone with that ``device`` (the object given is left as it was).
 
         Parameters
         ----------
@@ -130,10 +149,13 @@ class DeviceMixin:
                 "got 'auto'"
             )
         self.backend_ = resolve_backend(device)
-        for inner in ("estimator_",):
-            nested = getattr(self, inner, None)
-            if hasattr(nested, "to_device") and hasattr(nested, "backend_"):
-                nested.to_device(device)
+        self.device = device
+        nested = getattr(self, "estimator_", None)
+        if hasattr(nested, "to_device") and hasattr(nested, "backend_"):
+            nested.to_device(device)
+        given = getattr(self, "estimator", None)
+        if hasattr(given, "to_device"):
+            self.estimator = clone(given).set_params(device=device)
         return self
 
 
@@ -161,6 +183,25 @@ def check_n_jobs(n_jobs):
             "n_jobs must be None, a positive int (workers) or a negative int "
             "(-1: all cores, -2: all but one...), got 0"
         )
+
+
+def refit_params(estimator, groups, fit_params):
+    """``fit_params`` of a wrapper's fits of ``estimator``, with the rows' groups.
+
+    ``groups`` join them when the estimator's fit takes them: under metadata
+    routing, when it requests ``groups`` (a ``BatchedRidge``, a
+    ``Delayer`` or a group-splitting ``RidgeCV``, in a pipeline too);
+    otherwise, when its ``fit`` has a ``groups`` parameter. Sliced with the
+    rows of every refit, they give an inner group CV (leave-one-run-out
+    within leave-one-run-out) the runs of its subset.
+    """
+    if groups is None:
+        return fit_params
+    if get_config()["enable_metadata_routing"]:
+        takes = bool(get_routing_for_object(estimator).consumes("fit", ["groups"]))
+    else:
+        takes = "groups" in inspect.signature(estimator.fit).parameters
+    return {**fit_params, "groups": groups} if takes else fit_params
 
 
 class WrapperMixin(DeviceMixin):
@@ -200,7 +241,7 @@ class WrapperMixin(DeviceMixin):
         fit_params = {key: host_input(value)[0] for key, value in fit_params.items()}
         check_params.update(dtype=None, ensure_all_finite=False)
         X_valid, y_valid = validate_data(self, X, y, multi_output=True, **check_params)
-        groups = check_groups(groups, _num_samples(X_valid))
+        groups = check_groups(groups, X_valid.shape[0])
         return X, y, X_valid, y_valid, groups, fit_params
 
     def get_metadata_routing(self):
@@ -226,12 +267,26 @@ class WrapperMixin(DeviceMixin):
         )
 
     def __sklearn_tags__(self):
+        # The wrapper is what it wraps: a classifier's wrapper is a
+        # classifier (is_classifier, and so stratified folds in
+        # cross_val_score), a regressor's a regressor.
         tags = super().__sklearn_tags__()
         inner = get_tags(self._get_estimator())
+        tags.estimator_type = inner.estimator_type
         tags.input_tags = copy.deepcopy(inner.input_tags)
         tags.target_tags = copy.deepcopy(inner.target_tags)
         tags.regressor_tags = copy.deepcopy(inner.regressor_tags)
+        tags.classifier_tags = copy.deepcopy(inner.classifier_tags)
         return tags
+
+    @property
+    def classes_(self):
+        """The class labels of ``estimator_``, for a classifier.
+
+        Absent (``hasattr`` is False) before ``fit`` and for an estimator
+        without ``classes_``.
+        """
+        return self.estimator_.classes_
 
     @available_if(_estimator_has("predict"))
     def predict(self, X):
@@ -249,6 +304,64 @@ class WrapperMixin(DeviceMixin):
         """
         check_is_fitted(self)
         return self.estimator_.predict(X)
+
+    @available_if(_estimator_has("predict_proba"))
+    def predict_proba(self, X):
+        """Class probabilities from ``estimator_``, the estimator fit on all data.
+
+        Available when the estimator has ``predict_proba``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Samples.
+
+        Returns
+        -------
+        proba : array of shape (n_samples, n_classes)
+            ``estimator_.predict_proba(X)``, columns in the order of
+            ``classes_``.
+        """
+        check_is_fitted(self)
+        return self.estimator_.predict_proba(X)
+
+    @available_if(_estimator_has("predict_log_proba"))
+    def predict_log_proba(self, X):
+        """Log class probabilities from ``estimator_``.
+
+        Available when the estimator has ``predict_log_proba``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Samples.
+
+        Returns
+        -------
+        log_proba : array of shape (n_samples, n_classes)
+            ``estimator_.predict_log_proba(X)``.
+        """
+        check_is_fitted(self)
+        return self.estimator_.predict_log_proba(X)
+
+    @available_if(_estimator_has("decision_function"))
+    def decision_function(self, X):
+        """Decision function of ``estimator_``.
+
+        Available when the estimator has ``decision_function``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Samples.
+
+        Returns
+        -------
+        scores : array of shape (n_samples,) or (n_samples, n_classes)
+            ``estimator_.decision_function(X)``.
+        """
+        check_is_fitted(self)
+        return self.estimator_.decision_function(X)
 
     @available_if(_estimator_has("score"))
     def score(self, X, y, sample_weight=None):

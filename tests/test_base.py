@@ -1,17 +1,37 @@
-"""Fits are atomic: an error or an interrupt leaves the estimator as it was."""
+"""What every estimator shares (skbatch/_base.py).
 
+Fits are atomic: an error or an interrupt leaves the estimator as it was.
+The wrappers are what they wrap (a classifier's wrapper is a classifier);
+``to_device`` moves a model and where it refits; one ``random_state``
+default.
+"""
+
+import inspect
+import itertools
 import pickle
 
 import numpy as np
 import pytest
 import sklearn
-from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.base import BaseEstimator, RegressorMixin, is_classifier, is_regressor
+from sklearn.ensemble import RandomForestRegressor
 from sklearn.exceptions import NotFittedError, UnsetMetadataPassedError
-from sklearn.linear_model import LinearRegression, Ridge
-from sklearn.model_selection import KFold, cross_validate
+from sklearn.linear_model import LinearRegression, LogisticRegression, Ridge
+from sklearn.model_selection import (
+    KFold,
+    StratifiedKFold,
+    check_cv,
+    cross_val_score,
+    cross_validate,
+)
+from sklearn.neighbors import KNeighborsRegressor
+from sklearn.svm import SVC
+from sklearn.utils import get_tags
 from sklearn.utils.validation import check_is_fitted
 
+import skbatch
 from skbatch import BatchedRidge, BootstrapEstimator, PermutationScorer, _engine
+from skbatch.random import DEFAULT_RANDOM_STATE
 
 
 class _Interrupt(BaseException):
@@ -145,3 +165,178 @@ def test_metadata_routing_sends_requested_fit_params_to_the_estimator(wrap):
         for train, test in KFold(3).split(X)
     ]
     np.testing.assert_allclose(scores, by_hand, rtol=1e-12)
+
+
+# --- wrappers are what they wrap -------------------------------------------
+
+
+def _classes(seed=0):
+    """Two classes in rows of no order (sorted rows are autocorrelated)."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((90, 3))
+    y = (X @ np.array([1.5, -1.0, 0.5]) + 0.5 * rng.standard_normal(90) > 0).astype(int)
+    return X, y
+
+
+CLASSIFIER_WRAPPERS = [
+    lambda estimator: BootstrapEstimator(estimator, n_bootstrap=5),
+    lambda estimator: PermutationScorer(estimator, n_permutations=5, cv=3),
+]
+
+
+@pytest.mark.parametrize("wrap", CLASSIFIER_WRAPPERS, ids=["bootstrap", "permutation"])
+def test_a_wrapped_classifier_is_a_classifier(wrap):
+    wrapped = wrap(LogisticRegression())
+    assert is_classifier(wrapped) and not is_regressor(wrapped)
+    assert (
+        get_tags(wrapped).classifier_tags
+        == get_tags(LogisticRegression()).classifier_tags
+    )
+    assert is_regressor(wrap(Ridge())) and not is_classifier(wrap(Ridge()))
+    # The methods are those the estimator has, as sklearn's meta-estimators'.
+    for inner in (LogisticRegression(), SVC(), SVC(probability=True), Ridge()):
+        for method in ("predict_proba", "predict_log_proba", "decision_function"):
+            assert hasattr(wrap(inner), method) == hasattr(inner, method), (
+                inner,
+                method,
+            )
+    assert not hasattr(wrap(LogisticRegression()), "classes_")  # unfitted
+
+
+@pytest.mark.parametrize("wrap", CLASSIFIER_WRAPPERS, ids=["bootstrap", "permutation"])
+def test_a_wrapped_classifier_predicts_as_the_classifier(wrap):
+    X, y = _classes()
+    labels = np.array(["no", "yes"])[y]
+    wrapped = wrap(LogisticRegression()).fit(X, labels)
+    reference = LogisticRegression().fit(X, labels)
+    np.testing.assert_array_equal(wrapped.classes_, ["no", "yes"])
+    np.testing.assert_array_equal(wrapped.predict(X), reference.predict(X))
+    for method in ("predict_proba", "predict_log_proba", "decision_function"):
+        np.testing.assert_allclose(
+            getattr(wrapped, method)(X), getattr(reference, method)(X), rtol=1e-12
+        )
+    assert wrapped.score(X, labels) == reference.score(X, labels)
+    # A fitted wrapper answers from estimator_, as sklearn's meta-estimators.
+    assert not hasattr(wrap(Ridge()).fit(X, y.astype(float)), "classes_")
+    assert not hasattr(wrap(Ridge()).fit(X, y.astype(float)), "predict_proba")
+
+
+@pytest.mark.parametrize("wrap", CLASSIFIER_WRAPPERS, ids=["bootstrap", "permutation"])
+def test_cross_val_score_stratifies_a_wrapped_classifier(wrap):
+    X, y = _classes()
+    wrapped = wrap(LogisticRegression())
+    assert isinstance(
+        check_cv(3, y, classifier=is_classifier(wrapped)), StratifiedKFold
+    )
+    ours = cross_val_score(wrapped, X, y, cv=3)
+    # The wrapper scores as estimator_, LogisticRegression fit on the fold.
+    stratified = cross_val_score(LogisticRegression(), X, y, cv=StratifiedKFold(3))
+    np.testing.assert_allclose(ours, stratified, rtol=1e-12)
+    unstratified = cross_val_score(LogisticRegression(), X, y, cv=KFold(3))
+    assert not np.allclose(ours, unstratified)
+
+
+# --- to_device moves the model and where it refits -------------------------
+
+
+def test_to_device_sets_device_so_a_refit_stays_there():
+    pytest.importorskip("torch")
+    X, Y = _data(5)
+    model = BatchedRidge(alphas=[0.1, 1.0], device="torch").fit(X, Y)
+    assert model.backend_.name == "torch-cpu"
+    assert model.to_device("cpu") is model
+    assert model.get_params()["device"] == "cpu"
+    assert model.backend_.name == "numpy"
+    refit = model.fit(X, Y)
+    assert refit.backend_.name == "numpy"
+    assert isinstance(refit.coef_, np.ndarray)
+    np.testing.assert_allclose(
+        refit.coef_, BatchedRidge(alphas=[0.1, 1.0]).fit(X, Y).coef_, rtol=1e-10
+    )
+
+
+def test_to_device_moves_a_wrapper_its_estimator_and_where_they_refit():
+    pytest.importorskip("torch")
+    X, Y = _data(5)
+    given = BatchedRidge(alphas=[0.1, 1.0], device="torch")
+    model = BootstrapEstimator(given, n_bootstrap=5, device="torch").fit(X, Y)
+    model.to_device("cpu")
+    params = model.get_params()
+    assert params["device"] == "cpu" and params["estimator__device"] == "cpu"
+    assert model.estimator_.get_params()["device"] == "cpu"
+    assert model.estimator_.backend_.name == "numpy"
+    assert given.device == "torch"  # the object given is left as it was
+    model.fit(X, Y)
+    assert model.backend_.name == model.estimator_.backend_.name == "numpy"
+
+
+# --- one random_state default ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: BootstrapEstimator(Ridge(), n_bootstrap=20, return_samples=True),
+        lambda: PermutationScorer(Ridge(), n_permutations=20, return_null=True),
+    ],
+    ids=["bootstrap", "permutation"],
+)
+def test_every_random_estimator_defaults_to_the_one_random_state(make):
+    X, Y = _data(4)
+    assert DEFAULT_RANDOM_STATE == 0
+    assert make().get_params()["random_state"] == DEFAULT_RANDOM_STATE
+    # Reproducible by default: two fits without a seed agree, and agree with
+    # the fit given the default explicitly.
+    first, second = make().fit(X, Y), make().fit(X, Y)
+    explicit = make().set_params(random_state=DEFAULT_RANDOM_STATE).fit(X, Y)
+    fresh = make().set_params(random_state=None).fit(X, Y)
+    for a, b, c in zip(
+        _fitted_values(first), _fitted_values(second), _fitted_values(explicit)
+    ):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+    assert not all(
+        np.array_equal(a, d)
+        for a, d in zip(_fitted_values(first), _fitted_values(fresh))
+    )
+
+
+def test_every_estimator_with_random_state_documents_the_default():
+    for name in skbatch.__all__:
+        cls = getattr(skbatch, name)
+        if not (isinstance(cls, type) and issubclass(cls, BaseEstimator)):
+            continue
+        if "random_state" not in inspect.signature(cls).parameters:
+            continue
+        default = inspect.signature(cls).parameters["random_state"].default
+        assert default == DEFAULT_RANDOM_STATE, name
+        # The entry: its first line and those indented under it.
+        after = cls.__doc__.split("\n    random_state : ")[1].split("\n")
+        body = itertools.takewhile(lambda line: line.startswith(" " * 8), after[1:])
+        entry = "\n".join([after[0], *body])
+        assert entry.split("\n")[0].endswith("default=0"), (name, entry)
+        assert "DEFAULT_RANDOM_STATE" in entry, (name, entry)
+
+
+def test_auto_attributes_are_feature_importances_without_coef():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((50, 4))
+    y = X[:, 0] + 0.5 * rng.standard_normal(50)
+    forest = RandomForestRegressor(n_estimators=5, random_state=0)
+    auto = BootstrapEstimator(forest, n_bootstrap=4).fit(X, y)
+    named = BootstrapEstimator(
+        forest, n_bootstrap=4, attributes="feature_importances_"
+    ).fit(X, y)
+    assert list(auto.results_) == ["feature_importances_"]
+    np.testing.assert_array_equal(
+        auto.results_["feature_importances_"].estimate,
+        forest.fit(X, y).feature_importances_,
+    )
+    for a, b in zip(auto.results_.values(), named.results_.values()):
+        np.testing.assert_array_equal(a.standard_error, b.standard_error)
+        np.testing.assert_array_equal(a.ci_lower, b.ci_lower)
+    # A model with coef_ keeps coef_ and intercept_; one with neither is told.
+    linear = BootstrapEstimator(LinearRegression(), n_bootstrap=4).fit(X, y)
+    assert list(linear.results_) == ["coef_", "intercept_"]
+    with pytest.raises(ValueError, match="neither coef_ nor feature_importances_"):
+        BootstrapEstimator(KNeighborsRegressor(), n_bootstrap=4).fit(X, y)
