@@ -60,7 +60,7 @@ EDGE_SHARE = 0.05
 EDGE_IMPROVEMENT = 0.01
 
 
-def _warn_at_grid_edges(alphas, best, scores, no_model):
+def warn_at_grid_edges(alphas, best, scores, no_model):
     """Warn when many targets chose an edge of ``alphas`` while improving there.
 
     ``scores`` (n_targets, n_alphas) and ``best`` (n_targets,) index the
@@ -280,7 +280,7 @@ def checked_targets(X, Y, dtype, out_of_core):
 
 
 def no_model_scores(scheme, Y, targets, sample_weight, scoring, fit_intercept, batch):
-    """``no_model(columns)`` of :func:`_warn_at_grid_edges` for a fit's targets.
+    """``no_model(columns)`` of :func:`warn_at_grid_edges` for a fit's targets.
 
     ``Y`` is the host array (or, with ``targets`` out of core, the array on
     disk, read again in batches of ``batch``).
@@ -858,7 +858,7 @@ default=None
             batch_size,
         )
         if self.alpha_per_target:
-            _warn_at_grid_edges(alphas, best, scores, no_model)
+            warn_at_grid_edges(alphas, best, scores, no_model)
         else:
             # The shared alpha's scores: the mean over the targets scored.
             mean_scores, scored = mean_over_scored_targets(scores)
@@ -867,7 +867,7 @@ default=None
                 limit = no_model(slice(None))
                 return None if limit is None else np.mean(limit[scored])[None]
 
-            _warn_at_grid_edges(alphas, best[:1], mean_scores[None], mean_no_model)
+            warn_at_grid_edges(alphas, best[:1], mean_scores[None], mean_no_model)
         one_target = not out_of_core and y.ndim == 1
         if one_target:
             self.alpha_ = float(alphas[best[0]])
