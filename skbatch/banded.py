@@ -30,15 +30,16 @@ from ._ridge.cv import cv_scheme
 from ._ridge.problems import RidgeSolver
 from ._ridge.spec import check_alphas, resolve_dtype
 from .backend import resolve_backend
-from .random import DEFAULT_RANDOM_STATE
+from .random import DEFAULT_RANDOM_STATE, check_groups
 from .ridge import (
     DEFAULT_ALPHAS,
     BatchedRidge,
     LinearPredictMixin,
-    _warn_at_grid_edges,
     checked_targets,
     fit_data,
     no_model_scores,
+    warn_at_grid_edges,
+    warn_if_autocorrelated,
 )
 
 __all__ = ["BandedRidge"]
@@ -48,7 +49,8 @@ __all__ = ["BandedRidge"]
 # random search cycles them.
 DEFAULT_CONCENTRATION = (0.1, 1.0)
 # After fit, warn that the candidates look too coarse when more than this
-# share of targets chose the candidate that weighs some band the most ...
+# share of targets chose the candidate that weighs some band the most (more
+# than the equal weight) ...
 COARSE_SHARE = 0.5
 # ... while that candidate is still this far from the vertex of that band
 # (its weight below 1 - COARSE_VERTEX_GAP): the targets point at a corner of
@@ -68,7 +70,8 @@ def _warn_coarse_candidates(candidates, chosen):
         extreme = int(np.argmax(candidates[:, b]))
         weight = candidates[extreme, b]
         share = np.mean(chosen == extreme)
-        if weight < 1 - COARSE_VERTEX_GAP and share > COARSE_SHARE:
+        leans = 1 / n_bands < weight < 1 - COARSE_VERTEX_GAP
+        if leans and share > COARSE_SHARE:
             warnings.warn(
                 f"{share:.0%} of targets chose candidate {extreme}, the one that "
                 f"weighs band {b} the most ({weight:.3g}): the candidates look too "
@@ -268,6 +271,10 @@ default=None
         "random_state": ["random_state"],
     }
 
+    # Under metadata routing, groups given to a meta-estimator reach fit
+    # unasked, as for BatchedRidge.
+    __metadata_request__fit = {"groups": True}
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.target_tags.multi_output = True
@@ -297,8 +304,10 @@ default=None
         sample_weight : float or array-like of shape (n_samples,), default=None
             Non-negative sample weights, as for :class:`BatchedRidge`.
         groups : array-like of shape (n_samples,), default=None
-            Group labels for a ``cv`` splitter that reads them
-            (``GroupKFold``, ``LeaveOneGroupOut``).
+            Group (run) of each sample, for a ``cv`` splitter that uses
+            groups (``GroupKFold``, ``LeaveOneGroupOut``...), as for
+            :class:`BatchedRidge`: time series in runs should be fit with
+            ``cv=LeaveOneGroupOut()`` and ``groups=runs``.
 
         Returns
         -------
@@ -314,7 +323,10 @@ default=None
             weights, len(columns), concentration, self.random_state
         )
         n_targets = Y.shape[1]
-        _split(scheme, X, None if out_of_core else y, sample_weight, self, groups)
+        groups = check_groups(host_input(groups)[0], n_samples)
+        scheme.split(
+            X, None if out_of_core else y, sample_weight, self.scoring, groups=groups
+        )
         rank = min(n_samples, n_features)
         n_fits = 1 + len(getattr(scheme, "splits", None) or ())
         flops = (
@@ -394,8 +406,12 @@ default=None
             self.fit_intercept,
             plan.batch_size,
         )
-        _warn_at_grid_edges(alphas, best, scores, no_model)
+        warn_at_grid_edges(alphas, best, scores, no_model)
         _warn_coarse_candidates(candidates, chosen)
+        if alphas.size > 1 and (self.cv is None or isinstance(self.cv, str)):
+            warn_if_autocorrelated(
+                X, targets, coef, intercept, groups, self.cv, stacklevel=4
+            )
         if self.verbose:
             counts = np.bincount(chosen, minlength=len(candidates))
             top = np.argsort(-counts, kind="stable")[:5]
@@ -548,11 +564,3 @@ def _product_measure(parts, Y, intercept):
         pi = np.sum(P_b * P, axis=1) / power
         pi = np.where(power > 0, pi, 1.0 / parts.shape[0])
     return centred + pi * (r2 - centred.sum(axis=0))
-
-
-def _split(scheme, X, y, sample_weight, estimator, groups):
-    """Draw the scheme's folds, with ``groups`` for a splitter that reads them."""
-    if groups is None:
-        scheme.split(X, y, sample_weight, estimator.scoring)
-        return
-    scheme.split(X, y, sample_weight, estimator.scoring, groups=groups)

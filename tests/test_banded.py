@@ -489,3 +489,18 @@ def test_sklearn_tools_and_pickling():
     assert_array_equal(again.predict(X), fitted.predict(X))
     assert_array_equal(again.band_alphas_, fitted.band_alphas_)
     assert again.to_device("cpu").backend_.name == "numpy"
+
+
+def test_groups_reach_a_group_splitter():
+    from sklearn.model_selection import LeaveOneGroupOut
+
+    X, Y, runs = make_banded(seed=16)
+    groups = np.repeat(np.arange(len(runs)), runs)
+    params = dict(bands=LABELS, alphas=ALPHAS, band_weights=CANDIDATES)
+    grouped = BandedRidge(**params, cv=LeaveOneGroupOut()).fit(X, Y, groups=groups)
+    splits = list(LeaveOneGroupOut().split(X, Y, groups))
+    explicit = BandedRidge(**params, cv=splits).fit(X, Y)
+    assert_array_equal(grouped.coef_, explicit.coef_)
+    assert_array_equal(grouped.band_weights_, explicit.band_weights_)
+    with pytest.raises(ValueError, match="groups"):
+        BandedRidge(**params, cv=LeaveOneGroupOut()).fit(X, Y, groups=groups[:-1])

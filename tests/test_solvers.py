@@ -177,7 +177,7 @@ def test_permutation_fast_path_scores_float32_data_in_float64(monkeypatch):
 
 # --- layering -----------------------------------------------------------------
 
-ESTIMATOR_MODULES = ("ridge", "bootstrap", "permutation")
+ESTIMATOR_MODULES = ("ridge", "banded", "bootstrap", "permutation")
 
 
 @pytest.mark.parametrize("name", ESTIMATOR_MODULES)
