@@ -552,7 +552,12 @@ def _score_errors(errors, y_true, scoring, sample_weight, xp):
     """Per-target score of predictions ``y_true - errors``."""
     if scoring == "neg_mean_squared_error":
         return -_average(errors**2, sample_weight, xp)
-    y_dev = y_true - _average(y_true, sample_weight, xp)
+    # Deviations from the mean of the columns shifted by their first row, as
+    # center() takes it: a constant target then deviates by exactly 0 and
+    # scores as r2_score defines it, not minus the inverse of its mean's
+    # rounding (-1e32 with weights, changing with the order of the sum).
+    y_dev = y_true - y_true[:1]
+    y_dev = y_dev - _average(y_dev, sample_weight, xp)
     y_var = _average(y_dev**2, sample_weight, xp)
     if scoring == "r2":
         r2 = _r2(_average(errors**2, sample_weight, xp), y_var, xp)

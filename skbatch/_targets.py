@@ -34,15 +34,38 @@ _LAZY_ARRAYS = (
     ("zarr", "Array", "zarr"),
     ("dask.array", "Array", "dask"),
 )
+# Bytes of a memmap's file that one copy through its mapping spans before the
+# pages it mapped are released: every page touched through a mapping stays in
+# the resident set until the mapping goes, with the pages the kernel maps
+# around it, so that a block of a few columns of a C-order file would map
+# nearly every page of its rows (150 MB to read 868 columns of 2,000 rows of
+# float32).
+RELEASE_SPAN_BYTES = 8 * 2**20
+# Bytes the kernel maps around a page fault of a file mapping (Linux's default
+# fault_around_bytes): released with the span that caused them.
+FAULT_AROUND_BYTES = 2**16
 
 
-def out_of_core_kind(array):
-    """``"memmap"``, ``"h5py"``, ``"zarr"`` or ``"dask"``; None for other data."""
+def out_of_core_kind(array, name="y"):
+    """``"memmap"``, ``"h5py"``, ``"zarr"`` or ``"dask"``; None for other data.
+
+    Raises
+    ------
+    ValueError
+        For a closed ``h5py.Dataset``, naming it ``name``.
+    """
     if isinstance(array, np.memmap):
         return "memmap"
-    for module, name, kind in _LAZY_ARRAYS:
+    for module, class_name, kind in _LAZY_ARRAYS:
         library = sys.modules.get(module)
-        if library is not None and isinstance(array, getattr(library, name)):
+        if library is not None and isinstance(array, getattr(library, class_name)):
+            if kind == "h5py" and not array.id.valid:
+                raise ValueError(
+                    f"{name} is a closed h5py.Dataset: its file was closed, and "
+                    f"nothing can be read from or written to it. Open the file "
+                    f"again (h5py.File) and pass the dataset it holds, keeping "
+                    f"the file open while skbatch uses it."
+                )
             return kind
     return None
 
@@ -131,7 +154,6 @@ class TargetColumns:
         self.host_bytes_per_column = (
             0 if self.kind is None else self.shape[0] * (self.dtype.itemsize + 1)
         )
-        self._file = _memmap_file(Y) if self.kind == "memmap" else None
 
     @property
     def out_of_core(self):
@@ -175,8 +197,8 @@ class TargetColumns:
             at = end
 
     def _read(self, start, stop):
-        if self._file is not None:
-            return _read_columns(self._file, start, stop)
+        if self.kind == "memmap":
+            return _read_mapped(self.Y, start, stop)
         if self.kind == "dask":
             return np.asarray(self.Y[:, start:stop].compute())
         return np.asarray(self.Y[:, start:stop])
@@ -185,16 +207,19 @@ class TargetColumns:
         # A problem holding the targets may be sent to another process: a
         # file is sent by name, never by its contents.
         state = dict(self.__dict__)
-        if self._file is not None:
-            # Read from the file alone (_read_columns).
-            state["Y"] = None
+        if self.kind == "memmap":
+            by_name = _memmap_by_name(self.Y)
+            if by_name is not None:
+                state["Y"] = by_name
         elif self.kind == "h5py":
             state["Y"] = (self.Y.file.filename, self.Y.name)
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        if self.kind == "h5py":
+        if self.kind == "memmap" and isinstance(self.Y, _MemmapByName):
+            self.Y = self.Y.mapped_again(self.shape, self.dtype)
+        elif self.kind == "h5py":
             import h5py
 
             filename, name = self.Y
@@ -222,20 +247,20 @@ class ColumnWriter:
 
     def __init__(self, out):
         self.out = out
-        kind = out_of_core_kind(out)
+        kind = out_of_core_kind(out, "out")
         self.out_of_core = kind is not None
         self.chunk_width = _chunk_width(out, kind) if len(out.shape) == 2 else None
         self.host_bytes_per_column = (
             out.shape[0] * np.dtype(out.dtype).itemsize if self.out_of_core else 0
         )
-        self._file = _memmap_file(out) if kind == "memmap" and out.ndim == 2 else None
+        self._mapped = kind == "memmap" and out.ndim == 2
 
     def write(self, start, block):
         """Write ``block`` (n_rows, m) into columns ``start:start + m``."""
         if len(self.out.shape) == 1:
             self.out[:] = block[:, 0]
-        elif self._file is not None:
-            _write_columns(self._file, start, block)
+        elif self._mapped:
+            _write_mapped(self.out, start, block)
         else:
             self.out[:, start : start + block.shape[1]] = block
 
@@ -304,69 +329,167 @@ def _chunk_width(Y, kind):
     return None if chunks is None else int(chunks[1])
 
 
-def _memmap_file(Y):
-    """Where the columns of memmap ``Y`` lie in its file, for :func:`_read_columns`.
-
-    ``(filename, offset, dtype, shape, strides)``: ``offset`` is the byte of
-    ``Y[0, 0]`` in the file, which holds ``Y[i, j]`` at ``offset + i *
-    strides[0] + j * strides[1]``. Blocks of columns are then read and
-    written with positioned file I/O rather than through a mapping: every
-    page touched through a mapping stays in this process's resident set,
-    with the pages the kernel maps around it (150 MB to read 868 columns of
-    2,000 rows of float32), until the mapping goes.
-
-    None where that does not apply, and ``Y`` is read through its mapping:
-    without ``os.preadv`` (Windows), for a mapping whose changes are private
-    to it (mode "c": the file does not hold them), or for columns whose
-    rows and columns are both strided.
-    """
+def _memmap_root(Y):
+    """The memmap over the whole mapping ``Y`` is a view of, or None."""
     root = Y
-    while isinstance(root.base, np.memmap):
+    while isinstance(root.base, np.ndarray):
         root = root.base
-    if (
-        not hasattr(os, "preadv")
-        or not isinstance(root.base, mmap.mmap)
-        or root.mode == "c"
-        or not root.filename
-    ):
+    return root if isinstance(root.base, mmap.mmap) else None
+
+
+def _shared_mapping(Y):
+    """The ``mmap.mmap`` under memmap ``Y`` whose pages a copy may release.
+
+    None where they stay: a mapping whose changes are private to it (mode
+    "c", whose pages hold them), or without ``madvise`` (Windows).
+    """
+    root = _memmap_root(Y)
+    if root is None or root.mode == "c" or not hasattr(mmap, "MADV_DONTNEED"):
         return None
-    itemsize = Y.dtype.itemsize
-    if itemsize not in Y.strides or min(Y.strides) <= 0:
-        return None
-    start = Y.__array_interface__["data"][0] - root.__array_interface__["data"][0]
-    return root.filename, root.offset + start, Y.dtype, Y.shape, Y.strides
+    return root.base
 
 
-def _runs(file, block, start):
-    """``(run, offset)``: the contiguous runs (rows or columns) of ``block``,
-    columns ``start`` on of the file's array, and their bytes in the file."""
-    _, offset, dtype, _, (row_stride, column_stride) = file
-    first = offset + start * column_stride
-    if column_stride == dtype.itemsize:
-        return [(block[i], first + i * row_stride) for i in range(block.shape[0])]
-    return [(block[:, j], first + j * column_stride) for j in range(block.shape[1])]
+def _file_order(view):
+    """The memory order of a block of ``view`` laid out as in its file."""
+    row_stride, column_stride = (abs(stride) for stride in view.strides)
+    return "C" if column_stride <= row_stride else "F"
 
 
-def _file_order(file):
-    """The memory order of a block whose runs are contiguous, as in the file."""
-    _, _, dtype, _, (_, column_stride) = file
-    return "C" if column_stride == dtype.itemsize else "F"
+def _pieces(view, mapping):
+    """Index pairs cutting ``view`` into spans of at most ``RELEASE_SPAN_BYTES``.
+
+    Along its axis of the larger stride, the other whole; one piece, all of
+    ``view``, where no pages are released (``mapping`` None).
+    """
+    axis = 0 if _file_order(view) == "C" else 1
+    stride = max(abs(view.strides[axis]), 1)
+    size = view.shape[axis]
+    step = size if mapping is None else max(1, RELEASE_SPAN_BYTES // stride)
+    for low in range(0, size, max(step, 1)):
+        piece = [slice(None), slice(None)]
+        piece[axis] = slice(low, low + step)
+        yield tuple(piece)
 
 
-def _read_columns(file, start, stop):
-    filename, _, dtype, shape, _ = file
-    block = np.empty((shape[0], stop - start), dtype, order=_file_order(file))
-    with open(filename, "rb", buffering=0) as f:
-        for run, offset in _runs(file, block, start):
-            if os.preadv(f.fileno(), [run], offset) != run.nbytes:
-                raise OSError(f"{filename} ends before the array it should hold")
+def _release(mapping, piece):
+    """Drop the pages of ``piece`` (a view into ``mapping``) from the resident set.
+
+    The mapping is shared with its file (:func:`_shared_mapping`): what was
+    written stays in the file's cache, and the next read maps it again.
+    """
+    if mapping is None or piece.size == 0:
+        return
+    base = np.frombuffer(mapping, dtype=np.uint8, count=1).ctypes.data
+    low = high = piece.__array_interface__["data"][0] - base
+    for size, stride in zip(piece.shape, piece.strides):
+        low += min(0, (size - 1) * stride)
+        high += max(0, (size - 1) * stride)
+    start = max(0, low - FAULT_AROUND_BYTES) // mmap.PAGESIZE * mmap.PAGESIZE
+    stop = min(len(mapping), high + piece.itemsize + FAULT_AROUND_BYTES)
+    mapping.madvise(mmap.MADV_DONTNEED, start, stop - start)
+
+
+def _read_mapped(Y, start, stop):
+    """Columns ``start:stop`` of memmap ``Y``, read through its own mapping.
+
+    Through the array, never its file's name: a file replaced or removed
+    since the memmap was made still gives the memmap's values. Copied in
+    spans of the file (:func:`_pieces`), whose pages are released after each
+    (:func:`_release`), so that the resident set holds the block and one
+    span, not every page the copy touched.
+    """
+    view = Y[:, start:stop]
+    mapping = _shared_mapping(Y)
+    block = np.empty(view.shape, view.dtype, order=_file_order(view))
+    for piece in _pieces(view, mapping):
+        block[piece] = view[piece]
+        _release(mapping, view[piece])
     return block
 
 
-def _write_columns(file, start, block):
-    filename, _, dtype, _, _ = file
-    block = np.asarray(block, dtype=dtype, order=_file_order(file))
-    with open(filename, "r+b", buffering=0) as f:
-        for run, offset in _runs(file, block, start):
-            if os.pwritev(f.fileno(), [run], offset) != run.nbytes:
-                raise OSError(f"{filename} took less than the block written to it")
+def _write_mapped(out, start, block):
+    """Write ``block`` into columns ``start`` on of memmap ``out``, as
+    :func:`_read_mapped` reads them."""
+    view = out[:, start : start + block.shape[1]]
+    mapping = _shared_mapping(out)
+    for piece in _pieces(view, mapping):
+        view[piece] = block[piece]
+        _release(mapping, view[piece])
+
+
+def _mapped_identity(Y):
+    """``(device, inode)`` of the file mapped under ``Y`` in this process.
+
+    Read from ``/proc/self/maps``, which names the file actually mapped, even
+    one replaced or removed since; None where there is no such table (not
+    Linux).
+    """
+    address = Y.__array_interface__["data"][0]
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                fields = line.split()
+                low, high = (int(end, 16) for end in fields[0].split("-"))
+                if low <= address < high:
+                    return fields[3], fields[4]
+    except OSError:
+        return None
+    return None
+
+
+class _MemmapByName:
+    """A memmap sent to another process of this host by its file's name.
+
+    ``identity`` is that of the file mapped here (:func:`_mapped_identity`,
+    or the file at ``filename`` when this host has no mapping table); the
+    receiving process maps the file at ``filename`` again and refuses one
+    that is not the same file.
+    """
+
+    def __init__(self, filename, offset, strides, identity):
+        self.filename, self.offset = filename, offset
+        self.strides, self.identity = strides, identity
+
+    def mapped_again(self, shape, dtype):
+        fix = (
+            "pass y in memory, or a memmap of the file as it is now, or keep "
+            "the file in place until the fit ends"
+        )
+        try:
+            with open(self.filename, "rb") as file:
+                whole = np.memmap(file, dtype=np.uint8, mode="r")
+                status = os.fstat(file.fileno())
+        except (OSError, ValueError) as error:
+            raise ValueError(
+                f"y is a numpy.memmap of {self.filename}, which this process "
+                f"cannot map ({error}); {fix}."
+            ) from None
+        if self.identity[0] == "maps":
+            found = ("maps", *(_mapped_identity(whole) or ()))
+        else:
+            found = ("stat", status.st_dev, status.st_ino)
+        if found != self.identity:
+            raise ValueError(
+                f"y is a numpy.memmap of {self.filename}, but the file now at "
+                f"that name is not the one it maps (it was replaced since); "
+                f"{fix}."
+            )
+        return np.ndarray(
+            shape, dtype, buffer=whole, offset=self.offset, strides=self.strides
+        )
+
+
+def _memmap_by_name(Y):
+    """:class:`_MemmapByName` of memmap ``Y``; None for a mapping whose
+    changes are private to it (mode "c": the file does not hold them)."""
+    root = _memmap_root(Y)
+    if root is None or root.mode == "c" or not root.filename:
+        return None
+    at = Y.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    mapped = _mapped_identity(root)
+    if mapped is None:
+        status = os.stat(root.filename)
+        identity = ("stat", status.st_dev, status.st_ino)
+    else:
+        identity = ("maps", *mapped)
+    return _MemmapByName(root.filename, root.offset + at, Y.strides, identity)

@@ -7,7 +7,6 @@ import warnings
 import numpy as np
 from scipy import sparse
 from sklearn.base import BaseEstimator, MultiOutputMixin, RegressorMixin
-from sklearn.metrics import r2_score
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import (
     _check_sample_weight,
@@ -227,10 +226,11 @@ def fit_data(estimator, X, y, sample_weight):
     read one batch at a time, ``out_of_core``), weights as float64.
     """
     X, _ = host_input(X)
-    y, _ = host_input(y)
     # 2-D targets on disk are read one batch at a time, checked as they
-    # are read; a single target is read whole, like any array-like.
+    # are read; a single target is read whole, like any array-like. Asked
+    # first: a closed h5py dataset is refused naming y.
     out_of_core = out_of_core_kind(y) is not None and len(y.shape) != 1
+    y, _ = host_input(y)
     if out_of_core:
         X = validate_data(estimator, X, dtype=[np.float64, np.float32])
         check_target_array(y, X.shape[0])
@@ -439,11 +439,10 @@ class LinearPredictMixin:
         score : float
             Mean over targets of R^2.
         """
-        y, _ = host_input(y)
-        if out_of_core_kind(y) is not None and len(y.shape) != 1:
-            return float(np.mean(self.score_per_target(X, y, sample_weight)))
-        predictions, _ = self._predict_host(X)
-        return float(r2_score(y, predictions, sample_weight=sample_weight))
+        # One definition of R^2 for targets in memory and on disk: that of
+        # score_per_target, whose constant targets score exactly as r2_score
+        # defines them (r2_score's weighted mean leaves rounding noise).
+        return float(np.mean(self.score_per_target(X, y, sample_weight)))
 
     def score_per_target(self, X, y, sample_weight=None, scoring="r2"):
         """Score of each target's predictions, where ``score`` averages R^2.
@@ -488,9 +487,10 @@ class LinearPredictMixin:
             raise ValueError(
                 f"scoring must be one of {_linalg._SCORINGS}, got {scoring!r}"
             )
-        y, _ = host_input(y)
+        # Before host_input: a closed h5py dataset is refused naming y.
         if out_of_core_kind(y) is not None and len(y.shape) != 1:
             return self._score_out_of_core(X, y, sample_weight, scoring)
+        y, _ = host_input(y)
         predictions, _ = self._predict_host(X)
         n_samples = predictions.shape[0]
         predictions = predictions.reshape(n_samples, -1).astype(np.float64)
@@ -892,7 +892,7 @@ default=None
 
 def _check_out(out, shape, dtype):
     """Refuse an ``out`` of predictions that cannot take them, before any work."""
-    kind = out_of_core_kind(out)
+    kind = out_of_core_kind(out, "out")
     if not isinstance(out, np.ndarray) and kind not in ("h5py", "zarr"):
         raise TypeError(
             f"out must be a numpy array (or memmap), an h5py.Dataset or a zarr "

@@ -14,6 +14,7 @@ import warnings
 import numpy as np
 import pytest
 from sklearn.exceptions import NotFittedError
+from sklearn.metrics import r2_score
 from sklearn.utils.validation import check_is_fitted
 
 import skbatch.ridge
@@ -613,3 +614,110 @@ def test_predict_into_an_out_over_X_predicts_from_X_as_given(kind, tmp_path):
     assert model.predict(X, out=out) is out
     np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-12, atol=1e-12)
 
+
+def _replaced(path, values):
+    """Write ``values`` to a new file and move it over ``path`` (atomic rewrite)."""
+    new = path.with_suffix(".new")
+    np.asarray(values).tofile(new)
+    new.replace(path)
+
+
+@pytest.mark.parametrize("change", ["replaced", "unlinked"])
+@pytest.mark.parametrize("layout", ["C", "F"])
+def test_memmaps_are_read_and_written_through_their_own_mapping(
+    change, layout, tmp_path
+):
+    # The file at the memmap's path is no longer the one mapped: the values
+    # are the array's, as numpy reads them through its mapping.
+    X, Y = make_data(t=100)
+    Y = Y.astype(np.float64)
+    path = tmp_path / "y.dat"
+    on_disk = np.memmap(path, dtype=np.float64, mode="w+", shape=Y.shape, order=layout)
+    on_disk[:] = Y
+    out_path = tmp_path / "out.dat"
+    out = np.memmap(out_path, dtype=np.float64, mode="w+", shape=Y.shape, order=layout)
+    for file in (path, out_path):
+        if change == "replaced":
+            _replaced(file, np.full(Y.shape, 7.0))
+        else:
+            file.unlink()
+    reference = BatchedRidge(alphas=ALPHAS).fit(X, Y)
+    model = BatchedRidge(alphas=ALPHAS, max_memory_gb=5e-4).fit(X, on_disk)
+    assert_same_fit(model, reference)
+    weights = np.linspace(0.5, 2.0, X.shape[0])
+    np.testing.assert_allclose(
+        model.score_per_target(X, on_disk, sample_weight=weights),
+        reference.score_per_target(X, Y, sample_weight=weights),
+        rtol=1e-10,
+    )
+    assert model.score(X, on_disk) == pytest.approx(reference.score(X, Y), rel=1e-10)
+    assert model.predict(X, out=out) is out
+    np.testing.assert_allclose(np.asarray(out), reference.predict(X), rtol=1e-10)
+    if change == "replaced":
+        np.testing.assert_array_equal(np.fromfile(out_path), 7.0)
+
+
+def _closed_dataset(path):
+    dataset = h5py.File(path / "closed.h5", "w").create_dataset(
+        "y", shape=(60, 300), dtype=np.float64
+    )
+    dataset.file.close()
+    return dataset
+
+
+@pytest.mark.parametrize("method", ["fit", "score", "score_per_target", "predict"])
+def test_a_closed_h5py_dataset_is_refused_naming_the_argument(
+    method, tmp_path, monkeypatch
+):
+    X, Y = make_data()
+    model = BatchedRidge(alphas=ALPHAS).fit(X, Y)
+    closed = _closed_dataset(tmp_path)
+    name = "out" if method == "predict" else "y"
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("work began before the dataset was checked")
+
+    monkeypatch.setattr(skbatch.ridge, "run_problem", no_run)
+    monkeypatch.setattr(skbatch.ridge, "fit_targets", no_run)
+    call = {
+        "fit": lambda: BatchedRidge(alphas=ALPHAS).fit(X, closed),
+        "score": lambda: model.score(X, closed),
+        "score_per_target": lambda: model.score_per_target(X, closed),
+        "predict": lambda: model.predict(X, out=closed),
+    }[method]
+    with pytest.raises(ValueError, match=rf"^{name} is a closed h5py.Dataset"):
+        call()
+
+
+# Chunk widths of the dask targets below: the scores must not depend on them.
+DASK_WIDTHS = [1, 2, 5]
+
+
+@pytest.mark.parametrize("kind", ["numpy", *KINDS])
+def test_weighted_r2_of_constant_targets_is_exact_on_every_path(kind, tmp_path):
+    # Target 2 is constant in training and test (predicted exactly: 1.0),
+    # target 3 only in test (0.0): as r2_score defines them, where r2_score
+    # itself gives minus the inverse of the weighted mean's rounding (-3e31).
+    rng = np.random.default_rng(0)
+    X, Y = rng.standard_normal((40, 4)), rng.standard_normal((40, 5))
+    Y[:, 2] = 1 / 3
+    Xt, Yt = rng.standard_normal((30, 4)), rng.standard_normal((30, 5))
+    Yt[:, 2], Yt[:, 3] = 1 / 3, 0.7
+    weights = rng.uniform(0.1, 3.0, 30)
+    model = BatchedRidge(alphas=1.0).fit(X, Y)
+    expected = r2_score(
+        Yt, model.predict(Xt), sample_weight=weights, multioutput="raw_values"
+    )
+    expected[2], expected[3] = 1.0, 0.0
+    if kind == "dask":
+        stored = [da.from_array(Yt, chunks=(30, width)) for width in DASK_WIDTHS]
+    elif kind == "numpy":
+        stored = [Yt]
+    else:
+        stored = [store(kind, Yt, tmp_path, width=2)]
+    for y in stored:
+        scores = model.score_per_target(Xt, y, sample_weight=weights)
+        np.testing.assert_allclose(scores, expected, rtol=1e-12)
+        assert model.score(Xt, y, sample_weight=weights) == pytest.approx(
+            np.mean(expected), rel=1e-12
+        )
