@@ -12,6 +12,7 @@ the ground truth.
 import contextlib
 import logging
 import sys
+import textwrap
 import threading
 import time
 from dataclasses import dataclass, field
@@ -22,7 +23,12 @@ import psutil
 
 from .bootstrap import BootstrapEstimator
 from .permutation import PermutationScorer
-from .plotting import BootstrapDisplay, PermutationTestDisplay, _count
+from .plotting import (
+    _LEGEND_HEADROOM,
+    BootstrapDisplay,
+    PermutationTestDisplay,
+    _count,
+)
 from .ridge import BatchedRidge
 
 # Default sizes: the whole demo runs in about a minute on two CPU cores.
@@ -68,6 +74,14 @@ PANEL_DPI = 100
 OVERVIEW_DPI = 80
 # Bins of the held-out R^2 histogram.
 SCORE_BINS = 40
+# Captions under the panels: characters per line at the caption's font size
+# (points), which fill a panel's width less its margins, and the inches
+# added below the panels for them, so that the plots keep their size.
+CAPTION_WIDTH = 84
+CAPTION_FONT_SIZE = 8
+CAPTION_HEIGHT = 1.1
+# Left margin of a caption, as a share of its panel's width.
+CAPTION_MARGIN = 0.03
 
 
 @dataclass
@@ -391,8 +405,93 @@ def run_demo(
         for name, value in counts.items():
             setattr(result, name, value)
 
-    result.figures = _draw(Path(out), data, test_r2, scorer, boot, significant, n_train)
+    captions = figure_captions(result, scorer, boot, n_samples - n_train, n_train)
+    result.figures = _draw(
+        Path(out), data, test_r2, scorer, boot, significant, n_train, captions
+    )
     return result
+
+
+def figure_captions(result, scorer, boot, n_test, n_train):
+    """What each panel of the demo shows, and how to read it.
+
+    The permutation panel's explains the floor of the p-values: no p-value
+    of ``n`` permutations is below ``1 / (n + 1)``, so ``-log10 p`` stops at
+    ``log10(n + 1)``. The interval panel's explains why intervals of truly
+    zero weights may exclude 0: each interval covers its own true value with
+    the confidence level, uncorrected for the many weights, so about
+    ``1 - level`` of the zero weights exclude 0 by chance; and ridge's
+    shrinkage moves part of a correlated neighbour's weight onto a zero
+    weight, so that its estimate and interval sit away from 0.
+
+    Parameters
+    ----------
+    result : DemoResult
+        With its counts of intervals excluding 0.
+    scorer : PermutationScorer
+        The fitted test.
+    boot : BootstrapEstimator or None
+        The fitted bootstrap; None when no target was significant.
+    n_test, n_train : int
+        Rows held out, and rows the model was fit on.
+
+    Returns
+    -------
+    captions : dict of str to str
+        One caption per panel, keyed by figure name (``FIGURES`` but the
+        overview, which shows all three).
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> from skbatch._demo import DemoResult, figure_captions
+    >>> result = DemoResult(10, 1, 1, 1, 0, 0.3, -0.01)
+    >>> scorer = SimpleNamespace(n_permutations=200)
+    >>> caption = figure_captions(result, scorer, None, 60, 240)["permutation_test"]
+    >>> "1/(200 + 1) = 0.005, so -log10 p stops at 2.30" in caption
+    True
+    """
+    n_permutations = scorer.n_permutations
+    floor = 1.0 / (n_permutations + 1)
+    captions = {
+        "ridge_scores": (
+            f"Held-out R\u00b2 of each target on the last {_count(n_test, 'row')}, "
+            f"the model fit on the first {n_train} with one alpha per target "
+            f"(generalized CV). Targets without signal sit near 0, a little "
+            f"below: a model fit to noise predicts new rows worse than their "
+            f"mean."
+        ),
+        "permutation_test": (
+            f"Each dot is a target: its observed R\u00b2 and -log10 of its "
+            f"family-wise p-value (dashed: FWER p = {ALPHA_LEVEL:g}). No p-value "
+            f"of {_count(n_permutations, 'permutation')} is below "
+            f"1/({n_permutations} + 1) = {floor:.2g}, so -log10 p stops at "
+            f"{-np.log10(floor):.2f} (dotted): the targets there beat every "
+            f"permutation, and only more permutations would tell them apart."
+        ),
+    }
+    if boot is None:
+        captions["bootstrap_intervals"] = (
+            "No target was significant, so no weight was bootstrapped."
+        )
+        return captions
+    level = f"{boot.confidence_level:.0%}"
+    miss = f"{1 - boot.confidence_level:.0%}"
+    captions["bootstrap_intervals"] = (
+        f"{level} bootstrap intervals of the weights of the most significant "
+        f"target; crosses: the true weights. An interval of a true zero weight "
+        f"may exclude 0: each interval covers its own weight {level} of the "
+        f"time, with no correction for the many weights, so about {miss} of "
+        f"the zero weights exclude 0 by chance; and ridge shrinks the non-zero "
+        f"weights and moves part of them onto correlated neighbouring "
+        f"features, whose zero weights it then estimates away from 0. Over "
+        f"the significant targets with signal, "
+        f"{_share(result.n_zero_weights_excluded, result.n_zero_weights)} zero "
+        f"weights exclude 0, "
+        f"{_share(result.n_zero_beside_excluded, result.n_zero_beside)} of "
+        f"those next to a non-zero weight."
+    )
+    return captions
 
 
 def count_intervals_excluding_zero(true_coef, ci_lower, ci_upper):
@@ -443,8 +542,9 @@ def _median(values):
     return float(np.median(values)) if values.size else float("nan")
 
 
-def _draw(out, data, test_r2, scorer, boot, significant, n_train):
-    """Write the figures; none (an empty dict) without matplotlib."""
+def _draw(out, data, test_r2, scorer, boot, significant, n_train, captions):
+    """Write the figures, each panel over its caption; none (an empty dict)
+    without matplotlib."""
     try:
         from matplotlib.figure import Figure
     except ImportError:
@@ -452,24 +552,61 @@ def _draw(out, data, test_r2, scorer, boot, significant, n_train):
     out.mkdir(parents=True, exist_ok=True)
     panels = (
         lambda ax: _plot_scores(ax, data, test_r2, n_train),
-        lambda ax: PermutationTestDisplay.from_estimator(
-            scorer, ax=ax, alpha=ALPHA_LEVEL
-        ),
+        lambda ax: _plot_permutations(ax, scorer),
         lambda ax: _plot_intervals(ax, data, scorer, boot, significant),
     )
     paths = {}
     for name, panel in zip(FIGURES, panels):
-        figure = Figure(figsize=PANEL_SIZE, layout="constrained")
+        figure = _captioned_figure(Figure, [captions[name]])
         panel(figure.add_subplot())
         paths[name] = out / f"{name}.png"
         figure.savefig(paths[name], dpi=PANEL_DPI)
-    width, height = PANEL_SIZE
-    overview = Figure(figsize=(3 * width, height), layout="constrained")
+    overview = _captioned_figure(Figure, [captions[name] for name in FIGURES[:3]])
     for ax, panel in zip(overview.subplots(1, 3), panels):
         panel(ax)
     paths["overview"] = out / "overview.png"
     overview.savefig(paths["overview"], dpi=OVERVIEW_DPI)
     return paths
+
+
+def _captioned_figure(Figure, captions):
+    """A figure of one panel per caption side by side, each caption below its
+    panel, in a band the panels' layout leaves free."""
+    width, height = PANEL_SIZE
+    n_panels = len(captions)
+    figure = Figure(
+        figsize=(n_panels * width, height + CAPTION_HEIGHT), layout="constrained"
+    )
+    band = CAPTION_HEIGHT / (height + CAPTION_HEIGHT)
+    figure.get_layout_engine().set(rect=(0.0, band, 1.0, 1.0 - band))
+    for column, caption in enumerate(captions):
+        figure.text(
+            (column + CAPTION_MARGIN) / n_panels,
+            band,
+            textwrap.fill(caption, CAPTION_WIDTH),
+            ha="left",
+            va="top",
+            fontsize=CAPTION_FONT_SIZE,
+            color="0.25",
+        )
+    return figure
+
+
+def _plot_permutations(ax, scorer):
+    """The per-target summary of the test, with the floor of its p-values."""
+    PermutationTestDisplay.from_estimator(scorer, ax=ax, alpha=ALPHA_LEVEL)
+    n = scorer.n_permutations
+    floor = np.log10(n + 1)
+    ax.axhline(
+        floor,
+        color="tab:gray",
+        linestyle=":",
+        linewidth=1,
+        label=f"smallest p, 1/({n} + 1)",
+    )
+    bottom, top = ax.get_ylim()
+    ax.set_ylim(bottom, max(top, floor / (1.0 - _LEGEND_HEADROOM)))
+    ax.legend(loc="upper left", fontsize="small")
 
 
 def _plot_scores(ax, data, test_r2, n_train):

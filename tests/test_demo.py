@@ -348,3 +348,64 @@ def test_bootstrap_panel_says_which_weights_it_shows(n_features, title):
     target = np.flatnonzero(significant)[0]
     assert n >= 1
     assert ax.get_title() == f"BootstrapEstimator: target {target}, {title}"
+
+
+def test_captions_explain_the_p_value_floor_and_the_zero_weights():
+    result = _demo.DemoResult(
+        n_targets=2000,
+        n_true_effects=200,
+        n_significant=150,
+        n_recovered=150,
+        n_false_positives=0,
+        median_r2_signal=0.2,
+        median_r2_noise=-0.01,
+        n_zero_weights_excluded=300,
+        n_zero_weights=4800,
+        n_zero_beside_excluded=120,
+        n_zero_beside=1000,
+    )
+    scorer = SimpleNamespace(n_permutations=200)
+    boot = SimpleNamespace(confidence_level=0.95)
+    captions = _demo.figure_captions(result, scorer, boot, 60, 240)
+    assert set(captions) == set(_demo.FIGURES) - {"overview"}
+    floor = -np.log10(1 / 201)  # the smallest p-value of 200 permutations
+    assert f"stops at {floor:.2f}" in captions["permutation_test"]
+    assert "1/(200 + 1) = 0.005" in captions["permutation_test"]
+    intervals = captions["bootstrap_intervals"]
+    assert "about 5% of the zero weights exclude 0 by chance" in intervals
+    assert "ridge shrinks" in intervals and "correlated" in intervals
+    assert "300 of 4800 (6%) zero weights" in intervals
+    assert "120 of 1000 (12%) of those next to a non-zero weight" in intervals
+    assert "60 rows" in captions["ridge_scores"]
+    none = _demo.figure_captions(result, scorer, None, 60, 240)
+    assert "No target was significant" in none["bootstrap_intervals"]
+
+
+def test_every_figure_carries_its_captions_and_the_floor(tmp_path, monkeypatch):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    drawn = {}
+    save = Figure.savefig
+
+    def recording_savefig(figure, path, **kwargs):
+        drawn[path.name] = figure
+        return save(figure, path, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", recording_savefig)
+    result = _tiny_demo(tmp_path, verbose=0)
+    assert sorted(drawn) == sorted(FIGURE_NAMES)
+    texts = {name: [t.get_text() for t in fig.texts] for name, fig in drawn.items()}
+    for name in ("ridge_scores", "permutation_test", "bootstrap_intervals"):
+        (caption,) = texts[f"{name}.png"]
+        assert caption.startswith(texts["overview.png"][_demo.FIGURES.index(name)])
+        # Wrapped to the panel's width.
+        assert max(map(len, caption.splitlines())) <= _demo.CAPTION_WIDTH
+    assert "1/(5 + 1)" in texts["permutation_test.png"][0].replace("\n", " ")
+    # The panel draws the floor, log10(5 + 1), where its caption says.
+    (ax,) = drawn["permutation_test.png"].axes
+    floors = [line for line in ax.lines if line.get_linestyle() == ":"]
+    assert [line.get_ydata()[0] for line in floors] == [np.log10(6)]
+    assert ax.get_ylim()[1] > np.log10(6)
+    assert result.figures
