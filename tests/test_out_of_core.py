@@ -657,6 +657,31 @@ def test_memmaps_are_read_and_written_through_their_own_mapping(
         np.testing.assert_array_equal(np.fromfile(out_path), 7.0)
 
 
+def test_predictions_written_through_a_mapping_reach_its_file(tmp_path):
+    # Pages released after each span (madvise) keep what was written to them.
+    X, Y = make_data(t=100)
+    model = BatchedRidge(alphas=ALPHAS, max_memory_gb=5e-4).fit(X, Y)
+    path = tmp_path / "out.dat"
+    out = np.memmap(path, dtype=np.float32, mode="w+", shape=Y.shape)
+    model.predict(X, out=out)
+    del out
+    on_file = np.fromfile(path, dtype=np.float32).reshape(Y.shape)
+    np.testing.assert_allclose(on_file, model.predict(X), rtol=1e-6)
+
+
+def test_a_memmap_sent_by_name_is_refused_once_its_file_is_another(tmp_path):
+    _, Y = make_data()
+    on_disk = store("memmap", Y, tmp_path)
+    payload = pickle.dumps(TargetColumns(on_disk[:, 10:]))
+    np.testing.assert_array_equal(pickle.loads(payload).read(0, 5), Y[:, 10:15])
+    _replaced(tmp_path / "y.dat", np.zeros_like(Y))
+    with pytest.raises(ValueError, match=r"^y is a numpy.memmap of .* not the one"):
+        pickle.loads(payload)
+    (tmp_path / "y.dat").unlink()
+    with pytest.raises(ValueError, match=r"^y is a numpy.memmap .* cannot map"):
+        pickle.loads(payload)
+
+
 def _closed_dataset(path):
     dataset = h5py.File(path / "closed.h5", "w").create_dataset(
         "y", shape=(60, 300), dtype=np.float64
