@@ -9,6 +9,7 @@ from ._report import FitReport, FitStage
 from .banded import BandedRidge
 from .backend import Backend, check_gpu_available, resolve_backend
 from .bootstrap import BootstrapEstimator, BootstrapResult
+from .delays import Delayer
 from .memory import (
     auto_batch_size,
     auto_n_jobs,
@@ -18,16 +19,19 @@ from .memory import (
 )
 from .oom import compute_oom_safe, is_oom_error
 from .permutation import PermutationScorer
-from .ridge import BatchedRidge
+from .ridge import AutocorrelationWarning, BatchedRidge
+from .scoring import explainable_variance, score_per_target
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "AutocorrelationWarning",
     "BandedRidge",
     "Backend",
     "BatchedRidge",
     "BootstrapEstimator",
     "BootstrapResult",
+    "Delayer",
     "FitReport",
     "FitStage",
     "PermutationScorer",
@@ -36,8 +40,10 @@ __all__ = [
     "check_gpu_available",
     "compute_batch_size",
     "compute_oom_safe",
+    "explainable_variance",
     "get_available_memory_gb",
     "is_oom_error",
     "memory_budget",
     "resolve_backend",
+    "score_per_target",
 ]

@@ -43,9 +43,11 @@ from ._targets import (
     out_of_core_kind,
     shares_data,
 )
+from ._timeseries import lag1_autocorrelation
 from .backend import resolve_backend
+from .random import check_groups
 
-__all__ = ["BatchedRidge"]
+__all__ = ["AutocorrelationWarning", "BatchedRidge"]
 
 # Half decades from 0.1 to 1e5: small alphas for clean targets, up to the
 # 1e4-1e5 that noisy targets with thousands of standardised rows need.
@@ -57,6 +59,75 @@ EDGE_SHARE = 0.05
 # share of their score's range over the grid (a flat tail is not a reason to
 # extend the grid: pure-noise targets flatten out at the largest alpha).
 EDGE_IMPROVEMENT = 0.01
+# Leave-one-out and GCV warn when the median over targets of the lag-1
+# autocorrelation of the fit's residuals (within runs) exceeds both figures.
+# 0.3: the leave-one-out residual of a row is then predicted by its
+# neighbours' fit (issue: median alpha 4.6e3 by LOO where leave-one-run-out
+# chose 1e6 on AR(0.9) noise); white noise stays near 0 ...
+LOO_AUTOCORRELATION_WARN = 0.3
+# ... and this many standard errors of the statistic on white noise, about
+# 1 / sqrt(rows within runs): short series alone never warn.
+LOO_AUTOCORRELATION_WARN_Z = 4.0
+# Targets whose residuals the check reads, evenly spaced over the targets:
+# a median over this many is steady, at the cost of one (n x p) @ (p x 64)
+# product.
+AUTOCORRELATION_TARGETS = 64
+
+
+class AutocorrelationWarning(UserWarning):
+    """The data are autocorrelated where the chosen method assumes they are not.
+
+    Raised by :class:`BatchedRidge` when exact leave-one-out or GCV chooses
+    alpha on targets whose residuals are clearly autocorrelated (time
+    series): a leave-one-run-out CV is then the right choice. A subclass of
+    ``UserWarning``, so that ``warnings.filterwarnings`` can single it out.
+    """
+
+
+def warn_if_autocorrelated(X, targets, coef, intercept, groups, cv, *, stacklevel):
+    """Warn when LOO or GCV chose alpha on autocorrelated residuals.
+
+    The residuals of the fit of up to :data:`AUTOCORRELATION_TARGETS`
+    targets (evenly spaced; the first ones of targets on disk, one read),
+    their lag-1 autocorrelation within the runs ``groups``
+    (:func:`skbatch._timeseries.lag1_autocorrelation`), and its median over
+    those targets against :data:`LOO_AUTOCORRELATION_WARN` and
+    :data:`LOO_AUTOCORRELATION_WARN_Z` standard errors of white noise.
+    """
+    n_samples = X.shape[0]
+    n_targets = coef.shape[0]
+    n_pairs = n_samples - (1 if groups is None else np.unique(groups).size)
+    if n_pairs < 1:
+        return
+    count = min(n_targets, AUTOCORRELATION_TARGETS)
+    if targets.out_of_core:
+        columns = np.arange(count)
+        Y = targets.read(0, count)
+    else:
+        columns = np.unique(np.linspace(0, n_targets - 1, count).round().astype(int))
+        Y = targets.Y[:, columns]
+    residuals = np.asarray(Y, dtype=np.float64) - (
+        X @ coef[columns].T.astype(X.dtype, copy=False) + intercept[columns]
+    )
+    r1 = lag1_autocorrelation(residuals, groups)
+    r1 = r1[np.isfinite(r1)]
+    if r1.size == 0:
+        return
+    median = float(np.median(r1))
+    threshold = max(LOO_AUTOCORRELATION_WARN, LOO_AUTOCORRELATION_WARN_Z / n_pairs**0.5)
+    if median <= threshold:
+        return
+    scheme = "leave-one-out" if cv is None else "generalized cross-validation"
+    where = "within the runs of groups" if groups is not None else "over all rows"
+    warnings.warn(
+        f"alpha was chosen by {scheme} (cv={cv!r}) on targets whose residuals are "
+        f"autocorrelated: median lag-1 autocorrelation {median:.2f} {where} over "
+        f"{r1.size} targets, above {threshold:.2f}. Neighbouring rows of a time "
+        f"series predict a left-out row, so {scheme} favours too small alphas. "
+        f"Use cv=LeaveOneGroupOut() (or GroupKFold) with fit(X, y, groups=runs).",
+        AutocorrelationWarning,
+        stacklevel=stacklevel,
+    )
 
 
 def warn_at_grid_edges(alphas, best, scores, no_model):
@@ -568,9 +639,12 @@ class BatchedRidge(
         targets chose an edge of the grid (see Notes).
     cv : None, "gcv", int, CV splitter or iterable of splits, default=None
         None: exact leave-one-out (the choice of sklearn's ``RidgeCV``).
-        ``"gcv"``: generalized cross-validation, cheaper still.
+        ``"gcv"``: generalized cross-validation, cheaper still. Both assume
+        independent rows: for time series in runs (fMRI, EEG) use
+        ``LeaveOneGroupOut()`` with ``fit(X, y, groups=runs)`` (see Notes).
         int, splitter or iterable of (train, test) index arrays: K-fold;
-        per-target alpha is supported with it. The score of each alpha is
+        per-target alpha is supported with it. A group splitter gets the
+        ``groups`` of ``fit``. The score of each alpha is
         the unweighted mean of its fold scores, as in ``GridSearchCV``.
         Every fold needs at least 2 training rows and 1 test row.
     alpha_per_target : bool, default=True
@@ -660,6 +734,18 @@ default=None
     largest alpha, whatever the grid. With ``alpha_per_target=False`` the
     rule applies to the mean score.
 
+    **Time series.** Leave-one-out and GCV leave out one row at a time: with
+    autocorrelated rows its neighbours, still in the fit, predict it, and
+    the chosen alphas come out far too small (on noise in runs of AR(0.9),
+    a median alpha of 4.6e3 where leave-one-run-out chose 1e6). With more
+    than one alpha, after fit an :class:`AutocorrelationWarning` says so
+    when the residuals are clearly autocorrelated: the median over up to 64
+    targets (evenly spaced) of the lag-1 autocorrelation of their residuals,
+    within the runs of ``groups`` when given, above 0.3 and above 4 standard
+    errors of white noise (``4 / sqrt(n_samples - n_runs)``). Then use
+    ``cv=LeaveOneGroupOut()`` (or ``GroupKFold``) and ``groups=runs``, as in
+    the Examples.
+
     **Sample weights.** They weight the training rows in every fit, as in
     ``Ridge``, and the scores as ``RidgeCV`` uses them: leave-one-out
     weights each sample's squared error (or the named scoring's means), and
@@ -698,6 +784,14 @@ default=None
     ((3, 5), (3,))
     >>> round(model.score(X, Y), 2)
     1.0
+
+    Time series in runs (of unequal length): leave one run out.
+
+    >>> from sklearn.model_selection import LeaveOneGroupOut
+    >>> runs = np.repeat([0, 1, 2], [40, 35, 25])
+    >>> model = BatchedRidge(cv=LeaveOneGroupOut()).fit(X, Y, groups=runs)
+    >>> model.alpha_.shape
+    (3,)
     """
 
     def __init__(
@@ -774,8 +868,12 @@ default=None
             return None
         return batched_ridge_spec(self.get_params(deep=False))
 
+    # Under metadata routing, groups given to a meta-estimator reach fit
+    # unasked, as they reach RidgeCV's splitter (group splitters request them).
+    __metadata_request__fit = {"groups": True}
+
     @atomic_fit
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X, y, sample_weight=None, groups=None):
         """Fit the model and choose alphas.
 
         Parameters
@@ -790,6 +888,13 @@ default=None
         sample_weight : float or array-like of shape (n_samples,), default=None
             Non-negative sample weights, not all 0; see Notes for how each
             ``cv`` uses them.
+        groups : array-like of shape (n_samples,), default=None
+            Group (run) of each sample, passed to a ``cv`` splitter that uses
+            groups (``GroupKFold``, ``LeaveOneGroupOut``,
+            ``GroupShuffleSplit``...), which then needs them. Splitters that
+            ignore groups (``KFold``), leave-one-out and GCV use them only
+            for the residual autocorrelation check (see Notes), within runs.
+            Under metadata routing they are requested by default.
 
         Returns
         -------
@@ -800,9 +905,12 @@ default=None
         X, y, Y, sample_weight, out_of_core = fit_data(self, X, y, sample_weight)
         n_samples, n_features = X.shape
         n_targets = Y.shape[1]
+        groups = check_groups(host_input(groups)[0], n_samples)
         # Splitters that read y (stratified ones) cannot split continuous
         # targets anyway; targets on disk are not read for them.
-        scheme.split(X, None if out_of_core else y, sample_weight, self.scoring)
+        scheme.split(
+            X, None if out_of_core else y, sample_weight, self.scoring, groups=groups
+        )
         rank = min(n_samples, n_features)
         n_fits = 1 + len(getattr(scheme, "splits", None) or ())
         flops = (
@@ -868,6 +976,10 @@ default=None
                 return None if limit is None else np.mean(limit[scored])[None]
 
             warn_at_grid_edges(alphas, best[:1], mean_scores[None], mean_no_model)
+        if alphas.size > 1 and (self.cv is None or isinstance(self.cv, str)):
+            warn_if_autocorrelated(
+                X, targets, coef, intercept, groups, self.cv, stacklevel=4
+            )
         one_target = not out_of_core and y.ndim == 1
         if one_target:
             self.alpha_ = float(alphas[best[0]])

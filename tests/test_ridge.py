@@ -1010,3 +1010,127 @@ def test_no_model_limit_is_read_only_for_targets_at_the_largest_alpha(monkeypatc
         model = BatchedRidge(alphas=np.logspace(-1, 3, 5)).fit(X, Y)
     at_top = np.flatnonzero(model.alpha_ == 1e3)
     assert 0 < sum(columns_read) <= at_top.size < Y.shape[1]
+
+
+# Groups: runs of a time series through every CV ------------------------------
+
+
+def _ar1_runs(lengths, n_columns, phi, seed):
+    """Columns of AR(1) series restarting at every run, and the run labels."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for length in lengths:
+        noise = rng.standard_normal((length, n_columns))
+        series = np.empty_like(noise)
+        series[0] = noise[0] / np.sqrt(1 - phi**2)
+        for t in range(1, length):
+            series[t] = phi * series[t - 1] + noise[t]
+        parts.append(series)
+    runs = np.repeat(np.arange(len(lengths)), lengths)
+    return np.concatenate(parts), runs
+
+
+RUN_LENGTHS = (70, 45, 60, 30)
+
+
+def test_group_splitter_uses_the_groups_of_fit():
+    from sklearn import config_context
+    from sklearn.model_selection import LeaveOneGroupOut
+
+    X, runs = _ar1_runs(RUN_LENGTHS, 6, 0.5, seed=0)
+    Y = X @ np.random.default_rng(1).standard_normal((6, 3))
+    Y += _ar1_runs(RUN_LENGTHS, 3, 0.9, seed=2)[0] * 2
+    ours = BatchedRidge(alphas=ALPHAS, cv=LeaveOneGroupOut()).fit(X, Y, groups=runs)
+    # sklearn's RidgeCV, one target at a time, routes the runs to its splitter.
+    with config_context(enable_metadata_routing=True):
+        for j in range(3):
+            ref = RidgeCV(alphas=ALPHAS, cv=LeaveOneGroupOut()).fit(
+                X, Y[:, j], groups=runs
+            )
+            assert ours.alpha_[j] == ref.alpha_
+            np.testing.assert_allclose(ours.coef_[j], ref.coef_, rtol=1e-8)
+            np.testing.assert_allclose(ours.best_score_[j], ref.best_score_)
+
+
+def test_group_splitter_without_groups_or_with_the_wrong_length():
+    from sklearn.model_selection import GroupKFold
+
+    X, Y = make_data(40, 3, 2)
+    with pytest.raises(ValueError, match="groups"):
+        BatchedRidge(cv=GroupKFold(2)).fit(X, Y)
+    with pytest.raises(ValueError, match=r"groups must be 1-D with one label per"):
+        BatchedRidge(cv=GroupKFold(2)).fit(X, Y, groups=np.zeros(39))
+
+
+def test_groups_with_splitters_that_ignore_them():
+    X, Y = make_data(60, 4, 3)
+    runs = np.repeat([0, 1, 2], 20)
+    with warnings.catch_warnings():
+        # Neither sklearn's "groups is ignored by KFold" nor any other.
+        warnings.simplefilter("error")
+        for cv in (None, "gcv", KFold(3)):
+            plain = BatchedRidge(alphas=ALPHAS, cv=cv).fit(X, Y)
+            grouped = BatchedRidge(alphas=ALPHAS, cv=cv).fit(X, Y, groups=runs)
+            np.testing.assert_array_equal(grouped.coef_, plain.coef_)
+
+
+def test_cross_validate_passes_groups_as_sklearn_does():
+    from sklearn import config_context
+    from sklearn.model_selection import GroupKFold, LeaveOneGroupOut, cross_validate
+
+    X, runs = _ar1_runs(RUN_LENGTHS, 4, 0.5, seed=3)
+    y = X[:, 0] + np.random.default_rng(4).standard_normal(runs.size)
+    outer, inner = LeaveOneGroupOut(), GroupKFold(3)
+    expected = []
+    for train, test in outer.split(X, y, runs):
+        model = BatchedRidge(alphas=ALPHAS, cv=inner)
+        model.fit(X[train], y[train], groups=runs[train])
+        expected.append(model.score(X[test], y[test]))
+    model = BatchedRidge(alphas=ALPHAS, cv=inner)
+    # Without routing: groups for the splitter, params for fit.
+    scores = cross_validate(
+        model, X, y, groups=runs, cv=outer, params={"groups": runs}
+    )["test_score"]
+    np.testing.assert_allclose(scores, expected)
+    with config_context(enable_metadata_routing=True):
+        # Requested by default, as RidgeCV's splitter requests them.
+        scores = cross_validate(model, X, y, cv=outer, params={"groups": runs})
+        np.testing.assert_allclose(scores["test_score"], expected)
+
+
+@pytest.mark.parametrize("cv", [None, "gcv"])
+def test_autocorrelated_residuals_warn_white_noise_does_not(cv):
+    from sklearn.model_selection import LeaveOneGroupOut
+
+    from skbatch import AutocorrelationWarning
+
+    X = np.random.default_rng(5).standard_normal((sum(RUN_LENGTHS), 5))
+    noise, runs = _ar1_runs(RUN_LENGTHS, 40, 0.9, seed=6)
+    Y = X @ np.random.default_rng(7).standard_normal((5, 40)) * 0.3 + noise
+    with pytest.warns(AutocorrelationWarning, match="LeaveOneGroupOut"):
+        BatchedRidge(cv=cv).fit(X, Y, groups=runs)
+    with pytest.warns(AutocorrelationWarning, match="over all rows"):
+        BatchedRidge(cv=cv).fit(X, Y)
+    white = np.random.default_rng(8).standard_normal(Y.shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AutocorrelationWarning)
+        BatchedRidge(cv=cv).fit(X, white, groups=runs)
+        BatchedRidge(cv=cv).fit(X, white)
+        # Leave-one-run-out is the remedy; one alpha chooses nothing.
+        BatchedRidge(cv=LeaveOneGroupOut()).fit(X, Y, groups=runs)
+        BatchedRidge(alphas=10.0, cv=cv).fit(X, Y)
+
+
+def test_autocorrelation_check_is_within_runs():
+    from skbatch import AutocorrelationWarning
+
+    # Each run a constant level: autocorrelated over all rows, white within.
+    rng = np.random.default_rng(9)
+    runs = np.repeat(np.arange(8), 40)
+    Y = rng.standard_normal((320, 20)) * 0.3 + rng.standard_normal((8, 20))[runs] * 3
+    X = rng.standard_normal((320, 3))
+    with pytest.warns(AutocorrelationWarning):
+        BatchedRidge().fit(X, Y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AutocorrelationWarning)
+        BatchedRidge().fit(X, Y, groups=runs)

@@ -22,6 +22,7 @@ ridge fast path of ``PermutationScorer`` then accept its key as ``cv``.
 import warnings
 
 import numpy as np
+from sklearn.model_selection import _split as sklearn_split
 from sklearn.model_selection import check_cv
 from sklearn.utils._param_validation import InvalidParameterError
 
@@ -44,6 +45,11 @@ MIN_SAMPLES = 2
 # Row indices that form at most this many runs of consecutive rows (KFold
 # without shuffling: two) are read as slices, views rather than copies.
 MAX_ROW_RUNS = 4
+# Splitters that ignore groups and warn when given them. A ridge's groups
+# also serve its residual autocorrelation check, so they reach such a
+# splitter as None rather than as a warning on every fit (sklearn names this
+# mixin privately; without it, groups go to every splitter).
+_IGNORES_GROUPS = getattr(sklearn_split, "_UnsupportedGroupCVMixin", ())
 
 
 class CVScheme:
@@ -63,8 +69,11 @@ class CVScheme:
                 f"scoring={scoring!r}"
             )
 
-    def split(self, X, y, sample_weight=None, scoring=None):
-        """Draw and check the folds of ``X`` and ``y`` (host arrays); self."""
+    def split(self, X, y, sample_weight=None, scoring=None, groups=None):
+        """Draw and check the folds of ``X`` and ``y`` (host arrays); self.
+
+        ``groups`` go to a splitter that uses them.
+        """
         return self
 
     def weights(self, sample_weight):
@@ -193,14 +202,17 @@ class KFold(CVScheme):
         """The scikit-learn splitter whose folds this scheme scores."""
         return check_cv(self.cv)
 
-    def split(self, X, y, sample_weight=None, scoring=None):
+    def split(self, X, y, sample_weight=None, scoring=None, groups=None):
         n_samples = X.shape[0]
+        splitter = self.splitter()
+        if isinstance(splitter, _IGNORES_GROUPS):
+            groups = None
         self.splits = [
             (
                 fold_rows(train, n_samples, fold, "training"),
                 fold_rows(test, n_samples, fold, "test"),
             )
-            for fold, (train, test) in enumerate(self.splitter().split(X, y))
+            for fold, (train, test) in enumerate(splitter.split(X, y, groups))
         ]
         _check_splits(self.splits, self.cv, sample_weight, scoring)
         return self

@@ -1,0 +1,333 @@
+"""Delayer: time-delayed copies of the features, each run delayed on its own."""
+
+import numbers
+
+import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.utils.validation import (
+    _check_feature_names_in,
+    check_is_fitted,
+    validate_data,
+)
+
+from ._base import as_output, host_input
+from .random import check_groups
+
+__all__ = ["Delayer"]
+
+
+def _check_delays(delays):
+    """``delays`` as a tuple of distinct Python ints, or an error naming it."""
+    if isinstance(delays, str) or not hasattr(delays, "__iter__"):
+        raise TypeError(
+            f"delays must be a sequence of ints (e.g. (1, 2, 3, 4)), got "
+            f"{type(delays).__name__}: {delays!r}"
+        )
+    values = list(np.asarray(delays, dtype=object).ravel())
+    if not values or np.ndim(delays) != 1:
+        raise ValueError(
+            f"delays must be a non-empty 1-D sequence of ints, got {delays!r}"
+        )
+    for value in values:
+        if isinstance(value, bool | np.bool_) or not isinstance(
+            value, numbers.Integral
+        ):
+            raise TypeError(
+                f"delays must hold ints (numbers of samples), got "
+                f"{type(value).__name__} {value!r} in delays={delays!r}"
+            )
+    values = tuple(int(value) for value in values)
+    if len(set(values)) != len(values):
+        repeated = sorted({d for d in values if values.count(d) > 1})
+        raise ValueError(
+            f"delays must be distinct (a repeated delay only repeats columns), "
+            f"got {repeated} more than once in delays={delays!r}"
+        )
+    return values
+
+
+def _runs(groups, n_samples):
+    """Row indices of each run, every run's rows in their order in X."""
+    if groups is None:
+        return [slice(None)]
+    _, codes = np.unique(groups, return_inverse=True)
+    order = np.argsort(codes, kind="stable")
+    bounds = np.flatnonzero(np.diff(codes[order])) + 1
+    runs = []
+    for rows in np.split(order, bounds):
+        start = int(rows[0])
+        contiguous = int(rows[-1]) - start + 1 == rows.size
+        # A run of consecutive rows is a view, not a copy.
+        runs.append(slice(start, start + rows.size) if contiguous else rows)
+    return runs
+
+
+class Delayer(TransformerMixin, BaseEstimator):
+    """Time-delayed copies of the features, for encoding models of time series.
+
+    A response at time t often depends on the stimulus a few samples
+    earlier (the haemodynamic lag of fMRI): the output holds, for each delay
+    ``d`` of ``delays``, the features shifted ``d`` samples later, so that
+    row t of the block of delay ``d`` is row ``t - d`` of the input. Delay 0
+    is the input itself; where a delay reaches before the start of a run
+    the block holds zeros; a negative delay shifts the other way (zeros at
+    the end of each run).
+
+    With ``groups`` (runs), each run is delayed on its own: no row receives
+    values from another run. A run's rows are taken in their order in
+    ``X``; they need not be consecutive, and runs may come in any order.
+
+    Parameters
+    ----------
+    delays : sequence of int, default=(1, 2, 3, 4)
+        Distinct delays, in samples. The output has one block of
+        ``n_features`` columns per delay, in the order of ``delays``.
+
+    Attributes
+    ----------
+    delays_ : tuple of int
+        The validated delays.
+    n_features_in_ : int
+        Number of features seen in fit.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of features seen in fit, when X has string column names.
+
+    See Also
+    --------
+    skbatch.BatchedRidge : Ridge regression on the delayed features.
+
+    Notes
+    -----
+    **Runs through a pipeline.** ``fit_transform(X, groups=runs)`` and
+    ``transform(X, groups=runs)`` take the runs directly. Inside a
+    :class:`~sklearn.pipeline.Pipeline`, with
+    ``sklearn.set_config(enable_metadata_routing=True)``, ``groups`` given
+    to the pipeline's ``fit`` (or to ``cross_validate(..., params={"groups":
+    runs})``, or to ``PermutationScorer.fit`` and ``BootstrapEstimator.fit``)
+    reaches the Delayer's ``fit`` and ``transform``: both are requested by
+    default, as scikit-learn's group splitters request ``groups``
+    (``set_fit_request(groups=False)`` and
+    ``set_transform_request(groups=False)`` turn that off). Without
+    routing, pass ``delayer__groups=runs`` to ``Pipeline.fit``; its
+    ``predict`` then delays the test rows as one run.
+
+    **Bands of delayed features.** :meth:`delayed_bands` maps the bands of
+    the input columns (a label per column, or index arrays) to the output
+    columns, for ``BandedRidge(bands=...)`` after a Delayer: each band keeps
+    its delayed copies.
+
+    **Arrays.** numpy arrays and pandas DataFrames (their column names give
+    :meth:`get_feature_names_out`); torch and jax arrays are delayed on the
+    host and returned in their library, on their device.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skbatch import Delayer
+    >>> X = np.arange(1.0, 6.0)[:, None]
+    >>> Delayer(delays=(0, 1, -1)).fit_transform(X)
+    array([[1., 0., 2.],
+           [2., 1., 3.],
+           [3., 2., 4.],
+           [4., 3., 5.],
+           [5., 4., 0.]])
+    >>> runs = [0, 0, 0, 1, 1]
+    >>> Delayer(delays=(1,)).fit_transform(X, groups=runs).ravel()
+    array([0., 1., 2., 0., 4.])
+    >>> Delayer(delays=(1, 2)).fit(X).get_feature_names_out()
+    array(['x0_delay1', 'x0_delay2'], dtype=object)
+    """
+
+    __metadata_request__fit = {"groups": True}
+    __metadata_request__transform = {"groups": True}
+
+    def __init__(self, delays=(1, 2, 3, 4)):
+        self.delays = delays
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # Missing values are shifted like any other.
+        tags.input_tags.allow_nan = True
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        return tags
+
+    def fit(self, X, y=None, groups=None):
+        """Check the delays and record the features of ``X``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training data.
+        y : None
+            Ignored.
+        groups : array-like of shape (n_samples,), default=None
+            Runs; checked against ``X``, nothing is learnt from them.
+
+        Returns
+        -------
+        self : object
+            Fitted transformer.
+        """
+        delays = _check_delays(self.delays)
+        X, _ = host_input(X)
+        X = validate_data(self, X, dtype="numeric", ensure_all_finite=False)
+        check_groups(groups, X.shape[0])
+        self.delays_ = delays
+        return self
+
+    def transform(self, X, groups=None):
+        """Delay every feature by every delay, within each run.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Samples in time order (within each run).
+        groups : array-like of shape (n_samples,), default=None
+            Run of each sample; None delays all rows as one run.
+
+        Returns
+        -------
+        X_delayed : array of shape (n_samples, n_features * len(delays))
+            Column ``k * n_features + j`` is feature j delayed by
+            ``delays[k]``. numpy for numpy input (in X's dtype), or the
+            input's library, on its device.
+        """
+        check_is_fitted(self)
+        X, source = host_input(X)
+        X = validate_data(
+            self, X, dtype="numeric", ensure_all_finite=False, reset=False
+        )
+        n_samples, n_features = X.shape
+        groups = check_groups(groups, n_samples)
+        out = np.zeros((n_samples, n_features * len(self.delays_)), dtype=X.dtype)
+        for rows in _runs(groups, n_samples):
+            run = X[rows]
+            length = run.shape[0]
+            delayed = np.zeros((length, out.shape[1]), dtype=X.dtype)
+            for k, delay in enumerate(self.delays_):
+                columns = slice(k * n_features, (k + 1) * n_features)
+                if abs(delay) >= length:
+                    continue
+                if delay >= 0:
+                    delayed[delay:, columns] = run[: length - delay]
+                else:
+                    delayed[: length + delay, columns] = run[-delay:]
+            out[rows] = delayed
+        return as_output(out, source)
+
+    def fit_transform(self, X, y=None, groups=None):
+        """Fit, then delay ``X`` within the runs ``groups``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training data.
+        y : None
+            Ignored.
+        groups : array-like of shape (n_samples,), default=None
+            Run of each sample.
+
+        Returns
+        -------
+        X_delayed : array of shape (n_samples, n_features * len(delays))
+            As :meth:`transform`.
+        """
+        return self.fit(X, y, groups=groups).transform(X, groups=groups)
+
+    def get_feature_names_out(self, input_features=None):
+        """Names of the delayed columns: ``"{feature}_delay{d}"``.
+
+        Parameters
+        ----------
+        input_features : array-like of str or None, default=None
+            Input feature names; None uses ``feature_names_in_``, or
+            ``x0, x1, ...``.
+
+        Returns
+        -------
+        feature_names_out : ndarray of str objects
+            One block per delay, in the order of ``delays``.
+        """
+        check_is_fitted(self)
+        names = _check_feature_names_in(self, input_features)
+        return np.asarray(
+            [f"{name}_delay{delay}" for delay in self.delays_ for name in names],
+            dtype=object,
+        )
+
+    def delayed_bands(self, bands):
+        """The bands of the input columns, mapped to the delayed columns.
+
+        Each output column belongs to the band of the input column it
+        delays, so a banded model regularises every delayed copy of a
+        feature space together. Needs no fit.
+
+        Parameters
+        ----------
+        bands : array-like of shape (n_features,) or list of array-like of int
+            A band label per input column, or a list of disjoint arrays of
+            input column indices covering every column (the two forms
+            ``BandedRidge(bands=...)`` takes).
+
+        Returns
+        -------
+        delayed : ndarray of shape (n_features * len(delays),) or list of ndarray
+            The same form: the labels repeated once per delay, or each
+            band's indices in every block of delayed columns.
+
+        Raises
+        ------
+        ValueError
+            If the index arrays do not partition the columns, or the bands
+            do not match ``n_features_in_`` of a fitted Delayer.
+
+        Examples
+        --------
+        >>> from skbatch import Delayer
+        >>> delayer = Delayer(delays=(1, 2))
+        >>> delayer.delayed_bands(["motion", "motion", "words"])
+        array(['motion', 'motion', 'words', 'motion', 'motion', 'words'],
+              dtype='<U6')
+        >>> delayer.delayed_bands([[0, 1], [2]])
+        [array([0, 1, 3, 4]), array([2, 5])]
+        """
+        n_delays = len(_check_delays(self.delays))
+        as_indices = isinstance(bands, list | tuple) and all(
+            np.ndim(band) == 1 and not isinstance(band, str) for band in bands
+        )
+        if as_indices:
+            indices = [np.asarray(band) for band in bands]
+            for band in indices:
+                if band.size and band.dtype.kind not in "iu":
+                    raise ValueError(
+                        f"bands given as index arrays must hold ints, got dtype "
+                        f"{band.dtype}"
+                    )
+            n_features = sum(band.size for band in indices)
+            if not indices or not np.array_equal(
+                np.sort(np.concatenate(indices)), np.arange(n_features)
+            ):
+                raise ValueError(
+                    f"bands given as index arrays must be disjoint and cover every "
+                    f"input column 0 ... n_features - 1 once, got {bands!r}"
+                )
+        else:
+            labels = np.asarray(bands)
+            if labels.ndim != 1 or labels.size == 0:
+                raise ValueError(
+                    f"bands must be one label per input column, or a list of index "
+                    f"arrays, got an array of shape {labels.shape}"
+                )
+            n_features = labels.size
+        if hasattr(self, "n_features_in_") and n_features != self.n_features_in_:
+            raise ValueError(
+                f"bands describe {n_features} input columns but the Delayer was "
+                f"fit on {self.n_features_in_}"
+            )
+        if as_indices:
+            offsets = n_features * np.arange(n_delays)
+            return [
+                (band[None, :] + offsets[:, None]).ravel().astype(np.intp)
+                for band in indices
+            ]
+        return np.tile(labels, n_delays)

@@ -1,0 +1,187 @@
+"""Scoring encoding models per target: the noise ceiling and per-target scores.
+
+:func:`explainable_variance` is the share of a target's variance that is
+repeatable across presentations of the same stimulus, the ceiling a model's
+R^2 is compared against; :func:`score_per_target` reaches the per-target
+scores of a skbatch ridge through a fitted :class:`~sklearn.pipeline.Pipeline`.
+"""
+
+import warnings
+
+import numpy as np
+from sklearn.pipeline import Pipeline
+from sklearn.utils.validation import check_is_fitted
+
+from .backend import to_numpy
+
+__all__ = ["explainable_variance", "score_per_target"]
+
+
+def explainable_variance(Y_repeats, bias_correction=True):
+    """Explainable variance of each target, from repeated presentations.
+
+    Each repeat is z-scored over samples; the explainable variance is the
+    variance over samples of the mean over repeats, divided by the mean over
+    repeats of the variance over samples (1 after z-scoring):
+
+    ``ev = var_t(mean_r Y[r, t]) / mean_r var_t(Y[r, t])``.
+
+    Noise independent across repeats averages out of the mean, so ``ev`` is
+    the share of each target's variance that the stimulus drives: the noise
+    ceiling, the largest R^2 a model of the stimulus can reach on a single
+    repeat. Compare a model's per-target R^2 with it (e.g. ``r2 / ev``).
+    The same definition as the voxelwise-modelling tutorials of the Gallant
+    lab, so numbers compare across libraries.
+
+    Parameters
+    ----------
+    Y_repeats : array-like of shape (n_repeats, n_samples, n_targets)
+        Responses to ``n_repeats`` presentations of the same ``n_samples``
+        stimuli (numpy, torch or jax array), at least 2 repeats of at least 2
+        samples.
+    bias_correction : bool, default=True
+        Subtract ``(1 - ev) / (n_repeats - 1)``: with few repeats the mean
+        over repeats still holds ``1 / n_repeats`` of the noise variance, so
+        the uncorrected ratio overestimates the ceiling (pure noise gives
+        about ``1 / n_repeats``, corrected about 0; it can then be slightly
+        negative).
+
+    Returns
+    -------
+    ev : ndarray of shape (n_targets,)
+        Explainable variance per target, float64. NaN, with one
+        ``RuntimeWarning`` counting them, for a target constant over samples
+        in some repeat (its z-score is undefined).
+
+    Raises
+    ------
+    ValueError
+        If ``Y_repeats`` is not 3-D, has fewer than 2 repeats or 2 samples,
+        or holds NaN or infinity.
+    TypeError
+        If ``bias_correction`` is not a bool.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skbatch import explainable_variance
+    >>> rng = np.random.default_rng(0)
+    >>> signal = rng.standard_normal((200, 2))
+    >>> # Target 0 repeats its signal (noise of equal variance); target 1 is
+    >>> # noise only.
+    >>> Y = signal * [1.0, 0.0] + rng.standard_normal((10, 200, 2))
+    >>> ev = explainable_variance(Y)
+    >>> bool(abs(ev[0] - 0.5) < 0.1), bool(abs(ev[1]) < 0.05)
+    (True, True)
+    """
+    if not isinstance(bias_correction, bool | np.bool_):
+        raise TypeError(
+            f"bias_correction must be a bool, got {type(bias_correction).__name__}: "
+            f"{bias_correction!r}"
+        )
+    Y = np.asarray(to_numpy(Y_repeats))
+    if Y.ndim != 3:
+        raise ValueError(
+            f"Y_repeats must be 3-D, of shape (n_repeats, n_samples, n_targets), "
+            f"got an array of shape {Y.shape}"
+        )
+    n_repeats, n_samples, _ = Y.shape
+    if n_repeats < 2 or n_samples < 2:
+        raise ValueError(
+            f"Y_repeats must hold at least 2 repeats of at least 2 samples, got "
+            f"shape {Y.shape} ({n_repeats} repeats of {n_samples} samples)"
+        )
+    if Y.dtype.kind not in "biuf":
+        raise ValueError(f"Y_repeats must hold numbers, got dtype {Y.dtype}")
+    Y = Y.astype(np.float64, copy=False)
+    if not np.all(np.isfinite(Y)):
+        raise ValueError("Y_repeats must be finite, got NaN or infinity")
+    centred = Y - Y.mean(axis=1, keepdims=True)
+    std = np.sqrt(np.mean(centred**2, axis=1, keepdims=True))
+    # A repeat of a target constant to round-off: its spread is that of the
+    # rounding of its mean, not of a signal.
+    constant = std <= np.finfo(np.float64).eps * np.abs(Y).max(axis=1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(constant, np.nan, centred / std)
+    # Both variances with ddof=0: each z-scored repeat has variance 1, the
+    # mean of the variances is 1.
+    ev = np.var(z.mean(axis=0), axis=0)
+    if bias_correction:
+        ev = ev - (1.0 - ev) / (n_repeats - 1)
+    undefined = np.isnan(ev)
+    if undefined.any():
+        warnings.warn(
+            f"{int(undefined.sum())} of {ev.size} targets are constant over samples "
+            f"in at least one repeat: their explainable variance is undefined "
+            f"(NaN).",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return ev
+
+
+def score_per_target(estimator, X, y, scoring="r2", sample_weight=None):
+    """Per-target scores of a fitted skbatch ridge, bare or ending a pipeline.
+
+    ``estimator.score`` averages R^2 over targets (what ``GridSearchCV``
+    needs); this gives each target's score. For a fitted
+    :class:`~sklearn.pipeline.Pipeline`, ``X`` goes through the transforms of
+    every step but the last (as ``Pipeline.predict`` sends it), then the
+    last step's ``score_per_target`` scores it.
+
+    Parameters
+    ----------
+    estimator : fitted estimator
+        A skbatch estimator with a ``score_per_target`` method
+        (:class:`~skbatch.BatchedRidge`...), or a fitted ``Pipeline`` ending
+        in one.
+    X : array-like of shape (n_samples, n_features)
+        Test samples, as the estimator's ``predict`` takes them.
+    y : array-like of shape (n_samples,) or (n_samples, n_targets)
+        True values.
+    scoring : {"r2", "correlation", "neg_mean_squared_error"}, default="r2"
+        See :meth:`skbatch.BatchedRidge.score_per_target`.
+    sample_weight : array-like of shape (n_samples,), default=None
+        Sample weights, in every mean of the score.
+
+    Returns
+    -------
+    scores : ndarray of shape (n_targets,)
+
+    Raises
+    ------
+    TypeError
+        If the estimator (or the last step of the pipeline) has no
+        ``score_per_target``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from sklearn.preprocessing import StandardScaler
+    >>> from skbatch import BatchedRidge, score_per_target
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((80, 4))
+    >>> Y = X[:, :3] + 0.5 * rng.standard_normal((80, 3))
+    >>> model = make_pipeline(StandardScaler(), BatchedRidge()).fit(X, Y)
+    >>> score_per_target(model, X, Y).shape
+    (3,)
+    """
+    final = estimator
+    if isinstance(estimator, Pipeline):
+        final = estimator.steps[-1][1]
+    if not hasattr(final, "score_per_target"):
+        where = (
+            f"the last step of the pipeline is a {type(final).__name__}"
+            if final is not estimator
+            else f"got a {type(estimator).__name__}"
+        )
+        raise TypeError(
+            f"score_per_target needs a skbatch estimator with a score_per_target "
+            f"method (BatchedRidge...), or a Pipeline ending in one; {where}"
+        )
+    if final is not estimator:
+        check_is_fitted(estimator)
+        if len(estimator) > 1:
+            X = estimator[:-1].transform(X)
+    return final.score_per_target(X, y, sample_weight=sample_weight, scoring=scoring)

@@ -1,0 +1,178 @@
+"""Delayer against hand-built delays; runs never crossed; routing in pipelines."""
+
+import numpy as np
+import pytest
+import sklearn
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.pipeline import make_pipeline
+from sklearn.utils.estimator_checks import check_estimator
+
+from skbatch import BatchedRidge, Delayer
+
+
+def _hand_delays(X, delays):
+    """The eight lines everyone writes: one shifted copy per delay."""
+    n_samples, n_features = X.shape
+    blocks = []
+    for d in delays:
+        block = np.zeros_like(X)
+        if d >= 0:
+            block[d:] = X[: n_samples - d]
+        else:
+            block[:d] = X[-d:]
+        blocks.append(block)
+    return np.hstack(blocks)
+
+
+def _hand_delays_by_run(X, delays, runs):
+    out = np.zeros((X.shape[0], X.shape[1] * len(delays)))
+    for run in np.unique(runs):
+        rows = np.flatnonzero(runs == run)
+        out[rows] = _hand_delays(
+            X[rows], [min(d, len(rows)) if d > 0 else d for d in delays]
+        )
+    return out
+
+
+def test_check_estimator():
+    # Row order is what delays are about.
+    order = "delays shift rows: a permutation of the rows changes the output"
+    check_estimator(
+        Delayer(),
+        expected_failed_checks={
+            "check_methods_sample_order_invariance": order,
+            "check_methods_subset_invariance": order,
+        },
+    )
+
+
+@pytest.mark.parametrize("delays", [(1, 2, 3, 4), (0,), (0, 2, -1), (-3, 5)])
+def test_equals_hand_built_delays(delays):
+    X = np.random.default_rng(0).standard_normal((20, 3))
+    out = Delayer(delays=delays).fit_transform(X)
+    assert out.shape == (20, 3 * len(delays))
+    np.testing.assert_array_equal(out, _hand_delays(X, delays))
+
+
+def test_delay_longer_than_a_run_gives_zeros():
+    X = np.arange(1.0, 9.0)[:, None]
+    runs = np.repeat([0, 1], [6, 2])
+    out = Delayer(delays=(3, -3)).fit_transform(X, groups=runs)
+    np.testing.assert_array_equal(out[:, 0], [0, 0, 0, 1, 2, 3, 0, 0])
+    np.testing.assert_array_equal(out[:, 1], [4, 5, 6, 0, 0, 0, 0, 0])
+
+
+def test_runs_in_any_order_and_interleaved():
+    # Rows of a run taken in their order in X, wherever they are.
+    X = np.arange(1.0, 7.0)[:, None]
+    runs = np.array(["b", "a", "b", "a", "b", "a"])
+    out = Delayer(delays=(1,)).fit_transform(X, groups=runs)
+    np.testing.assert_array_equal(out.ravel(), [0, 0, 1, 2, 3, 4])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 12), min_size=1, max_size=5),
+    delays=st.lists(st.integers(-6, 6), min_size=1, max_size=4, unique=True),
+    seed=st.integers(0, 2**16),
+)
+def test_never_crosses_runs(lengths, delays, seed):
+    rng = np.random.default_rng(seed)
+    runs = rng.permutation(np.repeat(np.arange(len(lengths)), lengths))
+    n = runs.size
+    # Each row's value names its run: a value from another run would show.
+    X = np.column_stack([runs * 100.0 + 1, rng.standard_normal(n)])
+    out = Delayer(delays=delays).fit_transform(X, groups=runs)
+    marks = out[:, 0::2]
+    assert np.all((marks == 0) | (marks == (runs * 100.0 + 1)[:, None]))
+    np.testing.assert_array_equal(out, _hand_delays_by_run(X, delays, runs))
+
+
+def test_feature_names_and_dataframes():
+    pd = pytest.importorskip("pandas")
+    X = pd.DataFrame({"motion": [1.0, 2.0, 3.0], "words": [4.0, 5.0, 6.0]})
+    delayer = Delayer(delays=(0, 2)).fit(X)
+    np.testing.assert_array_equal(
+        delayer.get_feature_names_out(),
+        ["motion_delay0", "words_delay0", "motion_delay2", "words_delay2"],
+    )
+    np.testing.assert_array_equal(
+        delayer.transform(X), _hand_delays(X.to_numpy(), (0, 2))
+    )
+    frame = Delayer(delays=(1,)).set_output(transform="pandas").fit_transform(X)
+    assert list(frame.columns) == ["motion_delay1", "words_delay1"]
+
+
+def test_torch_in_torch_out():
+    torch = pytest.importorskip("torch")
+    X = np.random.default_rng(1).standard_normal((10, 2)).astype(np.float32)
+    out = Delayer(delays=(1, 3)).fit_transform(torch.from_numpy(X))
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.float32
+    np.testing.assert_array_equal(out.numpy(), _hand_delays(X, (1, 3)))
+
+
+@pytest.mark.parametrize(
+    "delays, error, match",
+    [
+        ((), ValueError, "non-empty"),
+        (3, TypeError, "sequence of ints"),
+        ("12", TypeError, "sequence of ints"),
+        ((1, 2.5), TypeError, "must hold ints"),
+        ((1, True), TypeError, "must hold ints"),
+        ((1, 2, 1), ValueError, r"distinct.*\[1\]"),
+        ([[1, 2]], ValueError, "1-D"),
+    ],
+)
+def test_bad_delays_are_refused(delays, error, match):
+    with pytest.raises(error, match=match) as info:
+        Delayer(delays=delays).fit(np.zeros((5, 2)))
+    assert "delays" in str(info.value)
+
+
+def test_groups_of_the_wrong_length_are_refused():
+    delayer = Delayer().fit(np.zeros((5, 2)))
+    with pytest.raises(ValueError, match="groups"):
+        delayer.transform(np.zeros((5, 2)), groups=[0, 1])
+
+
+def test_routed_inside_a_pipeline():
+    rng = np.random.default_rng(2)
+    runs = np.repeat([0, 1, 2], [15, 10, 12])
+    X = rng.standard_normal((runs.size, 2))
+    Y = rng.standard_normal((runs.size, 3))
+    expected = BatchedRidge(alphas=1.0).fit(
+        Delayer(delays=(1, 2)).fit_transform(X, groups=runs), Y
+    )
+    with sklearn.config_context(enable_metadata_routing=True):
+        pipe = make_pipeline(
+            Delayer(delays=(1, 2)).set_transform_request(groups=True),
+            BatchedRidge(alphas=1.0).set_fit_request(groups=False),
+        )
+        pipe.fit(X, Y, groups=runs)
+        np.testing.assert_allclose(pipe[-1].coef_, expected.coef_, rtol=1e-12)
+        # transform too: the test rows delayed within their runs.
+        np.testing.assert_allclose(
+            pipe.predict(X, groups=runs), expected.predict(pipe[0].transform(X, runs))
+        )
+    # Without routing, as scikit-learn passes step parameters.
+    pipe = make_pipeline(Delayer(delays=(1, 2)), BatchedRidge(alphas=1.0))
+    pipe.fit(X, Y, delayer__groups=runs)
+    np.testing.assert_allclose(pipe[-1].coef_, expected.coef_, rtol=1e-12)
+
+
+def test_delayed_bands_follow_the_columns():
+    delayer = Delayer(delays=(0, 1, 2))
+    labels = np.array(["a", "b", "b"])
+    np.testing.assert_array_equal(delayer.delayed_bands(labels), np.tile(labels, 3))
+    X = np.random.default_rng(3).standard_normal((6, 3))
+    out = delayer.fit_transform(X)
+    for band, columns in zip([[0], [1, 2]], delayer.delayed_bands([[0], [1, 2]])):
+        # The band's delayed columns are its features' delayed copies.
+        np.testing.assert_array_equal(
+            out[:, columns], _hand_delays(X[:, band], (0, 1, 2))
+        )
+    with pytest.raises(ValueError, match="cover every"):
+        delayer.delayed_bands([[0], [2]])
+    with pytest.raises(ValueError, match="fit on 3"):
+        delayer.delayed_bands(["a", "b"])
