@@ -4,7 +4,8 @@ import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, MultiOutputMixin, RegressorMixin
-from sklearn.utils.validation import check_array
+from sklearn.linear_model import Ridge
+from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from . import _linalg
 from ._base import (
@@ -42,7 +43,7 @@ from .ridge import (
     warn_if_autocorrelated,
 )
 
-__all__ = ["BandedRidge"]
+__all__ = ["BandedRidge", "HeldBandedRidge", "held_banded_ridge"]
 
 # Weights of the Dirichlet draws: sparse (0.1, near the vertices of the
 # simplex, one band dominating) and flat (1.0, the interior), as himalaya's
@@ -564,3 +565,105 @@ def _product_measure(parts, Y, intercept):
         pi = np.sum(P_b * P, axis=1) / power
         pi = np.where(power > 0, pi, 1.0 / parts.shape[0])
     return centred + pi * (r2 - centred.sum(axis=0))
+
+
+class HeldBandedRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
+    """Banded ridge at fixed band weights and alpha per target, no search.
+
+    What :class:`~skbatch.BootstrapEstimator` refits in every replicate of
+    a :class:`BandedRidge` (see :func:`held_banded_ridge`): target j is
+    scikit-learn's ``Ridge(alpha=alpha[j])`` on X's columns rescaled band by
+    band by ``sqrt(band_weights[j])``, bands of weight 0 left out (their
+    coefficients 0), the coefficients mapped back to X's columns.
+
+    Parameters
+    ----------
+    bands : list of ndarray
+        The columns of each band.
+    band_weights : ndarray of shape (n_targets, n_bands)
+    alphas : ndarray of shape (n_targets,)
+    fit_intercept : bool, default=True
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skbatch.banded import HeldBandedRidge
+    >>> rng = np.random.default_rng(0)
+    >>> X, Y = rng.standard_normal((30, 4)), rng.standard_normal((30, 2))
+    >>> held = HeldBandedRidge(
+    ...     [np.array([0, 1]), np.array([2, 3])],
+    ...     np.array([[0.5, 0.5], [1.0, 0.0]]),
+    ...     np.array([1.0, 10.0]),
+    ... ).fit(X, Y)
+    >>> held.coef_[1, 2:].tolist()
+    [0.0, 0.0]
+    """
+
+    def __init__(self, bands, band_weights, alphas, *, fit_intercept=True):
+        self.bands = bands
+        self.band_weights = band_weights
+        self.alphas = alphas
+        self.fit_intercept = fit_intercept
+
+    def fit(self, X, y, sample_weight=None):
+        """Fit every target at its band weights and alpha.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) or (n_samples, n_targets)
+        sample_weight : array-like of shape (n_samples,), default=None
+
+        Returns
+        -------
+        self : object
+        """
+        X, y = validate_data(self, X, y, multi_output=True, y_numeric=True)
+        Y = y.reshape(X.shape[0], -1)
+        weights = np.atleast_2d(self.band_weights)
+        alphas = np.atleast_1d(self.alphas)
+        candidates, chosen = np.unique(weights, axis=0, return_inverse=True)
+        design = BandedDesign(X, self.bands, candidates)
+        coef = np.zeros((Y.shape[1], X.shape[1]))
+        intercept = np.zeros(Y.shape[1])
+        for c in range(len(candidates)):
+            (columns,) = np.nonzero(chosen.ravel() == c)
+            ridge = Ridge(
+                alpha=alphas[columns], fit_intercept=self.fit_intercept, solver="svd"
+            ).fit(design.design(c), Y[:, columns], sample_weight=sample_weight)
+            coef[np.ix_(columns, design.kept[c])] = ridge.coef_ * design.scales[c]
+            intercept[columns] = ridge.intercept_
+        one_target = y.ndim == 1
+        self.coef_ = coef[0] if one_target else coef
+        self.intercept_ = float(intercept[0]) if one_target else intercept
+        return self
+
+    def predict(self, X):
+        """Predictions ``X @ coef_.T + intercept_``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples,) or (n_samples, n_targets)
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False)
+        return X @ self.coef_.T + self.intercept_
+
+
+def held_banded_ridge(fitted):
+    """The replicate estimator of a fitted :class:`BandedRidge` whose
+    choices a bootstrap holds fixed: None when nothing was chosen (one
+    candidate and one alpha), else a :class:`HeldBandedRidge` at every
+    target's band weights and alpha."""
+    if len(fitted.candidates_) == 1 and np.size(fitted.alphas) == 1:
+        return None
+    return HeldBandedRidge(
+        fitted._band_columns,
+        np.atleast_2d(fitted.band_weights_),
+        np.atleast_1d(fitted.alpha_),
+        fit_intercept=fitted.fit_intercept,
+    )

@@ -62,6 +62,7 @@ from ._timeseries import (
     optimal_block_length,
 )
 from .backend import resolve_backend, to_numpy
+from .banded import BandedRidge, held_banded_ridge
 from .memory import GB, memory_budget
 from .random import (
     DEFAULT_RANDOM_STATE,
@@ -944,6 +945,8 @@ def _replicate_estimator(fitted, estimator, tune_per_replicate):
     """
     if tune_per_replicate:
         return None
+    if isinstance(fitted, BandedRidge):
+        return held_banded_ridge(fitted)
     if isinstance(fitted, BatchedRidge):
         if np.size(fitted.alphas) < 2:
             return None

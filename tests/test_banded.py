@@ -504,3 +504,28 @@ def test_groups_reach_a_group_splitter():
     assert_array_equal(grouped.band_weights_, explicit.band_weights_)
     with pytest.raises(ValueError, match="groups"):
         BandedRidge(**params, cv=LeaveOneGroupOut()).fit(X, Y, groups=groups[:-1])
+
+
+def test_bootstrap_holds_band_weights_and_alpha():
+    from sklearn.linear_model import Ridge
+
+    from skbatch import BootstrapEstimator
+    from skbatch.random import bootstrap_counts, resolve_entropy
+
+    X, Y, _ = make_banded(n=60, t=6, seed=17)
+    model = BandedRidge(LABELS, alphas=ALPHAS, band_weights=CANDIDATES)
+    boot = BootstrapEstimator(model, n_bootstrap=4, return_samples=True).fit(X, Y)
+    fitted = boot.estimator_
+    assert np.unique(fitted.band_weights_, axis=0).shape[0] >= 2
+    samples = boot.results_["coef_"].samples
+    counts = bootstrap_counts(resolve_entropy(0), np.arange(4), X.shape[0], None)
+    columns = band_columns(LABELS)
+    for k in range(4):
+        rows = np.repeat(np.arange(X.shape[0]), counts[k])
+        for j in range(Y.shape[1]):
+            gamma = fitted.band_weights_[j]
+            kept, Z, scale = rescaled(X[rows], columns, gamma)
+            ref = Ridge(alpha=fitted.alpha_[j]).fit(Z, Y[rows, j])
+            expected = np.zeros(X.shape[1])
+            expected[kept] = ref.coef_ * scale
+            assert_allclose(samples[k, j], expected, rtol=1e-8, atol=1e-10)
