@@ -176,3 +176,23 @@ def test_delayed_bands_follow_the_columns():
         delayer.delayed_bands([[0], [2]])
     with pytest.raises(ValueError, match="fit on 3"):
         delayer.delayed_bands(["a", "b"])
+
+
+def test_delayed_bands_drive_banded_ridge():
+    from skbatch import BandedRidge
+
+    rng = np.random.default_rng(4)
+    runs = np.repeat([0, 1, 2], [30, 25, 20])
+    X = rng.standard_normal((runs.size, 3))
+    labels = ["motion", "words", "words"]
+    delayed = _hand_delays_by_run(X, (1, 2), runs)
+    Y = delayed @ rng.standard_normal((6, 2)) + rng.standard_normal((runs.size, 2))
+    delayer = Delayer(delays=(1, 2))
+    args = dict(band_weights=3, alphas=np.logspace(-3, 5, 9), random_state=0)
+    pipe = make_pipeline(delayer, BandedRidge(delayer.delayed_bands(labels), **args))
+    pipe.fit(X, Y, delayer__groups=runs)
+    # By hand: the delayed design, each delayed column in its input's band.
+    hand = BandedRidge(np.tile(labels, 2), **args)
+    hand.fit(delayed, Y)
+    np.testing.assert_allclose(pipe[-1].coef_, hand.coef_, rtol=1e-10)
+    np.testing.assert_array_equal(pipe[-1].band_names_, ["motion", "words"])
