@@ -17,7 +17,6 @@ from typing import NamedTuple
 import joblib
 import numpy as np
 from scipy import sparse
-from sklearn.utils.validation import _num_samples
 
 from ._engine import cpu_workers
 from .memory import GB, memory_budget
@@ -87,9 +86,9 @@ class DataBytes(NamedTuple):
         per_sample = sum(
             _nbytes(value)
             for value in fit_params.values()
-            if _num_samples_or_none(value) == _num_samples(X_checked)
+            if _rows(value) == X_checked.shape[0]
         )
-        n_samples = _num_samples(X_checked)
+        n_samples = X_checked.shape[0]
         return cls(
             held=float(held + INTERPRETER_BYTES),
             fit=float(REFIT_COPIES * size),
@@ -210,8 +209,11 @@ def _copy_nbytes(given, checked):
     return _nbytes(checked)
 
 
-def _num_samples_or_none(value):
+def _rows(value):
+    """Length of the first axis of a fit parameter; None for a scalar."""
     try:
-        return _num_samples(value)
-    except TypeError:
+        shape = np.shape(value)
+    except ValueError:
+        # A ragged list: not a per-sample array.
         return None
+    return shape[0] if shape else None

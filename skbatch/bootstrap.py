@@ -33,12 +33,13 @@ import numpy as np
 from scipy import sparse
 from sklearn.base import BaseEstimator, RegressorMixin, clone
 from sklearn.linear_model import Ridge, RidgeCV
+
+# Private to scikit-learn, without a public twin: the refits slice X, y and
+# the fit parameters as its own cross-validation does (DataFrames by
+# position, only the per-sample parameters), and sample_weight is checked as
+# Ridge checks it; tests/test_private_names.py checks what is relied on here.
 from sklearn.utils import _safe_indexing, get_tags
-from sklearn.utils.validation import (
-    _check_method_params,
-    _check_sample_weight,
-    _num_samples,
-)
+from sklearn.utils.validation import _check_method_params, _check_sample_weight
 
 from . import _backends
 from ._base import (
@@ -46,6 +47,7 @@ from ._base import (
     atomic_fit,
     check_max_memory_gb,
     check_verbose,
+    estimator_input,
 )
 from ._engine import run_parallel, run_problem
 from ._preflight import DataBytes, batched_budget, gb_up, refit_window, refuse
@@ -484,7 +486,7 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
             fit_params,
             accept_sparse="csr" if inner_tags.input_tags.sparse else False,
         )
-        n_samples = _num_samples(X_checked)
+        n_samples = X_checked.shape[0]
         if self.block_size == "auto":
             _check_auto_groups(groups, n_samples)
         else:
@@ -499,8 +501,8 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
             )
         # DataFrames go to the estimator as they are, so that column names
         # (and a ColumnTransformer selecting by them) keep working.
-        X_fit = X if hasattr(X, "iloc") else X_checked
-        y_fit = y if hasattr(y, "iloc") else y_checked
+        X_fit = estimator_input(X, X_checked)
+        y_fit = estimator_input(y, y_checked)
         data = DataBytes.of(X, y, X_checked, y_checked, fit_params)
 
         shapes = _linear_shapes(
@@ -802,7 +804,7 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
             self.n_jobs,
             data,
             self._accumulator_bytes(shapes),
-            _num_samples(X),
+            X.shape[0],
             bounds[-1],
             self._refuse,
         )
@@ -988,7 +990,7 @@ def _refit_replicates(
     Returns an array of shape (len(ids), total size of the attributes), the
     attributes raveled and concatenated in the order of ``shapes``.
     """
-    n_samples = _num_samples(X)
+    n_samples = X.shape[0]
     counts = bootstrap_counts(
         entropy,
         ids,

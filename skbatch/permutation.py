@@ -52,10 +52,16 @@ from sklearn.model_selection import (
     TimeSeriesSplit,
     check_cv,
 )
-from sklearn.model_selection import _split as sklearn_split
+
+# Private to scikit-learn, without a public twin: the row slicing of its own
+# cross-validation. The folds and permutations slice X, y and the fit
+# parameters as permutation_test_score does (DataFrames by position, a
+# precomputed kernel on both axes, only the per-sample parameters);
+# tests/test_private_names.py checks what is relied on here.
 from sklearn.utils import _safe_indexing, get_tags
+from sklearn.utils.metadata_routing import get_routing_for_object
 from sklearn.utils.metaestimators import _safe_split
-from sklearn.utils.validation import _check_method_params, _num_samples
+from sklearn.utils.validation import _check_method_params
 
 from . import _backends
 from ._base import (
@@ -63,6 +69,7 @@ from ._base import (
     atomic_fit,
     check_max_memory_gb,
     check_verbose,
+    estimator_input,
 )
 from ._engine import run_parallel, run_problem
 from ._preflight import DataBytes, refit_window, refuse
@@ -139,6 +146,9 @@ _PER_TARGET_METRICS = {
 }
 # Splitters whose folds depend on X's length (and groups) but not on y: their
 # folds are the same for every permutation of y, so they are drawn once.
+# What check_cv makes of an iterable of splits, whose folds are fixed: its
+# class is private to scikit-learn, check_cv is not.
+_FIXED_SPLITS = type(check_cv([(np.array([0]), np.array([1]))]))
 # Exact types: a subclass may split on y. Any other splitter (stratified, or
 # a user's) is re-run on every permuted y, as ``permutation_test_score``
 # does.
@@ -154,11 +164,8 @@ _Y_FREE_SPLITTERS = (
     GroupShuffleSplit,
     PredefinedSplit,
     RepeatedKFold,
-    sklearn_split._CVIterableWrapper,
+    _FIXED_SPLITS,
 )
-# Splitters that ignore groups and warn when given them: groups are meant
-# for the permutations then, not for the splitter.
-_IGNORES_GROUPS = getattr(sklearn_split, "_UnsupportedGroupCVMixin", ())
 
 
 def _shuffle_autocorrelation(y, groups):
@@ -208,11 +215,25 @@ def _splits_ignore_y(cv):
     return type(cv) in _Y_FREE_SPLITTERS
 
 
+def _uses_groups(cv):
+    """Whether splitter ``cv`` splits by groups, and so is given them.
+
+    scikit-learn's splitters that do request ``groups`` for ``split`` in
+    their metadata routing (GroupKFold, LeaveOneGroupOut...); its others
+    ignore them, and some warn when given them (StratifiedKFold): the groups
+    are then the permutations' alone. Any other splitter is given them, as
+    ``cross_validate`` gives them.
+    """
+    if not type(cv).__module__.startswith("sklearn."):
+        return True
+    return bool(get_routing_for_object(cv).consumes("split", ["groups"]))
+
+
 def _split_rows(cv, X, y, groups):
     """``cv.split``, with groups only for a splitter that uses them."""
-    if isinstance(cv, _IGNORES_GROUPS):
+    if not _uses_groups(cv):
         groups = None
-    n_samples = _num_samples(X)
+    n_samples = X.shape[0]
     # Integer indices from here on, as the batched paths index rows with
     # them (masks and negative indices are read as X[rows] would read them).
     splits = [
@@ -299,10 +320,14 @@ def _null_scores_task(
     ``splits`` None re-splits every permuted ``y`` with ``cv``, whose folds
     then depend on it (stratified splitters).
     """
-    indices = permutation_indices(entropy, ids, _num_samples(y), groups, **permutation)
+    indices = permutation_indices(entropy, ids, y.shape[0], groups, **permutation)
     scores = []
     for perm in indices:
         permuted = _safe_indexing(y, perm)
+        if hasattr(permuted, "iloc"):
+            # The permuted values on y's own index: pandas code that aligns
+            # on it (X.join(y)) would otherwise put the rows back in order.
+            permuted = permuted.set_axis(y.index, axis=0)
         folds = splits
         if folds is None:
             folds = _split_rows(cv, X, permuted, groups)
@@ -680,10 +705,10 @@ default="shuffle"
             accept_sparse=["csr", "csc"] if inner_tags.sparse else False,
             y_numeric=not is_classifier(estimator),
         )
-        # Column names reach the estimator as the user gave them, so that
-        # estimator_ checks them in predict and name-based transformers work.
-        X = X_input if hasattr(self, "feature_names_in_") else X_valid
-        n_samples = _num_samples(X_valid)
+        # A DataFrame or Series reaches the estimator as the user gave it.
+        X = estimator_input(X_input, X_valid)
+        y_fit = estimator_input(y_input, y)
+        n_samples = X_valid.shape[0]
         n_targets = 1 if y.ndim == 1 else y.shape[1]
         self._check_host_memory(n_targets if raw else 1)
         permutation = dict(
@@ -732,7 +757,7 @@ default="shuffle"
         else:
             data = DataBytes.of(X_input, y_input, X_valid, y, fit_params)
             self._check_refit_memory(data, n_samples, n_targets if raw else 1)
-        estimator_ = clone(estimator).fit(X, y, **fit_params)
+        estimator_ = clone(estimator).fit(X, y_fit, **fit_params)
         if spec is not None:
             backend, counter = self._fit_ridge(
                 X_valid, y, groups, splits, ridge, entropy, raw, permutation, n_items
@@ -741,7 +766,7 @@ default="shuffle"
             counter = self._fit_generic(
                 estimator,
                 X,
-                y,
+                y_fit,
                 groups,
                 cv,
                 splits if _splits_ignore_y(cv) else None,
