@@ -1,5 +1,7 @@
 """BandedRidge: one regularisation per feature space, chosen per target."""
 
+import dataclasses
+import numbers
 import warnings
 
 import numpy as np
@@ -21,6 +23,7 @@ from ._ridge.banded import (
     BandedDesign,
     BandedRefitProblem,
     BandedSearchProblem,
+    BandedSpec,
     band_candidates,
     check_band_weights,
     check_bands,
@@ -29,7 +32,7 @@ from ._ridge.banded import (
 )
 from ._ridge.cv import cv_scheme
 from ._ridge.problems import RidgeSolver
-from ._ridge.spec import check_alphas, resolve_dtype
+from ._ridge.spec import batched_ridge_spec, check_alphas, resolve_dtype
 from .backend import resolve_backend
 from .random import DEFAULT_RANDOM_STATE, check_groups
 from .ridge import (
@@ -281,6 +284,28 @@ default=None
         tags.target_tags.multi_output = True
         tags.array_api_support = False
         return tags
+
+    def __skbatch_banded_spec__(self):
+        """The banded problem ``fit`` solves, for the permutation fast path
+        (:func:`skbatch._ridge.banded.banded_spec`); None when the parameters
+        are invalid (``fit`` then says why), for a subclass, or when every
+        fit draws other candidates (``random_state`` not an int)."""
+        if type(self) is not BandedRidge:
+            return None
+        params = self.get_params(deep=False)
+        drawn = isinstance(self.band_weights, numbers.Integral)
+        if drawn and not isinstance(self.random_state, numbers.Integral):
+            return None
+        spec = batched_ridge_spec({**params, "alpha_per_target": True})
+        if spec is None:
+            return None
+        return BandedSpec(
+            **dataclasses.asdict(spec),
+            bands=self.bands,
+            band_weights=self.band_weights,
+            concentration=self.concentration,
+            random_state=self.random_state,
+        )
 
     def _check_params(self):
         self._validate_params()

@@ -22,6 +22,7 @@ dask cluster as its tasks) and state their memory to the engine.
 """
 
 import numbers
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,7 +30,14 @@ from .. import _linalg
 from ..backend import to_numpy
 from ..memory import GB, memory_budget
 from ..random import resolve_entropy
-from .problems import CV_WORKSPACE_OVERHEAD, RidgeSolver, TargetProblem
+from .problems import (
+    CV_WORKSPACE_OVERHEAD,
+    PermutedRidgeProblem,
+    RidgeSolver,
+    TargetProblem,
+    device_scores,
+)
+from .spec import RidgeSpec
 
 # Drawn band weights below this share of a candidate's largest are 0: such a
 # band's alpha is 1e12 times the others', which leaves its coefficients at
@@ -40,13 +48,17 @@ DRAWN_WEIGHT_FLOOR = 1e-12
 
 __all__ = [
     "BandedDesign",
+    "BandedPermutedProblem",
+    "BandedSpec",
     "BandedRefitProblem",
     "BandedSearchProblem",
     "band_candidates",
+    "banded_spec",
     "check_band_weights",
     "check_bands",
     "check_concentration",
     "check_search_memory",
+    "permuted_problem",
 ]
 
 
@@ -493,3 +505,159 @@ class BandedRefitProblem(TargetProblem):
             coef[np.ix_(rows, kept)] = to_numpy(coef_c) * scale
             intercept[rows] = to_numpy(intercept_c)
         return coef, intercept
+
+
+@dataclass(frozen=True)
+class BandedSpec(RidgeSpec):
+    """The banded ridge problem a ``BandedRidge`` fit solves.
+
+    A :class:`~skbatch._ridge.spec.RidgeSpec` (the search's alphas, cv,
+    scoring, intercept and dtype) with the parameters that give the bands
+    and the candidates once the number of columns is known
+    (:meth:`design`).
+    """
+
+    bands: object = None
+    band_weights: object = 100
+    concentration: object = (0.1, 1.0)
+    random_state: object = 0
+
+    def design(self, X):
+        """The :class:`BandedDesign` of X's candidates, parameters checked."""
+        columns, _ = check_bands(self.bands, X.shape[1])
+        weights = check_band_weights(self.band_weights, len(columns))
+        concentration = check_concentration(self.concentration)
+        candidates = band_candidates(
+            weights, len(columns), concentration, self.random_state
+        )
+        return BandedDesign(X, columns, candidates)
+
+
+def banded_spec(estimator):
+    """The :class:`BandedSpec` of an estimator that states one (a
+    ``__skbatch_banded_spec__()`` method: ``BandedRidge``), else None."""
+    own = getattr(estimator, "__skbatch_banded_spec__", None)
+    return None if own is None else own()
+
+
+def permuted_problem(spec):
+    """The class of the permutation fast path's problem for ``spec``."""
+    return (
+        BandedPermutedProblem
+        if isinstance(spec, BandedSpec)
+        else (PermutedRidgeProblem)
+    )
+
+
+class BandedPermutedProblem(PermutedRidgeProblem):
+    """The permutation fast path of ``BandedRidge``: the search redone per
+    permuted target.
+
+    As :class:`~skbatch._ridge.problems.PermutedRidgeProblem`, with one
+    solver per candidate in every outer fold (the candidate's rescaled
+    training rows, the fold's inner scheme): each permuted column keeps the
+    (candidate, alpha) pair of best inner score, as ``BandedRidge.fit``
+    chooses it on that fold's training rows, and that pair predicts the
+    fold's test rows. The null is that of refits of the estimator.
+
+    Parameters
+    ----------
+    As :class:`~skbatch._ridge.problems.PermutedRidgeProblem`; ``spec`` is a
+    :class:`BandedSpec`.
+    """
+
+    def __init__(
+        self,
+        X,
+        Y,
+        splits,
+        spec,
+        inner_scheme,
+        backend,
+        dtype,
+        scoring,
+        *,
+        n_permutations,
+        permutation,
+    ):
+        self.backend, self.dtype, self.xp = backend, dtype, backend.xp
+        self.scoring = scoring
+        self.n_samples = X.shape[0]
+        self.n_targets = Y.shape[1]
+        self.n_items = n_permutations
+        self.permutation = permutation
+        self.Y = backend.asarray(Y, dtype)
+        self.alphas = backend.asarray(spec.alphas, dtype)
+        design = spec.design(X)
+        schemes = [inner_scheme(X[train], Y[train], train) for train, _ in splits]
+        solvers = [[] for _ in splits]
+        tests = [[] for _ in splits]
+        for c in range(len(design.candidates)):
+            Z = design.design(c)
+            for k, ((train, test), scheme) in enumerate(zip(splits, schemes)):
+                solver = RidgeSolver(
+                    Z[train],
+                    None,
+                    spec.alphas,
+                    scheme,
+                    backend,
+                    dtype,
+                    fit_intercept=spec.fit_intercept,
+                    scoring=spec.scoring,
+                )
+                solvers[k].append(solver)
+                tests[k].append(solver.rows_in_basis(backend.asarray(Z[test], dtype)))
+        self.folds = [
+            (backend.asarray(train), backend.asarray(test), fold_solvers, fold_tests)
+            for (train, test), fold_solvers, fold_tests in zip(splits, solvers, tests)
+        ]
+        self.fixed_bytes = self._fixed_bytes()
+        rank = max(s.s.shape[0] for fold in solvers for s in fold)
+        self.device_bytes_per_item, self.host_bytes_per_item = self.item_bytes(
+            self.n_samples, self.n_targets, rank, spec.alphas.size, dtype
+        )
+        self.max_batch_size = max(1, self.max_columns // self.n_targets)
+
+    @classmethod
+    def check_memory(cls, X, Y, splits, spec, schemes, *args, **kwargs):
+        """:meth:`PermutedRidgeProblem.check_memory` with every fold's
+        decompositions held once per candidate."""
+        n_candidates = len(spec.design(X[:1]).candidates)
+        super().check_memory(
+            X, Y, splits * n_candidates, spec, schemes * n_candidates, *args, **kwargs
+        )
+
+    def _fixed_bytes(self):
+        arrays = [self.Y]
+        for _, _, solvers, tests in self.folds:
+            for solver, X_test_V in zip(solvers, tests):
+                arrays += [solver.U, solver.Vt, X_test_V]
+                for fold in solver.state or ():
+                    arrays += [fold.U, fold.X_test_V]
+        itemsize = np.dtype(self.dtype).itemsize
+        return itemsize * sum(int(np.prod(a.shape)) for a in arrays)
+
+    def scores(self, indices):
+        xp = self.xp
+        permuted = self._permute(indices)
+        total = 0.0
+        for train, test, solvers, tests in self.folds:
+            Y_train = xp.take(permuted, train, axis=0)
+            best = predictions = None
+            for solver, X_test_V in zip(solvers, tests):
+                Y_centered, Y_offset, UtY = solver.project(Y_train)
+                scores = solver.scores(Y_train, Y_centered, Y_offset, UtY)
+                index, score = _linalg.select_alpha(scores, xp=xp)
+                score = xp.where(xp.isnan(score), -xp.inf, score)
+                alpha = xp.take(self.alphas, index, axis=0)
+                candidate = solver.predict(X_test_V, UtY, Y_offset, alpha)
+                if best is None:
+                    best, predictions = score, candidate
+                    continue
+                # Ties keep the first candidate, as the fit's search does.
+                better = score > best
+                best = xp.where(better, score, best)
+                predictions = xp.where(better[None, :], candidate, predictions)
+            Y_test = xp.take(permuted, test, axis=0)
+            total = total + device_scores(Y_test, predictions, self.scoring, xp)
+        return xp.reshape(total / len(self.folds), (indices.shape[0], self.n_targets))
