@@ -30,7 +30,7 @@ import time
 import types
 import warnings
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -825,12 +825,20 @@ def _run_window(parallel, function, data, chunks, progress=None, start=0):
                 raise _data_lost_error(attempt + 1) from exc
 
 
-def _data_lost_error(n_losses):
+def _data_lost_error(n_losses, resend_timeout=None):
+    """The error of a fit whose data died with the workers holding it,
+    ``n_losses`` times, or once more with no worker to send it again to
+    within ``resend_timeout`` seconds."""
+    resend = (
+        ""
+        if resend_timeout is None
+        else f", and no worker took it again within {resend_timeout:g} s"
+    )
     return RuntimeError(
         f"The dask workers holding the data of this fit were lost {n_losses} "
-        "times (the data sent to the cluster is gone with them). Check the "
-        "workers' logs for why they died (often their memory limit); give them "
-        "more memory, or fit without a dask client and without "
+        f"times (the data sent to the cluster is gone with them){resend}. "
+        "Check the workers' logs for why they died (often their memory limit); "
+        "give them more memory, or fit without a dask client and without "
         "joblib.parallel_config(backend='dask')."
     )
 
@@ -1209,6 +1217,25 @@ verbose, desc :
             )
         return _Task(ids, future)
 
+    def send_again(pending, exc):
+        """``pending`` with its unfinished batches sent again, once the data
+        was lost with every worker holding it; else ``exc`` is raised."""
+        nonlocal n_losses
+        if not data.any_lost():
+            raise exc
+        n_losses += 1
+        if n_losses > DATA_LOSS_RETRIES:
+            raise _data_lost_error(n_losses) from exc
+        try:
+            data.scatter_lost()
+        except TimeoutError as error:
+            # No worker came to take it.
+            raise _data_lost_error(n_losses, timeout) from error
+        return deque(
+            task if task.future.status == "finished" else submit(task.ids)
+            for task in pending
+        )
+
     # Current, so that dask's wait finds the client of joblib's dask backend.
     with _progress(n_items, verbose, desc) as bar, client.as_current():
         while batches or pending:
@@ -1225,6 +1252,10 @@ verbose, desc :
                 # without workers would wait for ever.
                 _cluster_threads(client, timeout)
                 continue
+            except CancelledError as exc:
+                # Batches whose data died with every worker holding it.
+                pending = send_again(pending, exc)
+                continue
             for task in pending:
                 if not task.counted and task.future.status == "finished":
                     task.counted = True
@@ -1234,16 +1265,7 @@ verbose, desc :
                 try:
                     pieces, n_calls, n_splits = task.future.result(timeout=timeout)
                 except Exception as exc:
-                    if not data.any_lost():
-                        raise
-                    n_losses += 1
-                    if n_losses > DATA_LOSS_RETRIES:
-                        raise _data_lost_error(n_losses) from exc
-                    data.scatter_lost()
-                    pending = deque(
-                        task if task.future.status == "finished" else submit(task.ids)
-                        for task in pending
-                    )
+                    pending = send_again(pending, exc)
                     break
                 pending.popleft()
                 for lo, hi, result in pieces:

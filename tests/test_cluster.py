@@ -11,6 +11,7 @@
 
 import contextlib
 import pickle
+import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
@@ -598,3 +599,59 @@ def test_simulated_oom_reaches_the_workers(in_process_client):
     assert stage.n_oom_splits > 0
     for name in ("coef_", "alpha_"):
         np.testing.assert_allclose(getattr(split, name), getattr(reference, name))
+
+
+def _fit_closing_every_worker(restart, monkeypatch):
+    """A fit on an in-process cluster whose workers all close at its third
+    batch (and, with ``restart``, are replaced): the serial fit and it."""
+    monkeypatch.setenv(engine.DASK_TIMEOUT_ENV, "1")
+    X, Y = make_data(n_samples=60, n_features=5, n_targets=60, seed=8)
+
+    def make():
+        return BatchedRidge(alphas=ALPHAS, n_targets_batch=5, device="cpu")
+
+    with no_client():
+        serial = make().fit(X, Y)
+    with (
+        distributed.LocalCluster(
+            n_workers=2,
+            processes=False,
+            threads_per_worker=1,
+            dashboard_address=None,
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        client.wait_for_workers(2, timeout=FIT_TIMEOUT_S)
+        submit = client.submit
+        n_submits = []
+
+        def submit_then_close(*args, **kwargs):
+            n_submits.append(1)
+            if len(n_submits) == 3:
+                # Closed, not retired: the data they hold is gone with them.
+                cluster.scale(0)
+                while client.scheduler_info()["workers"]:
+                    time.sleep(0.01)
+                if restart:
+                    cluster.scale(2)
+            return submit(*args, **kwargs)
+
+        monkeypatch.setattr(client, "submit", submit_then_close)
+        with ThreadPoolExecutor(1) as pool:
+            return serial, pool.submit(make().fit, X, Y).result(timeout=FIT_TIMEOUT_S)
+
+
+def test_every_worker_closed_mid_fit_and_replaced_leaves_the_result(monkeypatch):
+    serial, on_cluster = _fit_closing_every_worker(True, monkeypatch)
+    assert_array_equal(serial.coef_, on_cluster.coef_)
+    assert_array_equal(serial.alpha_, on_cluster.alpha_)
+
+
+def test_every_worker_closed_for_good_fails_saying_the_data_was_lost(monkeypatch):
+    started = time.perf_counter()
+    with pytest.raises(
+        RuntimeError,
+        match=r"dask workers holding the data .* were lost .* no worker .* 1 s",
+    ):
+        _fit_closing_every_worker(False, monkeypatch)
+    assert time.perf_counter() - started < FIT_TIMEOUT_S
