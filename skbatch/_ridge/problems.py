@@ -28,6 +28,7 @@ peak-memory tests of ``tests/test_bootstrap.py``.
 """
 
 import copy
+import dataclasses
 import math
 
 import numpy as np
@@ -532,6 +533,13 @@ class PermutedRidgeProblem(Portable):
         self.columns_per_choice = self.n_targets if many else 1
         self.Y = backend.asarray(Y, dtype)
         self.folds = []
+        # Ridge(alpha=array): target j keeps its alpha in every permutation,
+        # none is chosen; the solvers then hold one alpha, unused.
+        self.fixed_alpha = None
+        if spec.fixed_per_target:
+            per_target = np.broadcast_to(spec.alphas, (self.n_targets,))
+            self.fixed_alpha = backend.asarray(np.ascontiguousarray(per_target), dtype)
+            spec = dataclasses.replace(spec, alphas=spec.alphas[:1])
         for train, test in splits:
             X_train = X[train]
             solver = RidgeSolver(
@@ -598,7 +606,8 @@ class PermutedRidgeProblem(Portable):
             fixed += itemsize * (len(train) + n_features + len(test)) * rank
             fixed += scheme.nbytes(n_features, itemsize)
         device, host = cls.item_bytes(
-            n_samples, Y.shape[1], min(n_samples, n_features), spec.alphas.size, dtype
+        n_alphas = 1 if spec.fixed_per_target else spec.alphas.size
+            n_samples, Y.shape[1], min(n_samples, n_features), n_alphas, dtype
         )
         plan_batches(
             n_permutations,
@@ -655,13 +664,22 @@ class PermutedRidgeProblem(Portable):
         for train, test, solver, X_test_V in self.folds:
             Y_train = xp.take(permuted, train, axis=0)
             Y_centered, Y_offset, UtY = solver.project(Y_train)
-            alpha = solver.choose_alpha(
-                Y_train,
-                Y_centered,
-                Y_offset,
-                UtY,
-                columns_per_choice=self.columns_per_choice,
-            )
+            if self.fixed_alpha is not None:
+                # Column k * t + j is target j of permutation k.
+                alpha = xp.reshape(
+                    xp.broadcast_to(
+                        self.fixed_alpha[None, :], (indices.shape[0], self.n_targets)
+                    ),
+                    (-1,),
+                )
+            else:
+                alpha = solver.choose_alpha(
+                    Y_train,
+                    Y_centered,
+                    Y_offset,
+                    UtY,
+                    columns_per_choice=self.columns_per_choice,
+                )
             predictions = solver.predict(X_test_V, UtY, Y_offset, alpha)
             Y_test = xp.take(permuted, test, axis=0)
             total = total + device_scores(Y_test, predictions, self.scoring, xp)

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 from sklearn.linear_model import LinearRegression, Ridge, RidgeCV
+from sklearn.pipeline import Pipeline
 
 from .cv import cv_scheme
 
-__all__ = ["RidgeSpec", "check_alphas", "resolve_dtype", "ridge_spec"]
+__all__ = ["RidgeSpec", "check_alphas", "refit_reason", "resolve_dtype", "ridge_spec"]
 
 # Scorings of the alpha choice that the CV schemes compute on the device;
 # None is each scheme's default (squared error for leave-one-out and GCV,
@@ -218,3 +219,79 @@ def batched_ridge_spec(params):
         params["fit_intercept"],
         params["dtype"],
     )
+# The estimators a reader expects the batched paths to take.
+_RIDGE_CLASSES = (LinearRegression, Ridge, RidgeCV)
+
+
+def _ridge_like(estimator):
+    return isinstance(estimator, _RIDGE_CLASSES) or hasattr(
+        estimator, "__skbatch_ridge_spec__"
+    )
+
+
+def refit_reason(estimator):
+    """Why a ridge-like ``estimator`` gets no ridge problem from :func:`ridge_spec`.
+
+    For the wrappers' ``verbose`` output when they refit an estimator a
+    reader would expect on a batched path: ``BatchedRidge``, ``Ridge``,
+    ``RidgeCV``, ``LinearRegression``, their subclasses, and a ``Pipeline``
+    ending in one. Each wrapper adds its own reasons (fit parameters, its
+    scoring...).
+
+    Returns
+    -------
+    reason : str or None
+        None when :func:`ridge_spec` states the problem, or when the
+        estimator is not ridge-like (nobody expects a batched path then).
+
+    Examples
+    --------
+    >>> from sklearn.linear_model import Ridge
+    >>> from skbatch._ridge.spec import refit_reason
+    >>> print(refit_reason(Ridge(solver="sag")))  # doctest: +NORMALIZE_WHITESPACE
+    Ridge(solver='sag') is iterative: only the exact solvers
+    ('auto', 'svd', 'cholesky') are solved in batches
+    >>> refit_reason(Ridge()) is None
+    True
+    """
+    if isinstance(estimator, Pipeline):
+        last = estimator.steps[-1][1] if estimator.steps else None
+        if last is None or not _ridge_like(last):
+            return None
+        return (
+            f"a Pipeline ending in {type(last).__name__} is refit as a whole: only "
+            f"a bare ridge estimator is solved in batches (transform X beforehand "
+            f"when the transform learns nothing from the rows)"
+        )
+    if not _ridge_like(estimator) or ridge_spec(estimator) is not None:
+        return None
+    name = type(estimator).__name__
+    if hasattr(estimator, "__skbatch_ridge_spec__"):
+        return f"{name}'s parameters are invalid (its fit says which)"
+    if type(estimator) not in _RIDGE_CLASSES:
+        return (
+            f"{name} subclasses a scikit-learn ridge estimator and may override "
+            f"fit: only the exact classes are solved in batches"
+        )
+    params = estimator.get_params(deep=False)
+    if params.get("positive"):
+        return f"{name}(positive=True) constrains the coefficients"
+    if isinstance(estimator, Ridge):
+        if params["solver"] not in EXACT_RIDGE_SOLVERS:
+            return (
+                f"{name}(solver={params['solver']!r}) is iterative: only the exact "
+                f"solvers {EXACT_RIDGE_SOLVERS} are solved in batches"
+            )
+        return f"{name}(alpha={params['alpha']!r}) is not a number >= 0 or a 1-D array"
+    if params["scoring"] not in RIDGECV_SCORINGS:
+        return (
+            f"{name}(scoring={params['scoring']!r}): only the scorings "
+            f"{RIDGECV_SCORINGS} are computed in batches"
+        )
+    if isinstance(params["cv"], str) or (
+        params["cv"] is not None and params["alpha_per_target"]
+    ):
+        return f"{name}(cv={params['cv']!r}) is refused or refit by {name} itself"
+    return f"{name}(alphas={params['alphas']!r}) are not positive finite numbers"
+
+
