@@ -71,11 +71,11 @@ from ._base import (
     check_verbose,
     estimator_input,
 )
-from ._engine import run_parallel, run_problem
+from ._engine import _say, run_parallel, run_problem
 from ._preflight import DataBytes, refit_window, refuse
 from ._ridge.cv import cv_scheme, fold_rows
 from ._ridge.problems import DEVICE_SCORINGS, PermutedRidgeProblem
-from ._ridge.spec import resolve_dtype, ridge_spec
+from ._ridge.spec import refit_reason, resolve_dtype, ridge_spec
 from ._timeseries import lag1_autocorrelation
 from .backend import resolve_backend, to_numpy
 from .memory import GB, memory_budget
@@ -352,18 +352,32 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
     (max-statistic method: every target's permuted score comes from the same
     row permutation).
 
-    For ``BatchedRidge``, ``Ridge``, ``RidgeCV`` and ``LinearRegression``
-    (exact solvers, no ``fit_params``), a splitter whose folds do not depend
-    on ``y`` and a scoring among None, "r2", "correlation",
-    "neg_mean_squared_error", "neg_root_mean_squared_error" and
-    "neg_mean_absolute_error", permuting ``y`` leaves each fold's
-    decomposition of X unchanged: one SVD per fold, and the permutations go
+    Permuting ``y`` leaves each fold's decomposition of X unchanged, so for
+    ridge problems one SVD per fold serves every permutation: they go
     through it as a batch of extra targets, alpha chosen per permuted target
     by the estimator's own LOO, GCV or K-fold criterion on the fold's
-    training rows, scored on the device (``device``), in batches sized from
-    the memory budget and recovered from out-of-memory errors. Any other
-    estimator is refit on every fold of every permutation through joblib
-    (``n_jobs``). Both paths draw the same permutations: the same
+    training rows (or held at ``Ridge``'s per-target ``alpha`` array),
+    scored on the device (``device``), in batches sized from the memory
+    budget and recovered from out-of-memory errors. This fast path is taken
+    when all of these hold:
+
+    - the estimator is exactly ``BatchedRidge`` (valid parameters),
+      ``Ridge`` (solver "auto", "svd" or "cholesky", ``positive=False``,
+      ``alpha`` a number or one per target), ``RidgeCV`` (scoring None,
+      "r2" or "neg_mean_squared_error"; K-fold only with
+      ``alpha_per_target=False``) or ``LinearRegression``
+      (``positive=False``); not a subclass, not a ``Pipeline``;
+    - no ``fit_params``, X dense;
+    - ``scoring`` among None, "r2", "correlation",
+      "neg_mean_squared_error", "neg_root_mean_squared_error" and
+      "neg_mean_absolute_error";
+    - ``cv`` and the estimator's own K-fold splitter have folds that do
+      not depend on ``y``, and every training fold has 2 rows or more.
+
+    Any other estimator is refit on every fold of every permutation through
+    joblib (``n_jobs``); for a ridge-like one (those above, their
+    subclasses, a ``Pipeline`` ending in one), ``verbose >= 1`` prints the
+    rule it missed. Both paths draw the same permutations: the same
     ``random_state`` gives the same null distribution and p-values for any
     batch size, budget, ``n_jobs`` and path.
 
@@ -731,27 +745,15 @@ default="shuffle"
         splits = _split_rows(cv, X, y, groups)
         # The generic path's; the fast path's weighs its work ("auto").
         backend = resolve_backend(self.device)
-        spec = None
-        if (
-            not fit_params
-            and not sp.issparse(X_valid)
-            and self.scoring in DEVICE_SCORINGS
-            and _splits_ignore_y(cv)
-            # A one-row training fold: the estimator decides (BatchedRidge
-            # refuses it, Ridge fits it).
-            and min(len(train) for train, _ in splits) >= 2
-        ):
-            spec = ridge_spec(estimator)
-        if spec is not None and (
-            spec.fixed_per_target
-            # The estimator's own inner folds depend on y: its refits decide.
-            or (
-                spec.cv is not None
-                and not isinstance(spec.cv, str)
-                and not _splits_ignore_y(check_cv(spec.cv))
+        spec, reason = self._fast_path(
+            estimator, X_valid, cv, splits, fit_params, n_targets
+        )
+        if reason is not None:
+            _say(
+                self.verbose,
+                f"PermutationScorer refits {type(estimator).__name__} on every "
+                f"fold of every permutation (the generic path): {reason}.",
             )
-        ):
-            spec = None
         if spec is not None:
             ridge = self._plan_ridge(X_valid, y, splits, spec, n_items)
         else:
@@ -801,6 +803,41 @@ default="shuffle"
         self.backend_ = backend
         self.estimator_ = estimator_
         return self
+
+    def _fast_path(self, estimator, X, cv, splits, fit_params, n_targets):
+        """``(spec, reason)``: the ridge problem of the fast path, or None and
+        why not, the reason None for an estimator nobody expects there (see
+        :func:`skbatch._ridge.spec.refit_reason`)."""
+        spec = banded_spec(estimator) or ridge_spec(estimator)
+        if spec is None:
+            return None, refit_reason(estimator)
+        if fit_params:
+            reason = f"fit parameters {sorted(fit_params)} go to every refit"
+        elif sp.issparse(X):
+            reason = "X is sparse"
+        elif self.scoring not in DEVICE_SCORINGS:
+            reason = (
+                f"scoring={self.scoring!r} is not among the fast path's "
+                f"{DEVICE_SCORINGS}"
+            )
+        elif not _splits_ignore_y(cv):
+            reason = f"the folds of cv={cv!r} depend on y, split again per permutation"
+        elif min(len(train) for train, _ in splits) < 2:
+            # BatchedRidge refuses a one-row training fold, Ridge fits it.
+            reason = "a training fold has fewer than 2 rows"
+        elif spec.fixed_per_target and spec.alphas.size not in (1, n_targets):
+            # The estimator's fit refuses it.
+            reason = f"{spec.alphas.size} alphas for {n_targets} targets"
+        elif (
+            spec.cv is not None
+            and not isinstance(spec.cv, str)
+            and not _splits_ignore_y(check_cv(spec.cv))
+        ):
+            # Its own inner folds depend on y: its refits decide them.
+            reason = f"the estimator's inner cv={spec.cv!r} splits depend on y"
+        else:
+            return spec, None
+        return None, reason
 
     def _check_host_memory(self, n_stats):
         # The counter, and one id per permutation that the engine hands out.
@@ -877,7 +914,8 @@ default="shuffle"
         n_samples, n_features = X.shape
         columns = n_items * Y.shape[1]
         rank = min(n_samples, n_features)
-        flops = 2.0 * len(splits) * n_samples * rank * columns * (spec.alphas.size + 2)
+        n_alphas = 1 if spec.fixed_per_target else spec.alphas.size
+        flops = 2.0 * len(splits) * n_samples * rank * columns * (n_alphas + 2)
         backend = resolve_backend(self.device, flops=flops)
         # scikit-learn's estimators in float64 whatever X (float32 on MPS):
         # ties with the observed score are judged at the compute precision
