@@ -1,3 +1,4 @@
+import contextlib
 import pickle
 import re
 
@@ -537,7 +538,7 @@ def test_ridge_path_refuses_a_budget_before_any_svd(estimator, monkeypatch):
         y64,
         splits,
         ridge_spec(Ridge()),
-        lambda X_train, Y_train: cv_scheme(None).split(X_train, Y_train),
+        lambda X_train, Y_train, train: cv_scheme(None).split(X_train, Y_train),
         Backend("numpy"),
         np.float64,
         None,
@@ -815,3 +816,74 @@ def test_shuffle_warning_rarely_fires_on_white_noise():
     ar = ar_series(11, 200, 3, phi=0.9)
     statistic, threshold = permutation_module._shuffle_autocorrelation(ar, None)
     assert statistic > threshold
+
+
+# --- Ridge(alpha=array) on the fast path; why the refit path is taken ---------------
+
+
+@pytest.mark.parametrize("multioutput", ["uniform_average", "raw_values"])
+def test_per_target_alpha_array_takes_the_fast_path(multioutput, monkeypatch):
+    X, Y = make_data(n_targets=3, signal=0.3)
+    alphas = np.array([0.1, 10.0, 1000.0])
+    kwargs = dict(
+        n_permutations=25, multioutput=multioutput, return_null=True, random_state=4
+    )
+    slow = PermutationScorer(generic(Ridge(alpha=alphas)), **kwargs).fit(X, Y)
+    # A hand loop of refits on the same draws: sklearn's own per-target alphas.
+    indices = permutation_indices(4, np.arange(25), len(Y))
+    expected = [
+        cross_val_score(Ridge(alpha=alphas), X, Y[idx], cv=KFold(5)).mean()
+        for idx in indices
+    ]
+    if multioutput == "uniform_average":
+        assert_allclose(slow.permutation_scores_, expected, rtol=0, atol=1e-10)
+
+    def refit(*args, **kwargs):
+        raise AssertionError("the generic path was taken")
+
+    monkeypatch.setattr(permutation_module, "_cv_score", refit)
+    fast = PermutationScorer(Ridge(alpha=alphas), **kwargs).fit(X, Y)
+    assert_allclose(fast.score_, slow.score_, rtol=0, atol=1e-10)
+    assert_allclose(
+        fast.permutation_scores_, slow.permutation_scores_, rtol=0, atol=1e-10
+    )
+    assert_array_equal(fast.pvalue_, slow.pvalue_)
+    assert_array_equal(fast.pvalue_fwer_, slow.pvalue_fwer_)
+
+
+def test_per_target_alphas_differ_from_one_shared_alpha():
+    # Each target keeps its own alpha: a huge alpha on target 0 alone moves
+    # only target 0's scores.
+    X, Y = make_data(n_targets=2, signal=1.0)
+    kwargs = dict(n_permutations=9, multioutput="raw_values", return_null=True)
+    shared = PermutationScorer(Ridge(alpha=1.0), **kwargs).fit(X, Y)
+    mixed = PermutationScorer(Ridge(alpha=np.array([1e6, 1.0])), **kwargs).fit(X, Y)
+    assert mixed.score_[0] < shared.score_[0] - 0.1
+    assert_allclose(mixed.permutation_scores_[:, 1], shared.permutation_scores_[:, 1])
+
+
+@pytest.mark.parametrize(
+    "estimator, kwargs, match",
+    [
+        (Ridge(solver="sag"), {}, "solver='sag'"),
+        (make_pipeline(FunctionTransformer(), Ridge()), {}, "Pipeline ending in Ridge"),
+        (Ridge(positive=True), {}, "positive=True"),
+        (Ridge(), {"scoring": "explained_variance"}, "scoring='explained_variance'"),
+        (Ridge(alpha=np.ones(3)), {}, "3 alphas for 2 targets"),
+    ],
+)
+def test_verbose_says_why_a_ridge_estimator_is_refit(estimator, kwargs, match, capsys):
+    X, Y = make_data(n_targets=2)
+    # Ridge refuses alphas that match no number of targets, after saying why.
+    refused = "alphas for" in match
+    with pytest.raises(ValueError) if refused else contextlib.nullcontext():
+        PermutationScorer(estimator, n_permutations=3, verbose=1, **kwargs).fit(X, Y)
+    out = capsys.readouterr().out
+    assert "generic path" in out and match in out
+
+
+def test_verbose_is_silent_about_paths_nobody_expects_fast(capsys):
+    X, y = make_data()
+    PermutationScorer(Ridge(), n_permutations=3, verbose=1).fit(X, y)
+    PermutationScorer(KNeighborsRegressor(), n_permutations=3, verbose=1).fit(X, y)
+    assert "generic path" not in capsys.readouterr().out
