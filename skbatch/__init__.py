@@ -19,12 +19,13 @@ from .memory import (
 )
 from .oom import compute_oom_safe, is_oom_error
 from .permutation import PermutationScorer
-from .ridge import AutocorrelationWarning, BatchedRidge
+from .ridge import AlphaEdgeWarning, AutocorrelationWarning, BatchedRidge
 from .scoring import explainable_variance, score_per_target
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "AlphaEdgeWarning",
     "AutocorrelationWarning",
     "BandedRidge",
     "Backend",

@@ -72,7 +72,7 @@ from .random import (
     check_block_scheme,
     resolve_entropy,
 )
-from .ridge import BatchedRidge
+from .ridge import AlphaEdgeWarning, BatchedRidge
 from .streaming import BootstrapAccumulator
 
 __all__ = ["BootstrapEstimator", "BootstrapResult"]
@@ -1007,11 +1007,14 @@ def _refit_replicates(
     for k, (item, count) in enumerate(zip(ids, counts)):
         indices = np.repeat(rows, count)
         try:
-            fitted = clone(estimator).fit(
-                _safe_indexing(X, indices),
-                _safe_indexing(y, indices),
-                **_check_method_params(X, fit_params, indices),
-            )
+            with warnings.catch_warnings():
+                # The fit on all data has said it once; not once per replicate.
+                warnings.simplefilter("ignore", AlphaEdgeWarning)
+                fitted = clone(estimator).fit(
+                    _safe_indexing(X, indices),
+                    _safe_indexing(y, indices),
+                    **_check_method_params(X, fit_params, indices),
+                )
             values = _statistic(_unwrap_search(fitted), attributes)
             if list(values) != list(shapes):
                 raise ValueError(

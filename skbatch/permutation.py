@@ -86,7 +86,7 @@ from .random import (
     permutation_indices,
     resolve_entropy,
 )
-from .ridge import BatchedRidge
+from .ridge import AlphaEdgeWarning, BatchedRidge
 from .streaming import PermutationCounter
 
 __all__ = ["PermutationScorer"]
@@ -267,9 +267,12 @@ def _cv_score(estimator, X, y, splits, scorer, metric, fit_params):
     for train, test in splits:
         X_train, y_train = _safe_split(estimator, X, y, train)
         X_test, y_test = _safe_split(estimator, X, y, test, train)
-        estimator.fit(
-            X_train, y_train, **_check_method_params(X, fit_params, indices=train)
-        )
+        with warnings.catch_warnings():
+            # The fit on all data has said it once; not once per refit.
+            warnings.simplefilter("ignore", AlphaEdgeWarning)
+            estimator.fit(
+                X_train, y_train, **_check_method_params(X, fit_params, indices=train)
+            )
         if metric is None:
             scores.append(scorer(estimator, X_test, y_test))
         elif metric == "scorer":

@@ -47,7 +47,7 @@ from ._timeseries import lag1_autocorrelation
 from .backend import resolve_backend
 from .random import check_groups
 
-__all__ = ["AutocorrelationWarning", "BatchedRidge"]
+__all__ = ["AlphaEdgeWarning", "AutocorrelationWarning", "BatchedRidge"]
 
 # Half decades from 0.1 to 1e5: small alphas for clean targets, up to the
 # 1e4-1e5 that noisy targets with thousands of standardised rows need.
@@ -130,6 +130,19 @@ def warn_if_autocorrelated(X, targets, coef, intercept, groups, cv, *, stackleve
     )
 
 
+class AlphaEdgeWarning(UserWarning):
+    """Many targets chose an edge of ``alphas`` while still improving there.
+
+    Raised after fit by :class:`BatchedRidge` (and :class:`BandedRidge`):
+    the grid likely stops too early, and extending it may change the chosen
+    alphas. A subclass of ``UserWarning``, so that
+    ``warnings.filterwarnings`` can single it out. The wrappers'
+    (:class:`PermutationScorer`, :class:`BootstrapEstimator`) refits on
+    permuted or resampled data do not raise it: their fit on all data has
+    said it once, and a permuted target is noise by design.
+    """
+
+
 def warn_at_grid_edges(alphas, best, scores, no_model):
     """Warn when many targets chose an edge of ``alphas`` while improving there.
 
@@ -175,7 +188,7 @@ def warn_at_grid_edges(alphas, best, scores, no_model):
                 f"{share:.0%} of targets chose the {which} alpha "
                 f"({alphas[edge]:g}) while their cross-validated score was still "
                 f"improving there: extend `alphas` to {direction} values.",
-                UserWarning,
+                AlphaEdgeWarning,
                 # Past this function, fit and its atomic wrapper.
                 stacklevel=4,
             )
