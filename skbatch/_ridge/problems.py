@@ -605,8 +605,8 @@ class PermutedRidgeProblem(Portable):
             rank = min(len(train), n_features)
             fixed += itemsize * (len(train) + n_features + len(test)) * rank
             fixed += scheme.nbytes(n_features, itemsize)
-        device, host = cls.item_bytes(
         n_alphas = 1 if spec.fixed_per_target else spec.alphas.size
+        device, host = cls.item_bytes(
             n_samples, Y.shape[1], min(n_samples, n_features), n_alphas, dtype
         )
         plan_batches(
