@@ -219,6 +219,8 @@ def batched_ridge_spec(params):
         params["fit_intercept"],
         params["dtype"],
     )
+
+
 # The estimators a reader expects the batched paths to take.
 _RIDGE_CLASSES = (LinearRegression, Ridge, RidgeCV)
 
