@@ -538,7 +538,7 @@ def test_ridge_path_refuses_a_budget_before_any_svd(estimator, monkeypatch):
         y64,
         splits,
         ridge_spec(Ridge()),
-        lambda X_train, Y_train, train: cv_scheme(None).split(X_train, Y_train),
+        lambda X_train, Y_train: cv_scheme(None).split(X_train, Y_train),
         Backend("numpy"),
         np.float64,
         None,
