@@ -35,6 +35,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 from joblib import effective_n_jobs
+
+# Private to joblib, without a public twin: its public API configures a
+# backend (parallel_config) but neither names the active one nor says
+# whether its workers share this host's memory; the classes of its local
+# backends and its table of names (BACKENDS) do. tests/test_private_names.py
+# checks what is relied on here.
 from joblib._parallel_backends import (
     LokyBackend,
     MultiprocessingBackend,

@@ -59,7 +59,6 @@ from sklearn.model_selection import (
 # precomputed kernel on both axes, only the per-sample parameters);
 # tests/test_private_names.py checks what is relied on here.
 from sklearn.utils import _safe_indexing, get_tags
-from sklearn.utils.metadata_routing import get_routing_for_object
 from sklearn.utils.metaestimators import _safe_split
 from sklearn.utils.validation import _check_method_params
 
@@ -73,7 +72,7 @@ from ._base import (
 )
 from ._engine import _say, run_parallel, run_problem
 from ._preflight import DataBytes, refit_window, refuse
-from ._ridge.cv import cv_scheme, fold_rows
+from ._ridge.cv import cv_scheme, fold_rows, uses_groups
 from ._ridge.problems import DEVICE_SCORINGS, PermutedRidgeProblem
 from ._ridge.spec import refit_reason, resolve_dtype, ridge_spec
 from ._timeseries import lag1_autocorrelation
@@ -215,23 +214,9 @@ def _splits_ignore_y(cv):
     return type(cv) in _Y_FREE_SPLITTERS
 
 
-def _uses_groups(cv):
-    """Whether splitter ``cv`` splits by groups, and so is given them.
-
-    scikit-learn's splitters that do request ``groups`` for ``split`` in
-    their metadata routing (GroupKFold, LeaveOneGroupOut...); its others
-    ignore them, and some warn when given them (StratifiedKFold): the groups
-    are then the permutations' alone. Any other splitter is given them, as
-    ``cross_validate`` gives them.
-    """
-    if not type(cv).__module__.startswith("sklearn."):
-        return True
-    return bool(get_routing_for_object(cv).consumes("split", ["groups"]))
-
-
 def _split_rows(cv, X, y, groups):
     """``cv.split``, with groups only for a splitter that uses them."""
-    if not _uses_groups(cv):
+    if not uses_groups(cv):
         groups = None
     n_samples = X.shape[0]
     # Integer indices from here on, as the batched paths index rows with

@@ -7,6 +7,12 @@ import warnings
 import numpy as np
 from scipy import sparse
 from sklearn.base import BaseEstimator, MultiOutputMixin, RegressorMixin
+
+# Private to scikit-learn, without a public twin: the parameter constraints
+# its estimators declare (_parameter_constraints, checked by
+# _validate_params, raising InvalidParameterError), and its check of
+# sample_weight, as Ridge checks it. tests/test_private_names.py checks what
+# is relied on here.
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import (
     _check_sample_weight,

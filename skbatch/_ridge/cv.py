@@ -22,9 +22,13 @@ ridge fast path of ``PermutationScorer`` then accept its key as ``cv``.
 import warnings
 
 import numpy as np
-from sklearn.model_selection import _split as sklearn_split
 from sklearn.model_selection import check_cv
+
+# What scikit-learn raises for a bad parameter (a ValueError and a TypeError),
+# private to it: BatchedRidge's other parameters raise it through
+# ridge.py's _parameter_constraints, so a bad cv raises it too.
 from sklearn.utils._param_validation import InvalidParameterError
+from sklearn.utils.metadata_routing import get_routing_for_object
 
 from .. import _linalg
 from .._engine import Portable, map_threads
@@ -37,6 +41,7 @@ __all__ = [
     "LeaveOneOut",
     "cv_scheme",
     "fold_rows",
+    "uses_groups",
 ]
 
 # Fewest rows (or rows of non-zero weight) a fit accepts: one row has no
@@ -45,11 +50,22 @@ MIN_SAMPLES = 2
 # Row indices that form at most this many runs of consecutive rows (KFold
 # without shuffling: two) are read as slices, views rather than copies.
 MAX_ROW_RUNS = 4
-# Splitters that ignore groups and warn when given them. A ridge's groups
-# also serve its residual autocorrelation check, so they reach such a
-# splitter as None rather than as a warning on every fit (sklearn names this
-# mixin privately; without it, groups go to every splitter).
-_IGNORES_GROUPS = getattr(sklearn_split, "_UnsupportedGroupCVMixin", ())
+
+
+def uses_groups(cv):
+    """Whether splitter ``cv`` splits by groups, and so is given them.
+
+    scikit-learn's splitters that do request ``groups`` for ``split`` in
+    their metadata routing (GroupKFold, LeaveOneGroupOut...); its others
+    ignore them, and some warn when given them (StratifiedKFold). Groups
+    also serve the permutations, the bootstrap and a ridge's residual
+    autocorrelation check, so they reach those splitters as None rather than
+    as a warning on every fit. Any other splitter is given them, as
+    ``cross_validate`` gives them.
+    """
+    if not type(cv).__module__.startswith("sklearn."):
+        return True
+    return bool(get_routing_for_object(cv).consumes("split", ["groups"]))
 
 
 class CVScheme:
@@ -205,7 +221,7 @@ class KFold(CVScheme):
     def split(self, X, y, sample_weight=None, scoring=None, groups=None):
         n_samples = X.shape[0]
         splitter = self.splitter()
-        if isinstance(splitter, _IGNORES_GROUPS):
+        if not uses_groups(splitter):
             groups = None
         self.splits = [
             (
