@@ -705,7 +705,14 @@ default=None
         Intercepts, in ``dtype_`` (0.0 when ``fit_intercept=False``).
     alpha_ : ndarray of shape (n_targets,) or float
         Chosen alpha per target; a float for 1-D ``y`` or
-        ``alpha_per_target=False``.
+        ``alpha_per_target=False``. With ``sample_weight``, leave-one-out
+        and K-fold choose it on the scale of the weights as given
+        (``coef_`` is that of ``Ridge(alpha=alpha_)`` fit with them);
+        ``cv="gcv"`` on the scale of the weights normalised to sum to
+        ``n_eff``, the number of rows of non-zero weight: ``coef_`` is then
+        that of ``Ridge(alpha=alpha_ * sum(sample_weight) / n_eff)`` fit
+        with the weights as given, and ``alpha_`` does not change when all
+        weights are multiplied by a constant (see Notes).
     best_score_ : ndarray of shape (n_targets,) or float
         Cross-validated score at the chosen alpha (higher is better; minus
         the mean squared error when ``scoring=None`` with LOO or GCV). NaN
@@ -766,16 +773,19 @@ default=None
     the Examples.
 
     **Sample weights.** They weight the training rows in every fit, as in
-    ``Ridge``, and the scores as ``RidgeCV`` uses them: leave-one-out
-    weights each sample's squared error (or the named scoring's means), and
-    K-fold weights the held-out rows of each fold (``RidgeCV(cv=K)`` since
-    scikit-learn 1.7). With ``cv="gcv"`` they are first normalised to sum to
-    ``n_eff``, the number of rows of non-zero weight, and the criterion is
+    ``Ridge`` (with ``cv="gcv"``, once normalised as below), and the scores
+    as ``RidgeCV`` uses them: leave-one-out weights each sample's squared
+    error (or the named scoring's means), and K-fold weights the held-out
+    rows of each fold (``RidgeCV(cv=K)`` since scikit-learn 1.7). With
+    ``cv="gcv"`` they are first normalised to sum to ``n_eff``, the number
+    of rows of non-zero weight, and the criterion is
     ``(sum_i w_i r_i^2 / n_eff) / (1 - tr(H) / n_eff)^2``, with ``tr(H)``
     the effective degrees of freedom (+1 for the intercept). A row of weight
     0 is then the same as no row, and multiplying all weights by a constant
     changes nothing (equal weights are no weights), whereas ``Ridge`` itself
-    reads weights times c as alpha divided by c.
+    reads weights times c as alpha divided by c: ``alpha_`` is that of the
+    normalised weights, ``Ridge``'s alpha for the weights as given times
+    ``n_eff / sum(sample_weight)``.
 
     **Targets larger than memory.** A 2-D ``y`` on disk is never held
     whole: its shape, dtype and number of rows are checked first, and each

@@ -1134,3 +1134,24 @@ def test_autocorrelation_check_is_within_runs():
     with warnings.catch_warnings():
         warnings.simplefilter("error", AutocorrelationWarning)
         BatchedRidge().fit(X, Y, groups=runs)
+
+
+@pytest.mark.parametrize("cv", [None, 4, "gcv"])
+def test_alpha_with_weights_is_on_the_scale_the_docstring_states(cv):
+    # coef_ is Ridge's at alpha_ with the weights as given for leave-one-out
+    # and K-fold; with GCV, at alpha_ for the weights normalised to sum to
+    # the number of rows of non-zero weight, so alpha_ ignores their scale.
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((50, 4))
+    y = X @ rng.standard_normal(4) + rng.standard_normal(50)
+    weights = rng.uniform(0.0, 5.0, 50)
+    weights[:5] = 0.0
+    alphas = np.logspace(-2, 3, 12)
+    model = BatchedRidge(alphas=alphas, cv=cv).fit(X, y, sample_weight=weights)
+    scale = weights.sum() / np.count_nonzero(weights) if cv == "gcv" else 1.0
+    ridge = Ridge(alpha=model.alpha_ * scale).fit(X, y, sample_weight=weights)
+    np.testing.assert_allclose(model.coef_, ridge.coef_, rtol=1e-10)
+    np.testing.assert_allclose(model.intercept_, ridge.intercept_, rtol=1e-10)
+    if cv == "gcv":
+        scaled = BatchedRidge(alphas=alphas, cv=cv).fit(X, y, sample_weight=7 * weights)
+        assert scaled.alpha_ == model.alpha_
