@@ -295,5 +295,3 @@ def refit_reason(estimator):
     ):
         return f"{name}(cv={params['cv']!r}) is refused or refit by {name} itself"
     return f"{name}(alphas={params['alphas']!r}) are not positive finite numbers"
-
-
