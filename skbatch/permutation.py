@@ -678,7 +678,8 @@ default="shuffle"
             Training data, passed to the estimator as given (a DataFrame
             stays one); its values are validated by the estimator.
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
-            Targets.
+            Targets, passed to the estimator as given (a pandas Series
+            stays one; a permuted one keeps the index of ``y``).
         groups : array-like of shape (n_samples,), default=None
             Exchangeability blocks: ``y`` is permuted (or shifted, or its
             blocks shuffled) within each group only. Also passed to a ``cv``
