@@ -120,7 +120,10 @@ default=100
         others Dirichlet draws whose concentration cycles through
         ``concentration``, from ``random_state``. An array: explicit
         candidates, non-negative, no row all zero, each row divided by its
-        sum. With one band there is one candidate, weight 1.
+        sum. With one band there is one candidate, weight 1. A weight below
+        1e-12 of its row's largest is taken as 0 (that band's alpha would be
+        1e12 times the others', its coefficients 0 to rounding, and its
+        rescaled columns beyond what the SVD resolves).
     concentration : float or sequence of float, default=(0.1, 1.0)
         Concentrations of the Dirichlet draws: small values give candidates
         near the vertices of the simplex (one band dominating), 1.0 uniform

@@ -39,12 +39,13 @@ from .problems import (
 )
 from .spec import RidgeSpec
 
-# Drawn band weights below this share of a candidate's largest are 0: such a
-# band's alpha is 1e12 times the others', which leaves its coefficients at
-# 0 to within rounding, while its columns, rescaled by the square root of
-# the weight, would be beyond what the SVD resolves beside the others
+# Band weights below this share of their candidate's largest are 0 (drawn or
+# given: himalaya's draws hold weights of 1e-15): such a band's alpha is
+# 1e12 times the others', which leaves its coefficients at 0 to within
+# rounding, while its columns, rescaled by the square root of the weight,
+# would be beyond what the SVD resolves beside the others
 # (skbatch._linalg.svd_decompose refuses such a spread of column norms).
-DRAWN_WEIGHT_FLOOR = 1e-12
+WEIGHT_FLOOR = 1e-12
 
 __all__ = [
     "BandedDesign",
@@ -253,10 +254,11 @@ def band_candidates(band_weights, n_bands, concentration, random_state):
     For an int m: m candidates, the first weighting every band equally, the
     others Dirichlet draws whose concentration cycles through
     ``concentration``, from ``random_state`` alone (as himalaya's random
-    search draws them). One band has one candidate, weight 1.
+    search draws them). One band has one candidate, weight 1. Weights below
+    :data:`WEIGHT_FLOOR` of their row's largest are 0.
     """
     if not isinstance(band_weights, int):
-        return band_weights
+        return _floored(band_weights)
     if n_bands == 1:
         return np.ones((1, 1))
     rng = np.random.default_rng(resolve_entropy(random_state))
@@ -265,13 +267,23 @@ def band_candidates(band_weights, n_bands, concentration, random_state):
     for i in range(1, band_weights):
         scale = concentration[(i - 1) % concentration.size]
         draw = rng.dirichlet(np.full(n_bands, scale))
-        draw[draw < DRAWN_WEIGHT_FLOOR * draw.max()] = 0.0
         # A tiny concentration can draw all weights as 0 or NaN in float64:
         # the limit, a vertex of the simplex, at the largest gamma draw.
         if not (np.all(np.isfinite(draw)) and draw.sum() > 0):
             draw = np.eye(n_bands)[rng.integers(n_bands)]
         candidates[i] = draw / draw.sum()
-    return candidates
+    return _floored(candidates)
+
+
+def _floored(candidates):
+    """Rows with the weights below :data:`WEIGHT_FLOOR` of their largest at 0,
+    normalised again."""
+    candidates = np.where(
+        candidates < WEIGHT_FLOOR * candidates.max(axis=1, keepdims=True),
+        0.0,
+        candidates,
+    )
+    return candidates / candidates.sum(axis=1, keepdims=True)
 
 
 class BandedDesign:
