@@ -1,5 +1,6 @@
 """scikit-learn's estimator checks on every public estimator."""
 
+import pytest
 from sklearn.linear_model import LinearRegression, Ridge
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
@@ -33,6 +34,16 @@ ESTIMATORS = [
 ]
 
 
+# scikit-learn's checks fit on small random data, often rows in order or a
+# constant column: skbatch's advice about such data (an alpha grid to extend,
+# autocorrelated rows, undefined fold scores) is expected there, not checked.
+@pytest.mark.filterwarnings("ignore::skbatch.AlphaEdgeWarning")
+@pytest.mark.filterwarnings("ignore::skbatch.AutocorrelationWarning")
+@pytest.mark.filterwarnings("ignore:The rows of y are autocorrelated:UserWarning")
+@pytest.mark.filterwarnings(
+    "ignore:The residuals of the fit on all data are autocorrelated:UserWarning"
+)
+@pytest.mark.filterwarnings("ignore:The cross-validated score is undefined:UserWarning")
 @parametrize_with_checks(ESTIMATORS)
 def test_sklearn_compatible_estimator(estimator, check):
     check(estimator)
