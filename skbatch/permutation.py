@@ -72,8 +72,9 @@ from ._base import (
 )
 from ._engine import _say, run_parallel, run_problem
 from ._preflight import DataBytes, refit_window, refuse
+from ._ridge.banded import banded_spec, permuted_problem
 from ._ridge.cv import cv_scheme, fold_rows, uses_groups
-from ._ridge.problems import DEVICE_SCORINGS, PermutedRidgeProblem
+from ._ridge.problems import DEVICE_SCORINGS
 from ._ridge.spec import refit_reason, resolve_dtype, ridge_spec
 from ._timeseries import lag1_autocorrelation
 from .backend import resolve_backend, to_numpy
@@ -916,7 +917,7 @@ default="shuffle"
         def inner_scheme(X_train, Y_train):
             return cv_scheme(spec.cv, spec.scoring).split(X_train, Y_train)
 
-        PermutedRidgeProblem.check_memory(
+        permuted_problem(spec).check_memory(
             X,
             Y,
             splits,
@@ -951,7 +952,7 @@ default="shuffle"
             stack.enter_context(backend.context())
             if flops < SMALL_FIT_FLOPS:
                 stack.enter_context(_backends.get(backend.library).one_thread())
-            problem = PermutedRidgeProblem(
+            problem = permuted_problem(spec)(
                 X,
                 Y,
                 splits,

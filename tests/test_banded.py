@@ -383,12 +383,14 @@ def test_budget_oom_and_batch_size_do_not_change_the_result():
         assert_allclose(model.best_score_, ref.best_score_, rtol=1e-12)
 
 
-def test_torch_gives_the_numpy_model():
-    pytest.importorskip("torch")
+@pytest.mark.slow
+@pytest.mark.parametrize("library", ["torch", "jax"])
+def test_other_libraries_give_the_numpy_model(library):
+    pytest.importorskip(library)
     X, Y, _ = make_banded(seed=9)
     params = dict(bands=LABELS, alphas=ALPHAS, band_weights=CANDIDATES)
     ref = BandedRidge(**params, device="numpy").fit(X, Y)
-    ours = BandedRidge(**params, device="torch", dtype="float64").fit(X, Y)
+    ours = BandedRidge(**params, device=library, dtype="float64").fit(X, Y)
     assert_array_equal(ours.band_weights_, ref.band_weights_)
     assert_allclose(ours.coef_, ref.coef_, rtol=1e-9, atol=1e-12)
 
@@ -419,9 +421,10 @@ def test_ties_go_to_the_first_candidate():
     assert_array_equal(model.band_weights_, best.band_weights_)
 
 
+@pytest.mark.slow
 def test_search_memory_stays_far_below_candidates_x_alphas_x_targets():
     rng = np.random.default_rng(12)
-    n, t = 40, 6000
+    n, t = 40, 4000
     labels = np.repeat([0, 1], [3, 5])
     X = rng.standard_normal((n, labels.size))
     Y = X @ rng.standard_normal((labels.size, t)) + rng.standard_normal((n, t))
@@ -529,3 +532,56 @@ def test_bootstrap_holds_band_weights_and_alpha():
             expected = np.zeros(X.shape[1])
             expected[kept] = ref.coef_ * scale
             assert_allclose(samples[k, j], expected, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("cv", [None, "gcv", 3])
+def test_permutation_fast_path_equals_the_generic_path(cv):
+    from skbatch import PermutationScorer
+
+    X, Y, _ = make_banded(n=60, t=4, seed=18)
+    model = BandedRidge(LABELS, alphas=ALPHAS, band_weights=CANDIDATES, cv=cv)
+    params = dict(n_permutations=6, cv=3, multioutput="raw_values", return_null=True)
+    fast = PermutationScorer(model, **params).fit(X, Y)
+    generic = PermutationScorer(make_pipeline(model), **params).fit(X, Y)
+    assert fast.fit_report_.stages[-1].path == "batched"
+    assert generic.fit_report_.stages[-1].path == "parallel"
+    assert_allclose(fast.score_, generic.score_, rtol=1e-9)
+    assert_allclose(fast.permutation_scores_, generic.permutation_scores_, rtol=1e-9)
+    assert_array_equal(fast.pvalue_, generic.pvalue_)
+
+
+def test_tiny_weights_are_zero():
+    X, Y, _ = make_banded(n=40, t=3)
+    model = BandedRidge(LABELS, band_weights=[[1.0, 1e-15], [0.5, 0.5]]).fit(X, Y)
+    assert_array_equal(model.candidates_[0], [1.0, 0.0])
+
+
+def test_same_choices_as_himalaya():
+    from himalaya.backend import set_backend
+    from himalaya.ridge import BandedRidgeCV
+
+    set_backend("numpy")
+    # himalaya takes the log of the weights: no vertex.
+    candidates = np.array([[0.5, 0.5], [0.99, 0.01], [0.01, 0.99], [0.8, 0.2]])
+    X, Y, _ = make_banded(n=80, seed=19)
+    X, Y = X - X.mean(0), Y - Y.mean(0)
+    ours = BandedRidge(
+        LABELS,
+        alphas=ALPHAS,
+        band_weights=candidates,
+        cv=4,
+        fit_intercept=False,
+        scoring="neg_mean_squared_error",
+    ).fit(X, Y)
+    ref = BandedRidgeCV(
+        groups=(LABELS == "b").astype(int),
+        solver_params=dict(n_iter=candidates, alphas=ALPHAS, progress_bar=False),
+        cv=4,
+    ).fit(X, Y)
+    with np.errstate(over="ignore"):
+        band_alphas = np.exp(-np.asarray(ref.deltas_)).T
+    assert np.unique(ours.band_weights_, axis=0).shape[0] >= 2
+    assert_allclose(ours.band_alphas_, band_alphas, rtol=1e-9)
+    # himalaya orders the coefficients band by band.
+    order = np.concatenate(band_columns(LABELS))
+    assert_allclose(ours.coef_[:, order], np.asarray(ref.coef_).T, atol=1e-9)
