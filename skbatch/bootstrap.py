@@ -48,6 +48,7 @@ from ._base import (
     check_max_memory_gb,
     check_verbose,
     estimator_input,
+    refit_params,
 )
 from ._engine import run_parallel, run_problem
 from ._preflight import DataBytes, batched_budget, gb_up, refit_window, refuse
@@ -72,7 +73,7 @@ from .random import (
     check_block_scheme,
     resolve_entropy,
 )
-from .ridge import AlphaEdgeWarning, BatchedRidge
+from .ridge import AlphaEdgeWarning, AutocorrelationWarning, BatchedRidge
 from .streaming import BootstrapAccumulator
 
 __all__ = ["BootstrapEstimator", "BootstrapResult"]
@@ -463,7 +464,12 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         groups : array-like of shape (n_samples,), default=None
             Cluster labels: whole clusters are resampled with replacement
             (cluster bootstrap) instead of rows. With ``block_size``, runs
-            that blocks of rows never cross.
+            that blocks of rows never cross. They also reach every fit of an
+            estimator that takes ``groups`` (a ``BatchedRidge`` with
+            ``cv=LeaveOneGroupOut()``, for one; under metadata routing, one
+            that requests them), each replicate's rows with their own labels:
+            a group drawn twice keeps one label, so that an inner
+            leave-one-group-out never trains on a copy of the rows it tests.
         **fit_params : dict
             Passed to the estimator's ``fit``; those with one value per
             sample (``sample_weight``...) are resampled with the rows. Under
@@ -547,7 +553,9 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         ):
             one_thread = _backends.get("numpy").one_thread()
         with one_thread:
-            self.estimator_ = clone(estimator).fit(X_fit, y_fit, **fit_params)
+            self.estimator_ = clone(estimator).fit(
+                X_fit, y_fit, **refit_params(estimator, groups, fit_params)
+            )
         self.block_size_ = self._resolve_block_size(X_fit, y_checked, groups)
         source = _unwrap_search(self.estimator_)
         names = self._attribute_names(source)
@@ -593,7 +601,8 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
                 y_fit,
                 groups,
                 entropy,
-                fit_params,
+                # Each replicate's rows carry their groups.
+                refit_params(replicate_estimator, groups, fit_params),
                 self.attributes if names is None else names,
                 shapes,
                 accumulators,
@@ -1009,6 +1018,7 @@ def _refit_replicates(
         try:
             with warnings.catch_warnings():
                 # The fit on all data has said it once; not once per replicate.
+                warnings.simplefilter("ignore", AutocorrelationWarning)
                 warnings.simplefilter("ignore", AlphaEdgeWarning)
                 fitted = clone(estimator).fit(
                     _safe_indexing(X, indices),

@@ -453,12 +453,7 @@ def mean_over_scored_targets(scores):
 
 
 def device_scores(y_true, y_pred, scoring, xp):
-    """Score of every column, computed where the arrays are.
-
-    A tuple of scorings gives each one's scores, stacked: (len(scoring), m).
-    """
-    if isinstance(scoring, tuple):
-        return xp.stack([device_scores(y_true, y_pred, s, xp) for s in scoring])
+    """Score of every column, computed where the arrays are."""
     dtype = _linalg._criterion_dtype(y_true, xp)
     y_true = xp.astype(y_true, dtype, copy=False)
     y_pred = xp.astype(y_pred, dtype, copy=False)
@@ -499,11 +494,10 @@ class PermutedRidgeProblem(Portable):
     spec : RidgeSpec
         The estimator's problem; its ``cv`` decides the inner scheme.
     inner_scheme : callable
-        ``inner_scheme(X_train, Y_train)``: a split CV scheme for a fold.
+        ``inner_scheme(X_train, Y_train, train)``: a split CV scheme for the
+        fold of training rows ``train`` (whose groups it may split by).
     backend, dtype, scoring :
-        Where, in what, and how the folds are scored; a tuple of scorings
-        scores each on the same predictions, ``problem(ids)`` then giving
-        (len(ids), len(scoring) * t), metric k in columns ``k * t ...``.
+        Where, in what, and how the folds are scored.
     n_permutations : int
     permutation : dict
         ``entropy``, ``groups``, ``permutation_type``, ``block_size`` and
@@ -536,7 +530,6 @@ class PermutedRidgeProblem(Portable):
         self.n_targets = Y.shape[1]
         self.n_items = n_permutations
         self.permutation = permutation
-        self.n_scorings = len(scoring) if isinstance(scoring, tuple) else 1
         many = not spec.alpha_per_target and self.n_targets > 1
         self.columns_per_choice = self.n_targets if many else 1
         self.Y = backend.asarray(Y, dtype)
@@ -554,7 +547,7 @@ class PermutedRidgeProblem(Portable):
                 X_train,
                 None,
                 spec.alphas,
-                inner_scheme(X_train, Y[train]),
+                inner_scheme(X_train, Y[train], train),
                 backend,
                 dtype,
                 fit_intercept=spec.fit_intercept,
@@ -569,8 +562,6 @@ class PermutedRidgeProblem(Portable):
         self.device_bytes_per_item, self.host_bytes_per_item = self.item_bytes(
             self.n_samples, self.n_targets, rank, spec.alphas.size, dtype
         )
-        # Each further scoring: t more scores per permutation on the host.
-        self.host_bytes_per_item += 8 * (self.n_scorings - 1) * self.n_targets
         self.max_batch_size = max(1, self.max_columns // self.n_targets)
 
     @staticmethod
@@ -693,16 +684,6 @@ class PermutedRidgeProblem(Portable):
             predictions = solver.predict(X_test_V, UtY, Y_offset, alpha)
             Y_test = xp.take(permuted, test, axis=0)
             total = total + device_scores(Y_test, predictions, self.scoring, xp)
-        if self.n_scorings > 1:
-            # (scorings, permutations x targets) -> (permutations, scorings x targets)
-            total = xp.reshape(
-                total, (self.n_scorings, indices.shape[0], self.n_targets)
-            )
-            total = xp.permute_dims(total, (1, 0, 2))
-            return xp.reshape(
-                total / len(self.folds),
-                (indices.shape[0], self.n_scorings * self.n_targets),
-            )
         return xp.reshape(total / len(self.folds), (indices.shape[0], self.n_targets))
 
     def _permute(self, indices):
