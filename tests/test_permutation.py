@@ -887,3 +887,91 @@ def test_verbose_is_silent_about_paths_nobody_expects_fast(capsys):
     PermutationScorer(Ridge(), n_permutations=3, verbose=1).fit(X, y)
     PermutationScorer(KNeighborsRegressor(), n_permutations=3, verbose=1).fit(X, y)
     assert "generic path" not in capsys.readouterr().out
+
+
+# --- several metrics from one set of permutations ---------------------------------
+
+METRIC_ATTRIBUTES = (
+    "score_",
+    "pvalue_",
+    "pvalue_fwer_",
+    "pvalue_fdr_",
+    "null_mean_",
+    "null_std_",
+    "permutation_scores_",
+)
+
+
+@pytest.mark.parametrize(
+    "estimator",
+    [Ridge(), BatchedRidge(alphas=ALPHAS), generic(Ridge())],
+    ids=short_repr,
+)
+@pytest.mark.parametrize("multioutput", ["uniform_average", "raw_values"])
+@pytest.mark.filterwarnings("ignore:.*chose the (smallest|largest) alpha")
+def test_several_metrics_equal_fits_with_one_metric_each(estimator, multioutput):
+    X, Y = make_data(n_targets=3, signal=0.3)
+    names = ["r2", "correlation", "neg_mean_squared_error"]
+    kwargs = dict(
+        n_permutations=20, multioutput=multioutput, return_null=True, random_state=5
+    )
+    several = PermutationScorer(estimator, scoring=names, **kwargs).fit(X, Y)
+    for name in names:
+        alone = PermutationScorer(estimator, scoring=name, **kwargs).fit(X, Y)
+        for attribute in METRIC_ATTRIBUTES:
+            value = getattr(several, attribute)
+            assert list(value) == names
+            assert_array_equal(value[name], getattr(alone, attribute))
+
+
+def test_metrics_as_a_dict_of_names_and_callables():
+    X, Y = make_data(n_targets=2, signal=0.3)
+
+    def negative_max_error(estimator, X_test, y_test):
+        return -np.max(np.abs(estimator.predict(X_test) - y_test))
+
+    scoring = {"fit": "r2", "worst": negative_max_error}
+    kwargs = dict(n_permutations=15, random_state=2)
+    several = PermutationScorer(Ridge(), scoring=scoring, **kwargs).fit(X, Y)
+    assert set(several.pvalue_) == {"fit", "worst"}
+    for name, single in scoring.items():
+        alone = PermutationScorer(Ridge(), scoring=single, **kwargs).fit(X, Y)
+        assert several.score_[name] == alone.score_
+        assert several.pvalue_[name] == alone.pvalue_
+
+
+def test_several_metrics_share_the_fast_path_predictions(monkeypatch):
+    # One pass of the problem over the permutations scores every metric.
+    X, Y = make_data(n_targets=2)
+    calls = count_batches(monkeypatch)
+    PermutationScorer(
+        Ridge(), scoring=("r2", "correlation"), n_permutations=10, random_state=0
+    ).fit(X, Y)
+    assert sum(calls[1:]) == 10
+
+
+@pytest.mark.parametrize(
+    "scoring, match",
+    [
+        ([], "at least one scorer name"),
+        (["r2", "r2"], "each once"),
+        (["r2", 3], "at least one scorer name"),
+        ({}, "at least one metric name"),
+        ({"a": "not_a_scorer"}, r"scoring\['a'\] must be"),
+        ({"a": 3}, r"scoring\['a'\] must be None, a callable"),
+    ],
+)
+def test_bad_metric_lists_raise_before_any_work(scoring, match):
+    X, y = make_data()
+    with pytest.raises(ValueError, match=match):
+        PermutationScorer(FailingRegressor(), scoring=scoring).fit(X, y)
+
+
+def test_raw_values_needs_every_metric_per_target():
+    X, Y = make_data(n_targets=2)
+    with pytest.raises(ValueError, match=r"scoring\['max_error'\]"):
+        PermutationScorer(
+            FailingRegressor(),
+            scoring=["r2", "max_error"],
+            multioutput="raw_values",
+        ).fit(X, Y)

@@ -453,7 +453,12 @@ def mean_over_scored_targets(scores):
 
 
 def device_scores(y_true, y_pred, scoring, xp):
-    """Score of every column, computed where the arrays are."""
+    """Score of every column, computed where the arrays are.
+
+    A tuple of scorings gives each one's scores, stacked: (len(scoring), m).
+    """
+    if isinstance(scoring, tuple):
+        return xp.stack([device_scores(y_true, y_pred, s, xp) for s in scoring])
     dtype = _linalg._criterion_dtype(y_true, xp)
     y_true = xp.astype(y_true, dtype, copy=False)
     y_pred = xp.astype(y_pred, dtype, copy=False)
@@ -497,7 +502,9 @@ class PermutedRidgeProblem(Portable):
         ``inner_scheme(X_train, Y_train, train)``: a split CV scheme for the
         fold of training rows ``train`` (whose groups it may split by).
     backend, dtype, scoring :
-        Where, in what, and how the folds are scored.
+        Where, in what, and how the folds are scored; a tuple of scorings
+        scores each on the same predictions, ``problem(ids)`` then giving
+        (len(ids), len(scoring) * t), metric k in columns ``k * t ...``.
     n_permutations : int
     permutation : dict
         ``entropy``, ``groups``, ``permutation_type``, ``block_size`` and
@@ -530,10 +537,10 @@ class PermutedRidgeProblem(Portable):
         self.n_targets = Y.shape[1]
         self.n_items = n_permutations
         self.permutation = permutation
+        self.n_scorings = len(scoring) if isinstance(scoring, tuple) else 1
         many = not spec.alpha_per_target and self.n_targets > 1
         self.columns_per_choice = self.n_targets if many else 1
         self.Y = backend.asarray(Y, dtype)
-        self.folds = []
         # Ridge(alpha=array): target j keeps its alpha in every permutation,
         # none is chosen; the solvers then hold one alpha, unused.
         self.fixed_alpha = None
@@ -541,6 +548,7 @@ class PermutedRidgeProblem(Portable):
             per_target = np.broadcast_to(spec.alphas, (self.n_targets,))
             self.fixed_alpha = backend.asarray(np.ascontiguousarray(per_target), dtype)
             spec = dataclasses.replace(spec, alphas=spec.alphas[:1])
+        self.folds = []
         for train, test in splits:
             X_train = X[train]
             solver = RidgeSolver(
@@ -562,6 +570,8 @@ class PermutedRidgeProblem(Portable):
         self.device_bytes_per_item, self.host_bytes_per_item = self.item_bytes(
             self.n_samples, self.n_targets, rank, spec.alphas.size, dtype
         )
+        # Each further scoring: t more scores per permutation on the host.
+        self.host_bytes_per_item += 8 * (self.n_scorings - 1) * self.n_targets
         self.max_batch_size = max(1, self.max_columns // self.n_targets)
 
     @staticmethod
@@ -684,6 +694,16 @@ class PermutedRidgeProblem(Portable):
             predictions = solver.predict(X_test_V, UtY, Y_offset, alpha)
             Y_test = xp.take(permuted, test, axis=0)
             total = total + device_scores(Y_test, predictions, self.scoring, xp)
+        if self.n_scorings > 1:
+            # (scorings, permutations x targets) -> (permutations, scorings x targets)
+            total = xp.reshape(
+                total, (self.n_scorings, indices.shape[0], self.n_targets)
+            )
+            total = xp.permute_dims(total, (1, 0, 2))
+            return xp.reshape(
+                total / len(self.folds),
+                (indices.shape[0], self.n_scorings * self.n_targets),
+            )
         return xp.reshape(total / len(self.folds), (indices.shape[0], self.n_targets))
 
     def _permute(self, indices):
