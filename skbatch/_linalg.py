@@ -101,6 +101,19 @@ def svd_decompose(X, *, xp=None):
     (duplicated columns, p > n after centring); dropping them leaves a basis
     of the column space only.
 
+    float32 on the CPU is decomposed in float64, as numpy's own SVD and
+    scikit-learn's Ridge do: LAPACK's float32 SVD left coefficients 7x less
+    accurate than theirs.
+
+    Columns whose norms differ by more than ``GRADED_COLUMNS_RATIO`` (a
+    timestamp in nanoseconds beside standardised features) are decomposed
+    largest first: LAPACK's Householder steps then never mix the large
+    column into the small ones' digits, and the small columns' directions
+    keep their relative accuracy. Their directions are then null below
+    ``max(n, p) * eps`` times the norms of the columns they combine, not
+    times ``s_max``, and the decomposition is checked: a column too small
+    to resolve beside the largest raises ``ValueError``.
+
     Parameters
     ----------
     X : array of shape (n_samples, n_features)
@@ -112,16 +125,154 @@ def svd_decompose(X, *, xp=None):
     s : array of shape (rank,)
         Singular values, decreasing.
     Vt : array of shape (rank, n_features)
+        In ``X``'s dtype, as ``U`` and ``s``.
+
+    Raises
+    ------
+    ValueError
+        When a column's directions cannot be resolved beside the largest
+        column (see :func:`check_column_spread`).
     """
     xp = _namespace(xp, X)
+    dtype = X.dtype
+    norms = column_norms(X, xp)
+    ratio, largest, smallest = column_spread(norms, xp)
+    graded = ratio > GRADED_COLUMNS_RATIO
+    if graded:
+        order = xp.argsort(-norms, stable=True)
+        A = xp.take(X, order, axis=1)
+    else:
+        A = X
+    A = xp.astype(A, decomposition_dtype(A, xp), copy=False)
+    check_column_spread(ratio, largest, smallest, A.dtype)
     # Multi-threaded LAPACK SVD is erratic on small CPU hosts (0.4 to 10 s
     # for 2000 x 500 on two cores, against 0.15 s on one thread); the SVD is
     # a small share of a fit, so it runs on one thread there.
-    with one_thread(X):
-        U, s, Vt = _backends.of_array(X).svd(X)
-    tolerance = s[0] * max(X.shape) * xp.finfo(X.dtype).eps
-    rank = int(xp.sum(s > tolerance))
-    return U[:, :rank], s[:rank], Vt[:rank, :]
+    with one_thread(A):
+        U, s, Vt = _backends.of_array(A).svd(A)
+    eps = xp.finfo(dtype).eps
+    if not graded:
+        rank = int(xp.sum(s > s[0] * max(X.shape) * eps))
+        return (
+            _cast(U[:, :rank], dtype, xp),
+            _cast(s[:rank], dtype, xp),
+            _cast(Vt[:rank, :], dtype, xp),
+        )
+    Vt = xp.take(Vt, xp.argsort(order, stable=True), axis=1)
+    A = xp.astype(X, A.dtype, copy=False)
+    # The scale of each direction's rounding: the norms of the columns it
+    # combines.
+    norms = xp.astype(norms, A.dtype, copy=False)
+    floor = xp.sqrt(_column_sq_norms(xp.permute_dims(Vt, (1, 0)) * norms[:, None], xp))
+    kept = s > floor * (max(X.shape) * eps)
+    (kept,) = xp.nonzero(kept)
+    U, s, Vt, floor = (
+        xp.take(U, kept, axis=1),
+        xp.take(s, kept, axis=0),
+        xp.take(Vt, kept, axis=0),
+        xp.take(floor, kept, axis=0),
+    )
+    # An entry of the bidiagonal form neglected by LAPACK (a column coupled
+    # to the largest one too weakly for its precision) shows as a residual
+    # X v - s u far above the rounding of X v.
+    residual = xp.sqrt(_column_sq_norms(A @ xp.permute_dims(Vt, (1, 0)) - U * s, xp))
+    tolerance = float(xp.finfo(dtype).eps) ** RESIDUAL_EPS_POWER
+    if not bool(xp.all(residual <= floor * tolerance)):
+        raise ValueError(scale_message(ratio, largest, smallest, A.dtype))
+    return _cast(U, dtype, xp), _cast(s, dtype, xp), _cast(Vt, dtype, xp)
+
+
+# Centred columns whose norms spread by more than this factor are decomposed
+# largest first and checked (svd_decompose); below it LAPACK's normwise error
+# costs them no digit that matters (1e-12 relative at a spread of 1e3).
+GRADED_COLUMNS_RATIO = 1e2
+# LAPACK's bidiagonal SVD (dbdsqr, dbdsdc) sets an off-diagonal entry to zero
+# below max(10, min(100, eps**(-1/8))) eps times its neighbours: a column
+# smaller than 1 / (this * eps) times the largest is coupled to it below
+# that, and its share of the largest column's coefficient is lost (the
+# predictions of one column 1e14 times the others in float64: 4% off).
+BIDIAGONAL_DEFLATION = 100
+# Largest residual ||X v - s u|| of a direction of graded columns, relative
+# to the norms of the columns it combines, as a power of the dtype's eps:
+# half its digits kept; larger ones are a neglected coupling (above).
+RESIDUAL_EPS_POWER = 0.5
+
+
+def decomposition_dtype(X, xp):
+    """float64 for float32 ``X`` on the CPU where the library has it, else X's."""
+    if X.dtype != xp.float32 or _backends.of_array(X).device_of(X) != "cpu":
+        return X.dtype
+    return _criterion_dtype(X, xp)
+
+
+def column_norms(A, xp):
+    """Euclidean norm of every column, without overflow for entries past 1e154."""
+    norms = xp.sqrt(_column_sq_norms(A, xp))
+    if bool(xp.all(xp.isfinite(norms))):
+        return norms
+    largest = xp.max(xp.abs(A), axis=0)
+    safe = xp.where(largest > 0, largest, 1.0)
+    return largest * xp.sqrt(_column_sq_norms(A / safe, xp))
+
+
+def column_spread(norms, xp):
+    """``(ratio, largest, smallest)`` of the non-zero column ``norms``.
+
+    The ratio of the largest to the smallest non-zero norm (1.0 with fewer
+    than two), and their column indices. Columns of norm 0 (constant, once
+    centred) add no direction and do not count.
+    """
+    nonzero = norms > 0
+    if int(xp.sum(xp.astype(nonzero, xp.int32))) < 2:
+        return 1.0, 0, 0
+    largest = int(xp.argmax(norms))
+    smallest = int(xp.argmin(xp.where(nonzero, norms, xp.inf)))
+    return float(norms[largest] / norms[smallest]), largest, smallest
+
+
+def max_column_spread(dtype):
+    """The largest spread of column norms a ridge decomposition in ``dtype`` solves.
+
+    ``dtype`` is a numpy dtype or its name ("float32", "float64").
+    """
+    return 1.0 / (BIDIAGONAL_DEFLATION * float(np.finfo(_dtype_name(dtype)).eps))
+
+
+def _dtype_name(dtype):
+    """The name, float32 or float64, of a numpy, torch or jax dtype."""
+    return str(dtype).rsplit(".", 1)[-1]
+
+
+def scale_message(ratio, largest, smallest, dtype, names=None):
+    """The refusal of columns on scales too far apart, naming them and the fix."""
+
+    def name(j):
+        return f"{names[j]!r}" if names is not None else str(j)
+
+    return (
+        f"X's feature {name(largest)} has a norm (once centred) {ratio:.3g} times "
+        f"that of feature {name(smallest)}: a ridge solve in {_dtype_name(dtype)} "
+        f"resolves the smaller feature's share of the fit only up to a ratio of "
+        f"about {max_column_spread(dtype):.2g}. Rescale the features, e.g. "
+        "with sklearn.preprocessing.StandardScaler (or a timestamp in seconds "
+        "rather than nanoseconds)."
+    )
+
+
+def check_column_spread(ratio, largest, smallest, dtype, names=None):
+    """Refuse a spread of column norms (:func:`column_spread`) ``dtype`` cannot solve.
+
+    Raises
+    ------
+    ValueError
+        Naming the largest and the smallest column, the ratio and the fix.
+    """
+    if ratio > max_column_spread(dtype):
+        raise ValueError(scale_message(ratio, largest, smallest, dtype, names))
+
+
+def _cast(A, dtype, xp):
+    return xp.astype(A, dtype, copy=False)
 
 
 def project(U, Y, *, xp=None):
@@ -767,12 +918,13 @@ def weighted_primal_coef(
         out = None
         if results is not None:
             out = results.empty((w.shape[0], Y.shape[1], p), X, xp)
-        coef = _solve_spd(
+        coef, ill = _solve_spd(
             gram + fixed_alpha * eye, rhs, xp, transposed=True, offset=x_mean, out=out
         )
-        if coef is None:
-            _warn_singular(fixed_alpha)
-            coef = _weighted_svd_coef(X[:, :p], Y, w, alpha, x_mean, scale, xp)
+        if ill is not None:
+            coef = _resolve_ill_conditioned(
+                coef, ill, X[:, :p], Y, w, alpha, fixed_alpha, x_mean, scale, xp
+            )
         return coef, x_mean, y_mean
     if fit_intercept:
         # In place where the library allows: a fresh b x p x t array costs
@@ -965,13 +1117,14 @@ def weighted_dual_coef(X, K0, Y, w, alpha, fixed_alpha, *, fit_intercept, xp):
     scale = xp.max(xp.linalg.diagonal(K0)[None, :] * w, axis=1)
     if fixed_alpha is not None:
         eye = xp.eye(n, dtype=kernel.dtype, device=array_device(kernel))
-        hat = _solve_spd(kernel + fixed_alpha * eye, scaled_X, xp)
-        if hat is None:
-            _warn_singular(fixed_alpha)
-            coef = _weighted_svd_coef(X, Y, w, alpha, x_mean, scale, xp)
-            return coef, x_mean, y_mean
+        hat, ill = _solve_spd(kernel + fixed_alpha * eye, scaled_X, xp)
         hat = xp.reshape(xp.permute_dims(root[:, :, None] * hat, (0, 2, 1)), (b * p, n))
-        return _transpose(xp.reshape(hat @ Y, (b, p, t)), xp), x_mean, y_mean
+        coef = _transpose(xp.reshape(hat @ Y, (b, p, t)), xp)
+        if ill is not None:
+            coef = _resolve_ill_conditioned(
+                coef, ill, X, Y, w, alpha, fixed_alpha, x_mean, scale, xp
+            )
+        return coef, x_mean, y_mean
     with one_thread(kernel):
         eigenvalues, vectors = xp.linalg.eigh(kernel)
     del kernel
@@ -1066,14 +1219,36 @@ def _weighted_svd_coef(X, Y, w, alpha, x_mean, scale, xp):
     return _transpose(rotated * factor, xp) @ Vt
 
 
-def _warn_singular(alpha):
+def _resolve_ill_conditioned(coef, ill, X, Y, w, alpha, fixed_alpha, x_mean, scale, xp):
+    """``coef`` with the replicates ``ill`` solved again by :func:`_weighted_svd_coef`.
+
+    ``ill`` holds the host indices of the replicates whose system
+    :func:`_solve_spd` found too ill-conditioned; the others keep their
+    solution, so that a replicate's result never depends on the batch it is
+    in.
+    """
     warnings.warn(
-        f"Singular matrix in a batch of bootstrap replicates (alpha={alpha!r}): "
-        f"solved by eigendecomposition instead, dropping the directions below "
-        f"the rank cutoff, as a least-squares solver does.",
+        f"Singular matrix (or one too ill-conditioned to invert accurately) in "
+        f"bootstrap replicates (alpha={fixed_alpha!r}): those replicates are "
+        f"solved by singular value decomposition instead, dropping the "
+        f"directions below the rank cutoff, as a least-squares solver does.",
         LinAlgWarning,
         stacklevel=3,
     )
+    rows = xp.asarray(ill, device=array_device(coef))
+    stable = _weighted_svd_coef(
+        X,
+        Y,
+        xp.take(w, rows, axis=0),
+        alpha,
+        None if x_mean is None else xp.take(x_mean, rows, axis=0),
+        xp.take(scale, rows, axis=0),
+        xp,
+    )
+    if hasattr(coef, "at"):  # jax: immutable arrays
+        return coef.at[rows].set(stable)
+    coef[rows] = stable
+    return coef
 
 
 def one_thread(array):
@@ -1108,11 +1283,22 @@ def _solve_spd(A, B, xp, *, transposed=False, offset=None, out=None):
 
     The CPU route writes the solution into ``out`` when given.
 
-    Returns ``X``, or ``X'`` (batch of transposes) when ``transposed``; None
-    when an ``A`` of the batch is singular to working precision: its
-    condition number exceeds ``1 / (p * eps)``, the rank rule of
-    ``numpy.linalg.matrix_rank``, so that the solution would be rounding
-    noise. The caller then takes a stable solve.
+    Each matrix is solved with its rows and columns scaled to a unit
+    diagonal, which changes nothing in exact arithmetic and makes the
+    accuracy independent of the features' scales (as Cholesky's is), and is
+    judged on its own: a matrix whose condition number, so scaled, exceeds
+    ``eps ** -SPD_COND_EPS_POWER`` would leave the solution fewer than half
+    its digits, and is reported, whatever the other matrices of the batch.
+
+    Returns
+    -------
+    X : array
+        The solution, or ``X'`` (batch of transposes) when ``transposed``;
+        rounding noise for the matrices reported.
+    ill : ndarray of int or None
+        Host indices of the matrices too ill-conditioned (or not positive
+        definite) to solve this way, for the caller's stable solve; None
+        when there are none.
 
     On a CUDA or jax GPU device, batched Cholesky. On the CPU, the batched
     Cholesky solves of torch and jax loop over the batch and run several
@@ -1122,55 +1308,79 @@ def _solve_spd(A, B, xp, *, transposed=False, offset=None, out=None):
     condition number for the price of two sums.
     """
     library = _backends.of_array(A)
+    scaling = 1.0 / xp.sqrt(xp.linalg.diagonal(A))
+    A = A * scaling[:, :, None] * scaling[:, None, :]
+    limit = float(xp.finfo(A.dtype).eps) ** -SPD_COND_EPS_POWER
     if library.solves_by_cholesky(library.device_of(A)):
         if offset is not None:
             p = A.shape[-1]
             B = B[:, :p, :] - offset[:, :, None] * B[:, p:, :]
-        solution = _cholesky_solve(A, B, xp)
-        if solution is None:
-            return None
-        return _transpose(solution, xp) if transposed else solution
+        factor, failed = _each_factorised(library.cholesky, A, xp)
+        ill = np.flatnonzero(failed | _ill_factors(factor, limit, xp))
+        solution = scaling[:, :, None] * library.cholesky_solve(
+            factor, scaling[:, :, None] * B
+        )
+        solution = _transpose(solution, xp) if transposed else solution
+        return solution, _none_if_empty(ill)
     with one_thread(A):
-        inverse = library.spd_inverse(A)
-        if inverse is None:
-            return None
+        inverse, failed = _each_factorised(library.spd_inverse, A, xp)
         condition = _norm_1(A, xp) * _norm_1(inverse, xp)
+        condition = np.asarray(_backends.to_numpy(condition), dtype=np.float64)
         # Also catches jax, which returns infinities or NaNs for a singular
         # matrix rather than raising.
-        limit = 1 / (A.shape[-1] * xp.finfo(A.dtype).eps)
-        if not bool(xp.all(condition <= limit)):
-            return None
+        ill = np.flatnonzero(failed | ~(condition <= limit))
+        inverse = inverse * scaling[:, :, None] * scaling[:, None, :]
         if offset is not None:
             shift = -(inverse @ offset[:, :, None])
             inverse = xp.concat([inverse, shift], axis=2)
         if transposed:
-            return _matmul(_transpose(B, xp), _transpose(inverse, xp), out=out)
-        return _matmul(inverse, B, out=out)
+            solution = _matmul(_transpose(B, xp), _transpose(inverse, xp), out=out)
+        else:
+            solution = _matmul(inverse, B, out=out)
+        return solution, _none_if_empty(ill)
+
+
+# A solve by the inverse (or Cholesky factors) of a scaled system of
+# condition k keeps digits down to about k * eps: above eps ** -0.5 fewer
+# than half of them, and the replicate takes the stable solve instead.
+SPD_COND_EPS_POWER = 0.5
+
+
+def _each_factorised(factorise, A, xp):
+    """``factorise(A)`` of a batch, and a host mask of the matrices it failed on.
+
+    ``factorise`` is a backend's ``spd_inverse`` or ``cholesky``, which
+    return None when one matrix of the batch fails: the batch is then
+    factorised one matrix at a time, so that one singular matrix costs the
+    others nothing, and the identity (a valid inverse and factor) stands in
+    for each failed one.
+    """
+    result = factorise(A)
+    if result is not None:
+        return result, np.zeros(A.shape[0], dtype=bool)
+    eye = xp.eye(A.shape[-1], dtype=A.dtype, device=array_device(A))
+    parts = [factorise(A[i : i + 1]) for i in range(A.shape[0])]
+    failed = np.array([part is None for part in parts])
+    return xp.concat([eye[None] if part is None else part for part in parts]), failed
+
+
+def _ill_factors(factor, limit, xp):
+    """Host mask of the Cholesky factors whose ``L L'`` is too ill-conditioned.
+
+    ``(max diag L / min diag L) ** 2`` bounds the condition number of ``L L'``
+    from below: the cheap test the factorisation offers, against ``limit``.
+    A factor with NaNs (jax's failed factorisation) is ill.
+    """
+    diagonal = xp.linalg.diagonal(factor)
+    ratio = xp.max(diagonal, axis=-1) / xp.min(diagonal, axis=-1)
+    ratio = np.asarray(_backends.to_numpy(ratio), dtype=np.float64)
+    return ~(ratio**2 <= limit)
+
+
+def _none_if_empty(indices):
+    return indices if indices.size else None
 
 
 def _norm_1(A, xp):
     """The 1-norm (largest absolute column sum) of each matrix of a batch."""
     return xp.max(xp.sum(xp.abs(A), axis=-2), axis=-1)
-
-
-def _cholesky_solve(A, B, xp):
-    """Batched Cholesky solve for torch or jax; None if a factorisation fails."""
-    library = _backends.of_array(A)
-    factor = library.cholesky(A)
-    # jax signals a failed factorisation with NaNs, which fail this test.
-    if factor is None or not _well_conditioned(factor, xp):
-        return None
-    return library.cholesky_solve(factor, B)
-
-
-def _well_conditioned(factor, xp):
-    """Whether every ``L L'`` of a batch of Cholesky factors is far from singular.
-
-    ``(max diag L / min diag L) ** 2`` bounds the condition number of ``L L'``
-    from below: the cheap test the factorisation offers, against the limit of
-    :func:`_solve_spd`. False for a factor with NaNs.
-    """
-    diagonal = xp.linalg.diagonal(factor)
-    ratio = xp.max(diagonal, axis=-1) / xp.min(diagonal, axis=-1)
-    limit = 1 / (factor.shape[-1] * xp.finfo(factor.dtype).eps)
-    return bool(xp.all(ratio**2 <= limit))

@@ -58,7 +58,7 @@ from ._ridge.problems import (
     bootstrap_flops_per_replicate,
     check_replicate_weights,
 )
-from ._ridge.spec import resolve_dtype, ridge_spec
+from ._ridge.spec import check_column_scales, resolve_dtype, ridge_spec
 from ._timeseries import (
     lag1_autocorrelation,
     min_rows_for_block_length,
@@ -543,6 +543,12 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
                     ),
                 ),
                 self._refuse,
+            )
+            check_column_scales(
+                X_checked,
+                np.float64,
+                backend,
+                fit_intercept=ridge_spec(estimator).fit_intercept,
             )
 
         one_thread = contextlib.nullcontext()

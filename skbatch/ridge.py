@@ -40,7 +40,13 @@ from ._ridge.problems import (
     fit_targets,
     mean_over_scored_targets,
 )
-from ._ridge.spec import SCORINGS, batched_ridge_spec, check_alphas, resolve_dtype
+from ._ridge.spec import (
+    SCORINGS,
+    batched_ridge_spec,
+    check_alphas,
+    check_column_scales,
+    resolve_dtype,
+)
 from ._targets import (
     NUMERIC_KINDS,
     ColumnWriter,
@@ -952,6 +958,9 @@ default=None
         )
         self.backend_ = resolve_backend(self.device, flops=flops)
         self.dtype_ = resolve_dtype(self.dtype, self.backend_, X.dtype)
+        check_column_scales(
+            X, self.dtype_, self.backend_, fit_intercept=self.fit_intercept
+        )
         targets = checked_targets(X, Y, self.dtype_, out_of_core)
         check_solver_memory(
             n_samples,

@@ -729,22 +729,27 @@ def test_unknown_attribute_raises_before_any_replicate():
 
 
 @pytest.mark.parametrize("library", ["torch", "jax"])
-def test_gpu_cholesky_solve_on_cpu_arrays(library):
+def test_gpu_cholesky_solve_on_cpu_arrays(library, monkeypatch):
     # The batched Cholesky branch runs on GPUs only; check its algebra here.
     pytest.importorskip(library)
-    from skbatch._linalg import _cholesky_solve
+    from skbatch import _backends
+    from skbatch._linalg import _solve_spd
     from skbatch.backend import Backend
 
+    monkeypatch.setattr(_backends.get(library), "solves_by_cholesky", lambda d: True)
     rng = np.random.default_rng(0)
     factor = rng.standard_normal((4, 6, 9))
     A = factor @ factor.transpose(0, 2, 1) + np.eye(6)
     B = rng.standard_normal((4, 6, 5))
     backend = Backend(library)
     with backend.context():
-        solution = _cholesky_solve(backend.asarray(A), backend.asarray(B), backend.xp)
+        solution, ill = _solve_spd(backend.asarray(A), backend.asarray(B), backend.xp)
         assert_allclose(np.asarray(solution), np.linalg.solve(A, B), atol=1e-12)
-        singular = backend.asarray(-np.broadcast_to(np.eye(6), (4, 6, 6)))
-        assert _cholesky_solve(singular, backend.asarray(B), backend.xp) is None
+        assert ill is None
+        # Only the matrix that is not positive definite is reported.
+        A[2] = -np.eye(6)
+        _, ill = _solve_spd(backend.asarray(A), backend.asarray(B), backend.xp)
+        assert ill.tolist() == [2]
 
 
 @pytest.mark.parametrize("route", ["inverse", "cholesky"])
@@ -772,8 +777,8 @@ def test_solve_centres_the_right_hand_side_it_is_given(library, route, monkeypat
     backend = Backend(library)
     with backend.context():
         args = [backend.asarray(a) for a in (A, B, offset)]
-        solution = _solve_spd(args[0], args[1], backend.xp, offset=args[2])
-        transposed = _solve_spd(
+        solution, _ = _solve_spd(args[0], args[1], backend.xp, offset=args[2])
+        transposed, _ = _solve_spd(
             args[0], args[1], backend.xp, offset=args[2], transposed=True
         )
     assert_allclose(np.asarray(solution), expected, rtol=1e-10, atol=1e-10)

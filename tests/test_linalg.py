@@ -883,3 +883,92 @@ def test_result_pool_leaves_immutable_arrays_to_their_library():
 
     like = jnp.zeros((2, 2))
     assert _linalg.ResultPool().empty((3, 4), like, array_namespace(like)) is None
+
+
+# --- columns on very different scales, float32 accuracy ----------------------
+
+
+def equilibrated_ridge(X, Y, alpha):
+    """Ridge by Cholesky of the normal equations with columns scaled to norm 1.
+
+    ``(D^-1 X'X D^-1 + alpha D^-2) z = D^-1 X'Y``, ``coef = D^-1 z``: the same
+    solution, from a system whose condition does not grow with the spread of
+    the column norms (scikit-learn's Cholesky solver is as accurate).
+    """
+    X = np.asarray(X, dtype=np.float64)
+    Y = np.asarray(Y, dtype=np.float64)
+    X_centered, Y_centered = X - X.mean(axis=0), Y - Y.mean(axis=0)
+    norms = np.linalg.norm(X_centered, axis=0)
+    scaled = X_centered / norms
+    gram = scaled.T @ scaled + np.diag(alpha / norms**2)
+    coef = np.linalg.solve(gram, scaled.T @ Y_centered) / norms[:, None]
+    return coef, Y.mean(axis=0) - X.mean(axis=0) @ coef
+
+
+def graded_data(ratio, n=60, p=5, column=2, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, p))
+    Y = X @ rng.standard_normal((p, 3)) + 0.1 * rng.standard_normal((n, 3))
+    X[:, column] *= ratio
+    return X, Y
+
+
+@pytest.mark.parametrize(
+    ("dtype", "ratio"),
+    [(np.float64, 1e6), (np.float64, 1e10), (np.float64, 1e12), (np.float32, 1e6)],
+)
+@pytest.mark.parametrize("shape", [(60, 5), (12, 8), (8, 12)])
+def test_one_column_on_a_far_larger_scale_is_solved_exactly(dtype, ratio, shape):
+    """A feature in nanoseconds beside standardised ones: the small features'
+    directions keep their digits (the SVD resolved them only down to eps
+    times the largest singular value, 3e-7 off at 1e10 in float64)."""
+    X, Y = graded_data(ratio, *shape)
+    coef, intercept = equilibrated_ridge(X, Y, 1.0)
+    X_centered, X_offset = center(X.astype(dtype))
+    Y_centered, Y_offset = center(Y.astype(dtype))
+    U, s, Vt = svd_decompose(X_centered)
+    fitted = ridge_coef(Vt, s, project(U, Y_centered), 1.0)
+    predictions = X @ fitted.astype(np.float64) + (Y_offset - X_offset @ fitted)
+    expected = X @ coef + intercept
+    rtol = 1e-10 if dtype == np.float64 else 1e-4
+    assert_allclose(predictions, expected, atol=rtol * np.ptp(expected))
+
+
+def test_columns_too_far_apart_to_resolve_are_refused_naming_the_column():
+    X, Y = graded_data(1e16)
+    X_centered, _ = center(X)
+    with pytest.raises(
+        ValueError, match=r"feature 2 .* times that of .*StandardScaler"
+    ):
+        svd_decompose(X_centered)
+
+
+@pytest.mark.parametrize("seed", [42, 0, 1])
+@pytest.mark.parametrize("shape", [(100, 50), (200, 50), (50, 100)])
+def test_float32_is_as_accurate_as_sklearn_float32(seed, shape):
+    """sgesdd lost digits that numpy's SVD (float64 inside) kept: 7.1e-5
+    against sklearn's 9.5e-6 on the first case."""
+    from sklearn.datasets import make_regression
+
+    X, y = make_regression(*shape, noise=0, bias=10, random_state=seed)
+    X, y = X.astype(np.float32), y.astype(np.float32)
+    alpha = 1e-16
+    X_centered = X - X.mean(axis=0)
+    y_centered = y - y.mean()
+    if shape[0] > shape[1]:
+        exact = equilibrated_ridge(X, y[:, None], alpha)[0][:, 0]
+        reference = Ridge(alpha=alpha, solver="svd").fit(X, y).coef_
+    else:
+        # Below full column rank, the minimum-norm solution; sklearn's SVD
+        # solver keeps singular values of rounding noise there, numpy's
+        # float32 least squares with the matrix_rank cutoff is the reference.
+        exact = np.linalg.pinv(X_centered.astype(np.float64)) @ y_centered
+        rcond = max(shape) * np.finfo(np.float32).eps
+        reference = np.linalg.lstsq(X_centered, y_centered, rcond=rcond)[0]
+    X_centered, _ = center(X)
+    y_centered, _ = center(y[:, None])
+    U, s, Vt = svd_decompose(X_centered)
+    coef = ridge_coef(Vt, s, project(U, y_centered), alpha)
+    assert coef.dtype == np.float32
+    error = np.max(np.abs(coef[:, 0] - exact))
+    assert error <= 2 * np.max(np.abs(reference - exact))

@@ -209,3 +209,161 @@ def test_every_constant_is_defined_once():
                         where,
                     )
                     seen[target.id] = where
+
+
+# --- features on very different scales: solved on every path, or refused -----
+
+
+def scaled_series(ratio, n=80, p=5, seed=0, column=0):
+    """Autocorrelated features in runs of unequal length, one feature scaled.
+
+    An AR(1) series restarting at each run (a subject, a session), feature
+    ``column`` multiplied by ``ratio`` (a timestamp in nanoseconds beside
+    standardised features), and targets depending on every feature.
+    """
+    rng = np.random.default_rng(seed)
+    starts = {0, 17, 41, 50}
+    X = np.empty((n, p))
+    for i in range(n):
+        fresh = rng.standard_normal(p)
+        X[i] = fresh if i in starts else 0.7 * X[i - 1] + 0.5 * fresh
+    Y = X @ rng.standard_normal((p, 2)) + 0.1 * rng.standard_normal((n, 2))
+    X[:, column] *= ratio
+    return X, Y
+
+
+def exact_ridge(X, Y, alpha):
+    """Ridge through Cholesky of the normal equations with unit-norm columns:
+    its accuracy does not depend on the spread of the column norms."""
+    X_centered, Y_centered = X - X.mean(axis=0), Y - Y.mean(axis=0)
+    norms = np.linalg.norm(X_centered, axis=0)
+    scaled = X_centered / norms
+    gram = scaled.T @ scaled + np.diag(alpha / norms**2)
+    coef = (np.linalg.solve(gram, scaled.T @ Y_centered) / norms[:, None]).T
+    return coef, Y.mean(axis=0) - coef @ X.mean(axis=0)
+
+
+@pytest.mark.filterwarnings("ignore:.*of targets chose the:UserWarning")
+@pytest.mark.parametrize("ratio", [1e6, 1e8, 1e11])
+@pytest.mark.parametrize("cv", [None, "gcv", 5])
+def test_a_feature_on_a_far_larger_scale_is_fit_exactly(ratio, cv):
+    """Not refused, and the other features' coefficients keep their digits
+    (the SVD of the columns in their given order lost them: 3e-7 off at a
+    ratio of 1e10)."""
+    X, Y = scaled_series(ratio, column=2)
+    model = BatchedRidge(alphas=[0.1, 1.0, 10.0], cv=cv, alpha_per_target=False)
+    model.fit(X, Y)
+    coef, intercept = exact_ridge(X, Y, model.alpha_)
+    predictions = model.predict(X)
+    assert_allclose(predictions, X @ coef.T + intercept, atol=1e-9 * np.ptp(Y))
+    assert_allclose(
+        np.delete(model.coef_, 2, axis=1), np.delete(coef, 2, axis=1), rtol=1e-9
+    )
+
+
+@pytest.mark.filterwarnings("ignore:The rows of y are autocorrelated:UserWarning")
+@pytest.mark.filterwarnings("ignore:An ill-conditioned matrix")
+def test_permutation_fast_path_scores_a_far_larger_feature_as_refits():
+    X, Y = scaled_series(1e11, column=2)
+    y = Y[:, 0]
+    scorer = PermutationScorer(
+        Ridge(alpha=1.0), cv=KFold(5), n_permutations=9, random_state=0
+    ).fit(X, y)
+    folds = KFold(5).split(X)
+    expected = np.mean(
+        [
+            r2_score(
+                y[test],
+                X[test] @ exact_ridge(X[train], y[train, None], 1.0)[0][0]
+                + exact_ridge(X[train], y[train, None], 1.0)[1][0],
+            )
+            for train, test in folds
+        ]
+    )
+    assert_allclose(scorer.score_, expected, rtol=1e-9)
+
+
+def test_bootstrap_replicates_of_a_far_larger_feature_are_exact_refits():
+    X, Y = scaled_series(1e11, column=2)
+    model = BootstrapEstimator(
+        Ridge(alpha=1.0), n_bootstrap=6, random_state=0, return_samples=True
+    ).fit(X, Y)
+    counts = bootstrap_counts(resolve_entropy(0), np.arange(6), X.shape[0], None)
+    for i, replicate in enumerate(counts):
+        rows = np.repeat(np.arange(X.shape[0]), replicate)
+        coef, _ = exact_ridge(X[rows], Y[rows], 1.0)
+        assert_allclose(model.results_["coef_"].samples[i], coef, rtol=1e-8)
+
+
+def refusing_paths():
+    return {
+        "BatchedRidge LOO": lambda X, y: BatchedRidge(alphas=[0.1, 1.0]).fit(X, y),
+        "BatchedRidge GCV": lambda X, y: BatchedRidge(alphas=1.0, cv="gcv").fit(X, y),
+        "BatchedRidge K-fold": lambda X, y: BatchedRidge(alphas=[1.0, 2.0], cv=5).fit(
+            X, y
+        ),
+        "PermutationScorer": lambda X, y: PermutationScorer(
+            Ridge(alpha=1.0), cv=KFold(5), n_permutations=9, random_state=0
+        ).fit(X, y),
+        "BootstrapEstimator": lambda X, y: BootstrapEstimator(
+            Ridge(alpha=1.0), n_bootstrap=5, random_state=0
+        ).fit(X, y),
+    }
+
+
+@pytest.mark.filterwarnings("ignore:The rows of y are autocorrelated:UserWarning")
+@pytest.mark.parametrize("path", list(refusing_paths()))
+def test_a_feature_too_large_to_resolve_is_refused_before_any_work(path, monkeypatch):
+    """1e15 times the others: R^2 0.013 where the refits give 0.98, before.
+
+    The refusal names the feature, the ratio and the fix, before any SVD or
+    fit on all data runs."""
+    from skbatch._ridge import problems
+
+    X, Y = scaled_series(1e15)
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("work ran before the column scales were checked")
+
+    monkeypatch.setattr(problems._linalg, "svd_decompose", no_work)
+    monkeypatch.setattr(Ridge, "fit", no_work)
+    with pytest.raises(
+        ValueError,
+        match=r"feature 0 has a norm \(once centred\) 9\.07e\+14 times .*Scaler",
+    ):
+        refusing_paths()[path](X, Y[:, 0])
+
+
+# --- bootstrap replicates of an ill-conditioned X: each solved on its own ------
+
+
+@pytest.mark.filterwarnings("ignore::scipy.linalg.LinAlgWarning")
+@pytest.mark.parametrize("shape", [(40, 6), (12, 20)])
+def test_bootstrap_replicates_of_a_rank_deficient_x_are_exact_in_any_batch(shape):
+    """One condition test decided for a whole batch (replicates 0.05 apart
+    between n_bootstrap=5 and 20), and an explicit inverse served systems of
+    condition up to 5.6e14 (0.09 off). Each replicate is now as accurate as
+    the minimum-norm least squares of its rows (alpha 1e-12 is below its
+    rounding), whatever its batch."""
+    n, p = shape
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((n, p))
+    X[:, 3] = 2 * X[:, 2]
+    X[:, 5] = X[:, 0] - X[:, 1]
+    y = X @ rng.standard_normal(p) + 0.1 * rng.standard_normal(n)
+    samples = {}
+    for n_bootstrap in (5, 20):
+        model = BootstrapEstimator(
+            Ridge(alpha=1e-12),
+            n_bootstrap=n_bootstrap,
+            random_state=0,
+            return_samples=True,
+        ).fit(X, y)
+        samples[n_bootstrap] = model.results_["coef_"].samples
+    assert_allclose(samples[5], samples[20][:5], rtol=1e-8, atol=1e-10)
+    counts = bootstrap_counts(resolve_entropy(0), np.arange(20), n, None)
+    for i, replicate in enumerate(counts):
+        rows = np.repeat(np.arange(n), replicate)
+        X_rows, y_rows = X[rows] - X[rows].mean(axis=0), y[rows] - y[rows].mean()
+        expected = np.linalg.lstsq(X_rows, y_rows, rcond=None)[0]
+        assert_allclose(samples[20][i], expected, atol=1e-6)

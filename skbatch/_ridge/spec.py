@@ -14,6 +14,7 @@ import numpy as np
 from sklearn.linear_model import LinearRegression, Ridge, RidgeCV
 from sklearn.pipeline import Pipeline
 
+from .. import _linalg
 from .cv import cv_scheme
 
 __all__ = ["RidgeSpec", "check_alphas", "refit_reason", "resolve_dtype", "ridge_spec"]
@@ -28,6 +29,8 @@ EXACT_RIDGE_SOLVERS = ("auto", "svd", "cholesky")
 # Scorings RidgeCV accepts that mean what the schemes compute.
 RIDGECV_SCORINGS = (None, "r2", "neg_mean_squared_error")
 _DTYPES = {"float32": np.float32, "float64": np.float64}
+# Columns centred at once by check_column_scales: a bounded temporary.
+SCALE_CHECK_COLUMNS = 256
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,50 @@ def resolve_dtype(dtype, backend, input_dtype=None):
             "on another device"
         )
     return dtype
+
+
+def check_column_scales(X, dtype, backend, *, fit_intercept=True, sample_weight=None):
+    """Refuse, before any work, features on scales too far apart to solve.
+
+    Every ridge path decomposes X by an SVD (:func:`skbatch._linalg.
+    svd_decompose`), which resolves a feature only down to about
+    ``1 / (BIDIAGONAL_DEFLATION * eps)`` times the norm of the largest one,
+    once centred (4.5e13 in float64). ``dtype`` is the compute dtype: float32
+    is decomposed in float64 on the CPU, in float32 on a GPU. Spreads below
+    that limit that still cannot be resolved are refused by the SVD itself.
+
+    Raises
+    ------
+    ValueError
+        Naming the largest and the smallest feature, their ratio and the fix
+        (rescale, e.g. with ``StandardScaler``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skbatch.backend import resolve_backend
+    >>> from skbatch._ridge.spec import check_column_scales
+    >>> X = np.random.default_rng(0).standard_normal((20, 3))
+    >>> check_column_scales(X * [1, 1e6, 1], np.float64, resolve_backend("numpy"))
+    >>> X[:, 1] *= 1e15
+    >>> check_column_scales(X, np.float64, resolve_backend("numpy"))
+    Traceback (most recent call last):
+    ...
+    ValueError: X's feature 1 has a norm (once centred) 1.03e+15 times that of ...
+    """
+    decomposed = np.dtype(dtype)
+    if not backend.is_gpu and backend.device != "mps":
+        decomposed = np.dtype(np.float64)
+    norms = np.empty(X.shape[1])
+    root = None if sample_weight is None else np.sqrt(sample_weight)[:, None]
+    for start in range(0, X.shape[1], SCALE_CHECK_COLUMNS):
+        block = np.asarray(X[:, start : start + SCALE_CHECK_COLUMNS], np.float64)
+        if fit_intercept:
+            block = block - np.average(block, axis=0, weights=sample_weight)
+        if root is not None:
+            block = block * root
+        norms[start : start + block.shape[1]] = _linalg.column_norms(block, np)
+    _linalg.check_column_spread(*_linalg.column_spread(norms, np), decomposed)
 
 
 def _valid_alphas(alphas):
