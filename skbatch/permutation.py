@@ -73,6 +73,7 @@ from ._base import (
 )
 from ._engine import _say, run_parallel, run_problem
 from ._preflight import DataBytes, refit_window, refuse
+from ._ridge.banded import banded_spec, permuted_problem
 from ._ridge.cv import cv_scheme, fold_rows, uses_groups
 from ._ridge.problems import DEVICE_SCORINGS, PermutedRidgeProblem
 from ._ridge.spec import check_column_scales, refit_reason, resolve_dtype, ridge_spec
@@ -240,16 +241,48 @@ def _split_rows(cv, X, y, groups):
     return splits
 
 
-def _cv_score(estimator, X, y, splits, scorer, metric, fit_params):
-    """Mean over folds of the test score, as ``permutation_test_score`` does.
+def _metrics(scoring):
+    """The metrics of ``scoring``: name -> single scoring, ``{None: scoring}``
+    for a single one.
+
+    A list, tuple or set of unique scorer names, or a dict of name to scorer
+    (a name or a callable), as :func:`sklearn.model_selection.cross_validate`
+    takes several metrics.
+    """
+    if isinstance(scoring, dict):
+        if not scoring or not all(isinstance(name, str) for name in scoring):
+            raise ValueError(
+                f"scoring as a dict must map at least one metric name (a str) to "
+                f"a scorer, got {scoring!r}"
+            )
+        return dict(scoring)
+    if isinstance(scoring, list | tuple | set | frozenset):
+        names = list(scoring)
+        if (
+            not names
+            or not all(isinstance(name, str) for name in names)
+            or len(set(names)) != len(names)
+        ):
+            raise ValueError(
+                f"scoring as a list, tuple or set must hold at least one scorer "
+                f"name, each once, got {scoring!r}"
+            )
+        return {name: name for name in names}
+    return {None: scoring}
+
+
+def _cv_score(estimator, X, y, splits, scorers, fit_params):
+    """Mean over folds of the test score, as ``permutation_test_score`` does,
+    for each ``(scorer, metric)`` of ``scorers``: a list, one per scorer.
 
     One clone is refit on every fold, as scikit-learn does, so an estimator
-    holding a random state draws the same sequence. ``metric`` (a function
-    and a sign) gives per-target scores; otherwise ``scorer`` gives one, or
-    with ``metric="scorer"`` one per target.
+    holding a random state draws the same sequence; every scorer scores
+    that fit. ``metric`` (a function and a sign) gives per-target scores of
+    the fold's predictions; otherwise ``scorer`` gives one, or with
+    ``metric="scorer"`` one per target.
     """
     estimator = clone(estimator)
-    scores = []
+    scores = [[] for _ in scorers]
     for train, test in splits:
         X_train, y_train = _safe_split(estimator, X, y, train)
         X_test, y_test = _safe_split(estimator, X, y, test, train)
@@ -260,20 +293,25 @@ def _cv_score(estimator, X, y, splits, scorer, metric, fit_params):
             estimator.fit(
                 X_train, y_train, **_check_method_params(X, fit_params, indices=train)
             )
-        if metric is None:
-            scores.append(scorer(estimator, X_test, y_test))
-        elif metric == "scorer":
-            scores.append(_per_target_score(scorer(estimator, X_test, y_test), y))
-        else:
-            function, sign = metric
-            predictions = estimator.predict(X_test)
-            scores.append(
-                sign * function(y_test, predictions, multioutput="raw_values")
-            )
-    if metric is None:
-        # Flattened, as scikit-learn averages whatever the scorer returns.
-        return np.mean(scores)
-    return np.mean(scores, axis=0)
+        predictions = None
+        for (scorer, metric), fold_scores in zip(scorers, scores):
+            if metric is None:
+                fold_scores.append(scorer(estimator, X_test, y_test))
+            elif metric == "scorer":
+                value = scorer(estimator, X_test, y_test)
+                fold_scores.append(_per_target_score(value, y))
+            else:
+                function, sign = metric
+                if predictions is None:
+                    predictions = estimator.predict(X_test)
+                fold_scores.append(
+                    sign * function(y_test, predictions, multioutput="raw_values")
+                )
+    # A scorer's values flattened, as scikit-learn averages whatever it returns.
+    return [
+        np.mean(fold_scores) if metric is None else np.mean(fold_scores, axis=0)
+        for (_, metric), fold_scores in zip(scorers, scores)
+    ]
 
 
 def _per_target_score(value, y):
@@ -301,12 +339,12 @@ def _null_scores_task(
     groups,
     entropy,
     permutation,
-    scorer,
-    metric,
+    scorers,
     fit_params,
 ):
     """Scores of permutations ``ids``: a joblib task, numpy in, numpy out.
 
+    One row per permutation: the values of every scorer, flattened in turn.
     ``splits`` None re-splits every permuted ``y`` with ``cv``, whose folds
     then depend on it (stratified splitters).
     """
@@ -321,9 +359,8 @@ def _null_scores_task(
         folds = splits
         if folds is None:
             folds = _split_rows(cv, X, permuted, groups)
-        scores.append(
-            _cv_score(estimator, X, permuted, folds, scorer, metric, fit_params)
-        )
+        values = _cv_score(estimator, X, permuted, folds, scorers, fit_params)
+        scores.append(np.concatenate([np.ravel(value) for value in values]))
     return np.stack(scores)
 
 
@@ -388,7 +425,7 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
         blocks; ``n!`` orders of ``n`` rows, per run), each is enumerated
         once instead of drawn, the identity among them, and the p-values are
         exact (``exact_``, ``n_permutations_``).
-    scoring : str, callable or None, default=None
+    scoring : str, callable, list, tuple, dict or None, default=None
         Scorer name (:func:`sklearn.metrics.get_scorer_names`),
         ``"correlation"`` (Pearson correlation of predictions and targets,
         per target, the score encoding-model studies report), or callable
@@ -400,7 +437,17 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
         "neg_median_absolute_error", "neg_mean_absolute_percentage_error", or
         a callable returning an array of one score per target (generic
         path). R^2 and correlation are undefined (NaN) on test folds of
-        fewer than 2 rows.
+        fewer than 2 rows. Several metrics, as
+        :func:`~sklearn.model_selection.cross_validate` takes them: a list
+        (or tuple, set) of unique names, or a dict of name to scorer (a name
+        or a callable). They score the same fits of the same permutations,
+        and ``score_``, ``pvalue_``, ``pvalue_fwer_``, ``pvalue_fdr_``,
+        ``null_mean_``, ``null_std_`` and ``permutation_scores_`` are then
+        dicts keyed by metric name, each value what a fit with that metric
+        alone and the same ``random_state`` gives. On the ridge fast path
+        (every metric among its scorings) the metrics score the same
+        predictions of each permutation. The alpha the estimator chooses
+        in its own CV stays chosen by its own scoring.
     cv : int, CV splitter or iterable, default=5
         Outer cross-validation, as in ``permutation_test_score`` (``groups``
         are passed to a splitter that uses them). A splitter whose folds
@@ -476,7 +523,9 @@ default="shuffle"
     ----------
     score_ : float or ndarray of shape (n_targets,)
         Cross-validated score on the true ``y`` (per target for
-        "raw_values").
+        "raw_values"). With several metrics in ``scoring``, this and the
+        p-values, null moments and ``permutation_scores_`` are dicts of such
+        values keyed by metric name.
     pvalue_ : float or ndarray of shape (n_targets,)
         ``(C + 1) / (n_permutations + 1)``; with ``exact_``,
         ``C / n_permutations_``, C then counting every distinct permutation
@@ -642,16 +691,28 @@ default="shuffle"
             raise ValueError(
                 f"multioutput must be one of {_MULTIOUTPUTS}, got {self.multioutput!r}"
             )
-        scoring = self.scoring
+        for name, scoring in _metrics(self.scoring).items():
+            self._check_scoring(scoring, "scoring" if name is None else name)
+        # Type and block_size here; block_size against the groups in fit.
+        _check_permutation_type(self.permutation_type, self.block_size)
+        if not isinstance(self.return_null, bool | np.bool_):
+            raise ValueError(f"return_null must be a bool, got {self.return_null!r}")
+        check_max_memory_gb(self.max_memory_gb)
+        check_verbose(self.verbose)
+
+    def _check_scoring(self, scoring, where):
+        """Refuse a single scoring (``where``: "scoring" or a metric's name)."""
+        if where != "scoring":
+            where = f"scoring[{where!r}]"
         if isinstance(scoring, str):
             if scoring not in get_scorer_names() and scoring != "correlation":
                 raise ValueError(
-                    f"scoring must be None, a callable, 'correlation' or a name "
+                    f"{where} must be None, a callable, 'correlation' or a name "
                     f"from sklearn.metrics.get_scorer_names(), got {scoring!r}"
                 )
         elif scoring is not None and not callable(scoring):
             raise ValueError(
-                f"scoring must be None, a callable or a scorer name, got {scoring!r}"
+                f"{where} must be None, a callable or a scorer name, got {scoring!r}"
             )
         if (
             self.multioutput == "raw_values"
@@ -661,14 +722,8 @@ default="shuffle"
             raise ValueError(
                 f"multioutput='raw_values' needs a scoring with a value per "
                 f"target: None, a callable returning one score per target, or "
-                f"one of {tuple(_PER_TARGET_METRICS)}, got scoring={scoring!r}"
+                f"one of {tuple(_PER_TARGET_METRICS)}, got {where}={scoring!r}"
             )
-        # Type and block_size here; block_size against the groups in fit.
-        _check_permutation_type(self.permutation_type, self.block_size)
-        if not isinstance(self.return_null, bool | np.bool_):
-            raise ValueError(f"return_null must be a bool, got {self.return_null!r}")
-        check_max_memory_gb(self.max_memory_gb)
-        check_verbose(self.verbose)
 
     @atomic_fit
     def fit(self, X, y, groups=None, **fit_params):
@@ -680,7 +735,8 @@ default="shuffle"
             Training data, passed to the estimator as given (a DataFrame
             stays one); its values are validated by the estimator.
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
-            Targets.
+            Targets, passed to the estimator as given (a pandas Series
+            stays one; a permuted one keeps the index of ``y``).
         groups : array-like of shape (n_samples,), default=None
             Exchangeability blocks: ``y`` is permuted (or shifted, or its
             blocks shuffled) within each group only. Also passed to a ``cv``
@@ -718,7 +774,9 @@ default="shuffle"
         y_fit = estimator_input(y_input, y)
         n_samples = X_valid.shape[0]
         n_targets = 1 if y.ndim == 1 else y.shape[1]
-        self._check_host_memory(n_targets if raw else 1)
+        metrics = _metrics(self.scoring)
+        n_stats = len(metrics) * (n_targets if raw else 1)
+        self._check_host_memory(n_stats)
         permutation = dict(
             permutation_type=self.permutation_type, block_size=self.block_size
         )
@@ -748,22 +806,46 @@ default="shuffle"
                 f"PermutationScorer refits {type(estimator).__name__} on every "
                 f"fold of every permutation (the generic path): {reason}.",
             )
+        # Metrics the fast path scores there, the others by refits.
+        fast = {
+            name: scoring
+            for name, scoring in metrics.items()
+            if spec is not None and scoring in DEVICE_SCORINGS
+        }
+        slow = {name: s for name, s in metrics.items() if name not in fast}
+        if fast and slow:
+            _say(
+                self.verbose,
+                f"PermutationScorer refits {type(estimator).__name__} for the "
+                f"metrics {sorted(slow)}: the fast path scores only "
+                f"{DEVICE_SCORINGS}.",
+            )
         # The estimator's fits get the rows' groups when they take them.
         refits = refit_params(estimator, groups, fit_params)
-        if spec is not None:
+        if fast:
             ridge = self._plan_ridge(
                 X_valid, y, splits, spec, n_items, refits.get("groups")
             )
-        else:
+        if slow:
             data = DataBytes.of(X_input, y_input, X_valid, y, fit_params)
-            self._check_refit_memory(data, n_samples, n_targets if raw else 1)
+            self._check_refit_memory(data, n_samples, n_stats)
         estimator_ = clone(estimator).fit(X, y_fit, **refits)
-        if spec is not None:
-            backend, counter = self._fit_ridge(
-                X_valid, y, groups, splits, ridge, entropy, raw, permutation, n_items
+        counters = {}
+        if fast:
+            backend, counters = self._fit_ridge(
+                X_valid,
+                y,
+                groups,
+                splits,
+                ridge,
+                entropy,
+                raw,
+                permutation,
+                n_items,
+                fast,
             )
-        else:
-            counter = self._fit_generic(
+        if slow:
+            generic = self._fit_generic(
                 estimator,
                 X,
                 y_fit,
@@ -775,27 +857,37 @@ default="shuffle"
                 permutation,
                 refits,
                 n_items,
+                slow,
             )
-        undefined = np.isnan(counter.observed)
-        if undefined.any():
-            warnings.warn(
-                f"The cross-validated score is undefined (NaN) for "
-                f"{int(undefined.sum())} of {undefined.size} "
-                f"{'target' if undefined.size == 1 else 'targets'}, for example "
-                f"R^2 or correlation on test folds of fewer than 2 rows, or a "
-                f"constant target; their p-values are NaN. Use folds with more "
-                f"test rows (cv) or another scoring.",
-                UserWarning,
-                stacklevel=3,
-            )
-        self.score_ = counter.observed if raw else float(counter.observed)
-        self.pvalue_ = counter.pvalue()
-        self.pvalue_fwer_ = counter.pvalue_fwer()
-        self.pvalue_fdr_ = counter.pvalue_fdr()
-        self.null_mean_ = counter.null_mean
-        self.null_std_ = counter.null_std
+            counters = {name: {**counters, **generic}[name] for name in metrics}
+        for name, counter in counters.items():
+            undefined = np.isnan(counter.observed)
+            if undefined.any():
+                warnings.warn(
+                    f"The cross-validated score"
+                    f"{'' if name is None else f' {name!r}'} is undefined (NaN) for "
+                    f"{int(undefined.sum())} of {undefined.size} "
+                    f"{'target' if undefined.size == 1 else 'targets'}, for example "
+                    f"R^2 or correlation on test folds of fewer than 2 rows, or a "
+                    f"constant target; their p-values are NaN. Use folds with more "
+                    f"test rows (cv) or another scoring.",
+                    UserWarning,
+                    stacklevel=3,
+                )
+
+        def each(value):
+            # One metric: its value; several: a dict by metric name.
+            values = {name: value(counter) for name, counter in counters.items()}
+            return values[None] if None in values else values
+
+        self.score_ = each(lambda c: c.observed if raw else float(c.observed))
+        self.pvalue_ = each(PermutationCounter.pvalue)
+        self.pvalue_fwer_ = each(PermutationCounter.pvalue_fwer)
+        self.pvalue_fdr_ = each(PermutationCounter.pvalue_fdr)
+        self.null_mean_ = each(lambda c: c.null_mean)
+        self.null_std_ = each(lambda c: c.null_std)
         if self.return_null:
-            self.permutation_scores_ = counter.null
+            self.permutation_scores_ = each(lambda c: c.null)
         self.n_permutations_ = n_items
         self.exact_ = permutation["exact"]
         self.backend_ = backend
@@ -813,7 +905,7 @@ default="shuffle"
             reason = f"fit parameters {sorted(fit_params)} go to every refit"
         elif sp.issparse(X):
             reason = "X is sparse"
-        elif self.scoring not in DEVICE_SCORINGS:
+        elif not any(s in DEVICE_SCORINGS for s in _metrics(self.scoring).values()):
             reason = (
                 f"scoring={self.scoring!r} is not among the fast path's "
                 f"{DEVICE_SCORINGS}"
@@ -881,11 +973,12 @@ default="shuffle"
             parts,
         )
 
-    def _counter(self, observed, dtype, n_items, exact):
+    def _counter(self, observed, dtype, n_items, exact, scoring):
         """The exceedance counter of ``n_items`` permutations (every distinct
-        one if ``exact``), with ties judged at ``dtype``'s round-off."""
+        one if ``exact``) of a ``scoring``, with ties judged at ``dtype``'s
+        round-off."""
         scale = np.abs(observed)
-        if self.scoring in _UNIT_SCALE_SCORINGS:
+        if scoring in _UNIT_SCALE_SCORINGS:
             scale = np.maximum(scale, 1.0)
         tolerance = TIE_ULPS * np.finfo(dtype).eps * np.nan_to_num(scale)
         return PermutationCounter(
@@ -930,7 +1023,7 @@ default="shuffle"
                 X_train, Y_train, groups=groups
             )
 
-        PermutedRidgeProblem.check_memory(
+        permuted_problem(spec).check_memory(
             X,
             Y,
             splits,
@@ -952,20 +1045,71 @@ default="shuffle"
         )
 
     def _fit_ridge(
-        self, X, y, groups, splits, ridge, entropy, raw, permutation, n_items
+        self, X, y, groups, splits, ridge, entropy, raw, permutation, n_items, metrics
     ):
         """Fast path: permutations as extra targets through one SVD per fold.
 
-        ``ridge`` is what :meth:`_plan_ridge` planned.
+        ``ridge`` is what :meth:`_plan_ridge` planned; ``metrics`` (name ->
+        scoring) are among ``DEVICE_SCORINGS``. Returns the backend and a
+        counter per metric.
         """
         X, Y, spec = ridge["X"], ridge["Y"], ridge["spec"]
         backend, dtype = ridge["backend"], ridge["dtype"]
         flops, inner_scheme = ridge["flops"], ridge["inner_scheme"]
+        problem_class = permuted_problem(spec)
+        # The problem scores every metric on the same predictions where its
+        # scores() is PermutedRidgeProblem's; otherwise one pass per metric.
+        if len(metrics) > 1 and problem_class.scores is PermutedRidgeProblem.scores:
+            passes = [list(metrics)]
+        else:
+            passes = [[name] for name in metrics]
+        counters = {}
+        for names in passes:
+            scorings = tuple(metrics[name] for name in names)
+            counters.update(
+                self._ridge_pass(
+                    problem_class,
+                    X,
+                    Y,
+                    splits,
+                    spec,
+                    inner_scheme,
+                    backend,
+                    dtype,
+                    flops,
+                    dict(entropy=entropy, groups=groups, **permutation),
+                    n_items,
+                    raw,
+                    dict(zip(names, scorings)),
+                )
+            )
+        return backend, counters
+
+    def _ridge_pass(
+        self,
+        problem_class,
+        X,
+        Y,
+        splits,
+        spec,
+        inner_scheme,
+        backend,
+        dtype,
+        flops,
+        permutation,
+        n_items,
+        raw,
+        metrics,
+    ):
+        """One run of the fast path's problem over every permutation, scoring
+        ``metrics`` (name -> scoring) on the same predictions: their counters."""
+        scorings = tuple(metrics.values())
+        n_targets = Y.shape[1]
         with contextlib.ExitStack() as stack:
             stack.enter_context(backend.context())
             if flops < SMALL_FIT_FLOPS:
                 stack.enter_context(_backends.get(backend.library).one_thread())
-            problem = PermutedRidgeProblem(
+            problem = problem_class(
                 X,
                 Y,
                 splits,
@@ -973,25 +1117,32 @@ default="shuffle"
                 inner_scheme,
                 backend,
                 dtype,
-                self.scoring,
+                scorings[0] if len(scorings) == 1 else scorings,
                 n_permutations=n_items,
-                permutation=dict(entropy=entropy, groups=groups, **permutation),
+                permutation=permutation,
             )
             observed = np.asarray(to_numpy(problem.observed()), dtype=np.float64)
-            counter = self._counter(
-                observed if raw else observed.mean(),
-                dtype,
-                n_items,
-                permutation["exact"],
-            )
+            # Metric k's scores are columns k * n_targets ... of every row.
+            counters = {}
+            for k, (name, scoring) in enumerate(metrics.items()):
+                part = observed[k * n_targets : (k + 1) * n_targets]
+                counters[name] = self._counter(
+                    part if raw else part.mean(),
+                    dtype,
+                    n_items,
+                    permutation["exact"],
+                    scoring,
+                )
 
             def reduce(ids, scores):
-                counter.update(scores if raw else scores.mean(axis=1), ids)
+                for k, counter in enumerate(counters.values()):
+                    part = scores[:, k * n_targets : (k + 1) * n_targets]
+                    counter.update(part if raw else part.mean(axis=1), ids)
 
             run_problem(
                 problem, reduce, max_memory_gb=self.max_memory_gb, verbose=self.verbose
             )
-        return backend, counter
+        return counters
 
     def _fit_generic(
         self,
@@ -1006,34 +1157,48 @@ default="shuffle"
         permutation,
         fit_params,
         n_items,
+        metrics,
     ):
-        """Generic path: refits of clones in joblib windows.
+        """Generic path: refits of clones in joblib windows, a counter per
+        metric of ``metrics`` (name -> scoring).
 
         ``splits`` None: folds depend on ``y`` and are drawn anew for every
         permuted ``y``.
         """
-        scorer = metric = None
-        if raw and callable(self.scoring):
-            scorer, metric = self.scoring, "scorer"
-        elif raw or self.scoring == "correlation":
-            metric = _PER_TARGET_METRICS[self.scoring or "r2"]
-        else:
-            scorer = check_scoring(estimator, self.scoring)
+        scorers = []
+        for scoring in metrics.values():
+            scorer = metric = None
+            if raw and callable(scoring):
+                scorer, metric = scoring, "scorer"
+            elif raw or scoring == "correlation":
+                metric = _PER_TARGET_METRICS[scoring or "r2"]
+            else:
+                scorer = check_scoring(estimator, scoring)
+            scorers.append((scorer, metric))
         args = dict(
             estimator=estimator,
             X=X,
-            scorer=scorer,
-            metric=metric,
+            scorers=scorers,
             fit_params=fit_params,
         )
         observed = _cv_score(
             y=y, splits=splits or _split_rows(cv, X, y, groups), **args
         )
-        host_bytes_per_item = 8 * np.size(observed)
-        if not raw:
-            # A per-target metric averaged over targets, as r2_score does.
-            observed = np.mean(observed)
-        counter = self._counter(observed, np.float64, n_items, permutation["exact"])
+        shapes = [np.shape(value) for value in observed]
+        sizes = [int(np.prod(shape)) for shape in shapes]
+        host_bytes_per_item = 8 * sum(sizes)
+        bounds = np.cumsum([0, *sizes])
+        counters = {
+            name: self._counter(
+                # A per-target metric averaged over targets, as r2_score does.
+                value if raw else np.mean(value),
+                np.float64,
+                n_items,
+                permutation["exact"],
+                scoring,
+            )
+            for (name, scoring), value in zip(metrics.items(), observed)
+        }
         task = functools.partial(
             _null_scores_task,
             y=y,
@@ -1047,9 +1212,15 @@ default="shuffle"
         )
 
         def reduce(ids, scores):
-            if not raw:
-                scores = scores.reshape(len(ids), -1).mean(axis=1)
-            counter.update(scores, ids)
+            scores = scores.reshape(len(ids), -1)
+            for counter, shape, lo, hi in zip(
+                counters.values(), shapes, bounds[:-1], bounds[1:]
+            ):
+                part = scores[:, lo:hi]
+                if raw:
+                    counter.update(part.reshape(len(ids), *shape), ids)
+                else:
+                    counter.update(part.mean(axis=1), ids)
 
         run_parallel(
             task,
@@ -1061,4 +1232,4 @@ default="shuffle"
             verbose=self.verbose,
             desc="permutations",
         )
-        return counter
+        return counters
