@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np
-from scipy import sparse
+from scipy import linalg, sparse
 from sklearn.base import BaseEstimator, RegressorMixin, clone
 from sklearn.linear_model import Ridge, RidgeCV
 
@@ -74,11 +74,20 @@ from .random import (
     resolve_entropy,
 )
 from .ridge import AlphaEdgeWarning, AutocorrelationWarning, BatchedRidge
-from .streaming import BootstrapAccumulator
+from .streaming import BCaAccumulator, BootstrapAccumulator, bca_acceleration
 
 __all__ = ["BootstrapEstimator", "BootstrapResult"]
 
-_CI_METHODS = ("percentile", "basic")
+_CI_METHODS = ("percentile", "basic", "bca")
+# BCa keeps every replicate, in one pass, when they take at most this share
+# of the host budget; otherwise it runs the replicates twice (see ci_method).
+BCA_KEEP_SAMPLES_SHARE = 0.5
+# The closed-form jackknife of the linear path needs the leave-one-out fits
+# well defined: every unit's leverage gap 1 - h_i above this, and the
+# penalised Gram matrix's condition number below BCA_MAX_CONDITION (a loss
+# of at most 6 of float64's 16 digits); otherwise it refits.
+BCA_MIN_LEVERAGE_GAP = 1e-8
+BCA_MAX_CONDITION = 1e10
 # An iid bootstrap of rows warns when the median over targets of the lag-1
 # autocorrelation of the full-data fit's residuals exceeds both figures. 0.2:
 # the variance of a mean of AR(1) rows is then (1 + 0.2) / (1 - 0.2) = 1.5
@@ -167,11 +176,35 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         Number of bootstrap replicates, >= 2.
     confidence_level : float, default=0.95
         Coverage of the intervals, in the open interval (0, 1).
-    ci_method : {"percentile", "basic"}, default="percentile"
+    ci_method : {"percentile", "basic", "bca"}, default="percentile"
         "percentile": the ``(1 - c) / 2`` and ``(1 + c) / 2`` percentiles of
         the replicates (``np.percentile``, linear interpolation). "basic":
         the percentile interval reflected around the estimate,
-        ``(2 * estimate - upper, 2 * estimate - lower)``.
+        ``(2 * estimate - upper, 2 * estimate - lower)``. "bca": bias
+        corrected and accelerated, as ``scipy.stats.bootstrap(method="BCa")``
+        defines it: per element, ``z0 = ndtri(share of replicates below the
+        estimate, ties counted half)`` and the acceleration ``a = sum d^3 /
+        (6 (sum d^2)^(3/2))`` of the jackknife deviations ``d_i`` (mean of
+        the leave-one-out estimates minus the i-th; with ``groups``, leave
+        one group out); the bounds are the replicates' percentiles (linear
+        interpolation) at ``ndtr(z0 + (z0 + z) / (1 - a (z0 + z)))`` for
+        ``z = ndtri((1 -+ c) / 2)``. NaN where z0 or ``a`` is undefined
+        (every replicate on one side of the estimate, or no spread in the
+        jackknife), as scipy's. Not with ``block_size``.
+
+        Cost: the jackknife is a few matrix products on the linear path
+        (closed-form leave-one-out updates of the fit on all data, for
+        ridge and least squares at fixed alphas, ``n_features + 1 <
+        n_samples``), otherwise ``n_samples`` refits (or one per group) on
+        the joblib path. The levels are known per element only once every
+        replicate is in: when every replicate fits in half the host budget
+        (or ``return_samples=True``) they are kept and read once; otherwise
+        the replicates are computed twice from their seeds (about twice the
+        time of "percentile"), the first pass keeping ``64 + n_bootstrap /
+        4`` values per element and the second about ``2 (3 n_bootstrap / 32
+        + 44)`` (:mod:`skbatch.streaming`'s ``BCA_FOLD``, ``BCA_SPACING``):
+        for ``n_bootstrap=1000``, about a third of the replicates' memory,
+        against an eighth for "percentile".
     attributes : "auto", str, sequence of str or callable, default="auto"
         What to bootstrap. "auto": if the fitted estimator has ``coef_``,
         ``coef_`` and ``intercept_`` (those it has); else
@@ -432,6 +465,13 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
                 f"block_size must be None, 'auto' or an int >= 1, got {block_size!r}"
             )
         check_block_scheme(self.block_scheme, block_size)
+        if self.ci_method == "bca" and block_size is not None:
+            raise ValueError(
+                f"ci_method='bca' needs the jackknife of independent rows or "
+                f"groups, which a block bootstrap does not have; got "
+                f"ci_method='bca' with block_size={block_size!r}. Use "
+                f"ci_method='percentile' with block_size, or block_size=None"
+            )
         for name in ("return_samples", "tune_per_replicate"):
             if not isinstance(getattr(self, name), bool | np.bool_):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
@@ -576,53 +616,79 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         shapes = {name: value.shape for name, value in estimates.items()}
         self._check_host_memory(shapes)
 
-        accumulators = {
-            name: BootstrapAccumulator(
-                shape,
-                self.n_bootstrap,
-                self.confidence_level,
-                keep_samples=bool(self.return_samples),
-            )
-            for name, shape in shapes.items()
-        }
+        accumulators = self._make_accumulators(shapes, estimates)
         linear = _linear_model(
             replicate_estimator, names, X_checked, y_checked, fit_params
         )
-        if linear is not None:
-            self._run_linear(
+
+        def run_replicates(reducers):
+            if linear is not None:
+                self._run_linear(
+                    linear,
+                    X_checked,
+                    y_checked,
+                    groups,
+                    entropy,
+                    fit_params,
+                    reducers,
+                    backend,
+                    data,
+                )
+            else:
+                self._run_generic(
+                    replicate_estimator,
+                    X_fit,
+                    y_fit,
+                    groups,
+                    entropy,
+                    # Each replicate's rows carry their groups.
+                    refit_params(replicate_estimator, groups, fit_params),
+                    self.attributes if names is None else names,
+                    shapes,
+                    reducers,
+                    data,
+                )
+
+        run_replicates(accumulators)
+        if self.ci_method == "bca":
+            acceleration = self._jackknife_acceleration(
                 linear,
+                replicate_estimator,
                 X_checked,
                 y_checked,
-                groups,
-                entropy,
-                fit_params,
-                accumulators,
-                backend,
-                data,
-            )
-        else:
-            self._run_generic(
-                replicate_estimator,
                 X_fit,
                 y_fit,
                 groups,
-                entropy,
-                # Each replicate's rows carry their groups.
-                refit_params(replicate_estimator, groups, fit_params),
+                fit_params,
                 self.attributes if names is None else names,
-                shapes,
-                accumulators,
+                estimates,
                 data,
             )
+            second = {
+                name: accumulator.second_pass(acceleration[name])
+                for name, accumulator in accumulators.items()
+            }
+            if all(reducer is not None for reducer in second.values()):
+                # The same replicates again, from their seeds.
+                run_replicates(second)
+            intervals = {
+                name: accumulator.interval(second[name])
+                for name, accumulator in accumulators.items()
+            }
+        else:
+            intervals = {
+                name: accumulator.interval(self.ci_method, estimates[name])
+                for name, accumulator in accumulators.items()
+            }
         self.results_ = {}
         for name, accumulator in accumulators.items():
-            lower, upper = accumulator.interval(self.ci_method, estimates[name])
+            lower, upper = intervals[name]
             self.results_[name] = BootstrapResult(
                 estimate=estimates[name],
                 standard_error=accumulator.std,
                 ci_lower=lower,
                 ci_upper=upper,
-                samples=accumulator.samples,
+                samples=accumulator.samples if self.return_samples else None,
             )
         self.backend_ = backend
         return self
@@ -693,6 +759,14 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         return names
 
     def _accumulator_bytes(self, shapes):
+        if self.ci_method == "bca":
+            keep = self._bca_keeps_samples(shapes)
+            return sum(
+                BCaAccumulator.nbytes_needed(
+                    shape, self.n_bootstrap, self.confidence_level, keep_samples=keep
+                )
+                for shape in shapes.values()
+            )
         return sum(
             BootstrapAccumulator.nbytes_needed(
                 shape,
@@ -702,6 +776,42 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
             )
             for shape in shapes.values()
         )
+
+    def _bca_keeps_samples(self, shapes):
+        """Whether BCa keeps every replicate (one pass) rather than two passes."""
+        if self.return_samples:
+            return True
+        need = sum(
+            BCaAccumulator.nbytes_needed(
+                shape, self.n_bootstrap, self.confidence_level, keep_samples=True
+            )
+            for shape in shapes.values()
+        )
+        budget = memory_budget(None, self.max_memory_gb)
+        return need <= BCA_KEEP_SAMPLES_SHARE * budget * GB
+
+    def _make_accumulators(self, shapes, estimates):
+        if self.ci_method == "bca":
+            keep = self._bca_keeps_samples(shapes)
+            return {
+                name: BCaAccumulator(
+                    shape,
+                    self.n_bootstrap,
+                    self.confidence_level,
+                    estimates[name],
+                    keep_samples=keep,
+                )
+                for name, shape in shapes.items()
+            }
+        return {
+            name: BootstrapAccumulator(
+                shape,
+                self.n_bootstrap,
+                self.confidence_level,
+                keep_samples=bool(self.return_samples),
+            )
+            for name, shape in shapes.items()
+        }
 
     def _check_host_memory(self, shapes):
         """Refuse to start when the retained replicates exceed the host budget."""
@@ -718,6 +828,121 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
                 f"n_bootstrap, use fewer targets, set return_samples=False, or "
                 f"raise max_memory_gb."
             )
+
+    def _jackknife_acceleration(
+        self,
+        linear,
+        estimator,
+        X,
+        y,
+        X_fit,
+        y_fit,
+        groups,
+        fit_params,
+        attributes,
+        estimates,
+        data,
+    ):
+        """BCa acceleration per attribute, from leave-one-unit-out fits.
+
+        A unit is a row, or a group with ``groups``. Closed-form updates of
+        the fit on all data on the linear path when they are well defined;
+        otherwise one refit per unit through joblib.
+        """
+        units = (
+            np.arange(X.shape[0])
+            if groups is None
+            else np.unique(groups, return_inverse=True)[1]
+        )
+        n_units = int(units.max()) + 1
+        sums = None
+        if linear is not None:
+            spec, _ = linear
+            sums = _linear_jackknife_sums(
+                X,
+                y,
+                spec.alphas,
+                spec.fit_intercept,
+                fit_params.get("sample_weight"),
+                units if groups is not None else None,
+                {name: value.shape for name, value in estimates.items()},
+            )
+        if sums is None:
+            sums = self._jackknife_refits(
+                estimator,
+                X_fit,
+                y_fit,
+                units,
+                n_units,
+                groups,
+                fit_params,
+                attributes,
+                estimates,
+                data,
+            )
+        return {name: bca_acceleration(*sums[name], n_units) for name in estimates}
+
+    def _jackknife_refits(
+        self,
+        estimator,
+        X,
+        y,
+        units,
+        n_units,
+        groups,
+        fit_params,
+        attributes,
+        estimates,
+        data,
+    ):
+        """Power sums of ``theta_(-i) - theta`` by one refit per unit."""
+        shapes = {name: value.shape for name, value in estimates.items()}
+        sizes = [int(np.prod(shape)) for shape in shapes.values()]
+        bounds = np.cumsum([0, *sizes])
+        flat = np.concatenate([value.ravel() for value in estimates.values()])
+        window_gb, item_bytes = refit_window(
+            self.max_memory_gb,
+            self.n_jobs,
+            data,
+            self._accumulator_bytes(shapes),
+            X.shape[0],
+            bounds[-1],
+            self._refuse,
+        )
+        task = functools.partial(
+            _jackknife_refits,
+            estimator=estimator,
+            X=X,
+            y=y,
+            units=units,
+            fit_params=refit_params(estimator, groups, fit_params),
+            attributes=attributes,
+            shapes=shapes,
+            estimate=flat,
+        )
+        power = np.zeros((3, bounds[-1]))
+
+        def reduce(ids, result):
+            for k in range(3):
+                power[k] += (result ** (k + 1)).sum(axis=0)
+
+        run_parallel(
+            task,
+            reduce,
+            n_items=n_units,
+            host_bytes_per_item=item_bytes,
+            n_jobs=self.n_jobs,
+            max_memory_gb=window_gb,
+            verbose=self.verbose,
+            desc="jackknife refits",
+        )
+        return {
+            name: tuple(
+                power[k, bounds[j] : bounds[j + 1]].reshape(shapes[name])
+                for k in range(3)
+            )
+            for j, name in enumerate(shapes)
+        }
 
     def _refuse(self, need, budget, where, parts):
         refuse(
@@ -895,6 +1120,137 @@ def _warn_if_autocorrelated(residuals):
             # _warn_if_autocorrelated, _resolve_block_size, fit, atomic_fit.
             stacklevel=5,
         )
+
+
+def _jackknife_refits(
+    ids, *, estimator, X, y, units, fit_params, attributes, shapes, estimate
+):
+    """Generic-path task: refit without unit i, for each i of ``ids``.
+
+    Returns ``theta_(-i) - theta`` of shape (len(ids), total size of the
+    attributes), raveled and concatenated in the order of ``shapes``.
+    """
+    out = np.empty((len(ids), estimate.size))
+    for k, unit in enumerate(ids):
+        rows = np.flatnonzero(units != unit)
+        try:
+            fitted = clone(estimator).fit(
+                _safe_indexing(X, rows),
+                _safe_indexing(y, rows),
+                **_check_method_params(X, fit_params, rows),
+            )
+            values = _statistic(_unwrap_search(fitted), attributes)
+            for name, value in values.items():
+                if name not in shapes or value.shape != shapes[name]:
+                    raise ValueError(
+                        f"{name} has shape {value.shape} but {shapes.get(name)} "
+                        f"on all data"
+                    )
+            out[k] = np.concatenate([v.ravel() for v in values.values()]) - estimate
+        except Exception as exc:
+            if hasattr(exc, "add_note"):
+                exc.add_note(f"Raised in the jackknife fit leaving out unit {unit}.")
+            raise
+    return out
+
+
+def _linear_jackknife_sums(X, y, alphas, fit_intercept, sample_weight, units, shapes):
+    """Power sums of ``theta_(-i) - theta`` for ridge at fixed alphas, closed form.
+
+    Leaving unit i out of the weighted problem ``min sum w (y - b - x beta)^2
+    + alpha |beta|^2`` removes its rows from the normal equations of
+    ``Z = [X - mean, 1]`` (the intercept unpenalised), so with ``A = Z' W Z +
+    alpha D`` and residuals ``e`` of the fit on all data:
+
+    - a row: ``theta_(-i) = theta - A^-1 z_i w_i e_i / (1 - w_i z_i' A^-1
+      z_i)`` (Sherman-Morrison), whose power sums over i are three matrix
+      products;
+    - a group g: ``theta_(-g) = theta - A^-1 Z_g' (I - W_g Z_g A^-1
+      Z_g')^-1 W_g e_g`` (Woodbury).
+
+    The intercept of the uncentred X is ``b - beta . mean``. Returns a dict of
+    name to ``(sum u, sum u^2, sum u^3)``, or None when a leave-one-out fit
+    is ill-defined or not cheaper this way (more features than samples, a
+    leverage of 1, a nearly singular system), for refits instead.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    Y = np.asarray(y, dtype=np.float64).reshape(X.shape[0], -1)
+    n_samples, n_features = X.shape
+    n_targets = Y.shape[1]
+    weight = (
+        np.ones(n_samples)
+        if sample_weight is None
+        else np.asarray(sample_weight, dtype=np.float64)
+    )
+    Z = X
+    if fit_intercept:
+        offset = (weight @ X) / weight.sum()
+        Z = np.hstack([X - offset, np.ones((n_samples, 1))])
+    n_columns = Z.shape[1]
+    if n_columns >= n_samples:
+        return None
+    penalty = np.ones(n_columns)
+    if fit_intercept:
+        penalty[-1] = 0.0
+    alphas = np.broadcast_to(np.asarray(alphas, dtype=np.float64).ravel(), (n_targets,))
+    gram = (Z * weight[:, None]).T @ Z
+    power = np.zeros((3, n_columns, n_targets))
+    members = None if units is None else _unit_rows(units)
+    for alpha in np.unique(alphas):
+        columns = np.flatnonzero(alphas == alpha)
+        A = gram + alpha * np.diag(penalty)
+        if not np.linalg.cond(A) < BCA_MAX_CONDITION:
+            return None
+        try:
+            factor = linalg.cho_factor(A)
+        except linalg.LinAlgError:
+            return None
+        # A^-1 Z', and its map to (coef, intercept of the uncentred X).
+        P = linalg.cho_solve(factor, Z.T)
+        theta = P @ (weight[:, None] * Y[:, columns])
+        residuals = Y[:, columns] - Z @ theta
+        P_out = P.copy()
+        if fit_intercept:
+            P_out[-1] -= offset @ P[:-1]
+        if members is None:
+            leverage = weight * np.einsum("ij,ji->i", Z, P)
+            gap = 1.0 - leverage
+            if not (gap > BCA_MIN_LEVERAGE_GAP).all():
+                return None
+            G = P_out * (weight / gap)
+            for k in range(3):
+                sign = -1.0 if k % 2 == 0 else 1.0
+                power[k][:, columns] = sign * (G ** (k + 1)) @ residuals ** (k + 1)
+            continue
+        for rows in members:
+            local = weight[rows, None] * (Z[rows] @ P[:, rows])
+            system = np.eye(len(rows)) - local
+            try:
+                solved = linalg.solve(system, weight[rows, None] * residuals[rows])
+            except linalg.LinAlgError:
+                return None
+            if not np.linalg.cond(system) < BCA_MAX_CONDITION:
+                return None
+            shift = -(P_out[:, rows] @ solved)
+            for k in range(3):
+                power[k][:, columns] += shift ** (k + 1)
+    out = {}
+    for name, shape in shapes.items():
+        if name == "coef_":
+            values = power[:, :n_features, :].transpose(0, 2, 1)
+        elif fit_intercept:
+            values = power[:, n_features, :]
+        else:
+            # Shaped like the estimator's own intercept_ (0.0 for sklearn).
+            values = np.zeros((3, *shape))
+        out[name] = tuple(v.reshape(shape) for v in values)
+    return out
+
+
+def _unit_rows(units):
+    order = np.argsort(units, kind="stable")
+    bounds = np.flatnonzero(np.diff(units[order])) + 1
+    return np.split(order, bounds)
 
 
 def _check_attributes_param(attributes):

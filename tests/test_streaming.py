@@ -595,3 +595,142 @@ def test_permutation_counter_validates():
         counter.merge(PermutationCounter(np.ones(3), 10))
     with pytest.raises(ValueError, match="keep_null"):
         counter.merge(PermutationCounter(np.zeros(3), 10, keep_null=True))
+
+
+# --- BCa -----------------------------------------------------------------------
+
+
+def bca_levels_reference(samples, estimate, acceleration, confidence_level):
+    """scipy's _bca_interval levels, written out."""
+    from scipy.special import ndtr, ndtri
+
+    n = len(samples)
+    share = ((samples < estimate).sum(axis=0) + (samples <= estimate).sum(axis=0)) / (
+        2 * n
+    )
+    z0 = ndtri(share)
+    z = ndtri((1 - confidence_level) / 2)
+    return [
+        ndtr(z0 + (z0 + s * z) / (1 - acceleration * (z0 + s * z))) for s in (1, -1)
+    ]
+
+
+def bca_reference_interval(samples, estimate, acceleration, confidence_level):
+    levels = bca_levels_reference(samples, estimate, acceleration, confidence_level)
+    out = []
+    for level in levels:
+        bound = np.empty(estimate.shape)
+        for index in np.ndindex(estimate.shape):
+            q = level[index]
+            column = samples[(slice(None), *index)]
+            bound[index] = np.quantile(column, q) if np.isfinite(q) else np.nan
+        out.append(bound)
+    return out
+
+
+def feed(reducer, samples, rng, n_chunks=7, shuffle=False):
+    order = rng.permutation(len(samples)) if shuffle else np.arange(len(samples))
+    for part in np.array_split(order, n_chunks):
+        reducer.update(samples[part], ids=part)
+    return reducer
+
+
+@pytest.mark.parametrize("keep_samples", [True, False])
+@pytest.mark.parametrize("n_total, shape", [(1000, (30, 4)), (257, (9,)), (3, (2,))])
+def test_bca_interval_is_scipys_at_per_element_levels(keep_samples, n_total, shape):
+    rng = np.random.default_rng(n_total)
+    samples = rng.gamma(1.5, size=(n_total, *shape))
+    # Ties with the estimate and between replicates, in one column.
+    samples[:, 0] = np.round(samples[:, 0], 1)
+    estimate = np.median(samples, axis=0) * rng.uniform(0.6, 1.4, size=shape)
+    estimate.flat[0] = samples.flat[0]
+    acceleration = rng.uniform(-0.15, 0.15, size=shape)
+    acc = feed(
+        streaming.BCaAccumulator(
+            shape, n_total, 0.9, estimate, keep_samples=keep_samples
+        ),
+        samples,
+        rng,
+    )
+    second = acc.second_pass(acceleration)
+    assert (second is None) == keep_samples
+    if second is not None:
+        # The same replicates, in another order and other batches.
+        feed(second, samples, rng, n_chunks=5, shuffle=True)
+    lower, upper = acc.interval(second)
+    expected = bca_reference_interval(samples, estimate, acceleration, 0.9)
+    assert_allclose(lower, expected[0], rtol=1e-12, atol=1e-12)
+    assert_allclose(upper, expected[1], rtol=1e-12, atol=1e-12)
+    assert_allclose(acc.std, samples.std(axis=0, ddof=1))
+
+
+def test_bca_interval_merges_and_propagates_nan():
+    rng = np.random.default_rng(5)
+    samples = rng.lognormal(size=(600, 5))
+    samples[17, 2] = np.nan
+    estimate = np.exp(rng.normal(size=5) * 0.2)
+    parts = [
+        feed(streaming.BCaAccumulator((5,), 600, 0.95, estimate), samples[ids], rng)
+        for ids in np.array_split(np.arange(600), 3)
+    ]
+    acc = parts[2].merge(parts[0]).merge(parts[1])
+    second = acc.second_pass(np.full(5, 0.05))
+    feed(second, samples, rng)
+    lower, upper = acc.interval(second)
+    keep = [0, 1, 3, 4]
+    assert np.isnan(lower[2]) and np.isnan(upper[2])
+    # Without the NaN column, the merged accumulators give the reference
+    # (recomputed on the 600 replicates for the other columns).
+    expected = bca_reference_interval(samples[:, keep], estimate[keep], 0.05, 0.95)
+    assert_allclose(lower[keep], expected[0], rtol=1e-12)
+    assert_allclose(upper[keep], expected[1], rtol=1e-12)
+
+
+def test_bca_undefined_where_scipys_is():
+    samples = np.arange(10.0)[:, None] + np.zeros((1, 3))
+    # Every replicate above the estimate (z0 = -inf); no jackknife spread.
+    acc = streaming.BCaAccumulator((3,), 10, 0.9, [-1.0, 4.5, 4.5])
+    second = acc.update(samples).second_pass([0.0, np.nan, 0.0])
+    lower, upper = acc.interval(second.update(samples))
+    assert np.isnan([lower[0], upper[0], lower[1], upper[1]]).all()
+    # z0 = 0 and a = 0: the percentile interval.
+    assert_allclose([lower[2], upper[2]], np.percentile(samples[:, 2], [5, 95]))
+
+
+def test_bca_acceleration_is_the_jackknife_skewness():
+    rng = np.random.default_rng(6)
+    theta = 1.3
+    leave_one_out = theta + rng.gamma(2.0, size=(50, 4)) * 0.01
+    d = leave_one_out.mean(axis=0) - leave_one_out
+    expected = (d**3).sum(axis=0) / (6 * ((d**2).sum(axis=0)) ** 1.5)
+    u = leave_one_out - theta
+    got = streaming.bca_acceleration(
+        u.sum(axis=0), (u**2).sum(axis=0), (u**3).sum(axis=0), 50
+    )
+    assert_allclose(got, expected, rtol=1e-10)
+
+
+def test_bca_two_passes_hold_a_fraction_of_the_replicates():
+    # Peak memory of both passes, far below keeping every replicate, and the
+    # figure the preflight uses bounds the first pass.
+    rng = np.random.default_rng(7)
+    shape, n_total = (2000,), 2000
+    estimate = np.zeros(shape)
+    tracemalloc.start()
+    try:
+        acc = streaming.BCaAccumulator(shape, n_total, 0.95, estimate)
+        for _ in range(0, n_total, 100):
+            acc.update(rng.standard_normal((100, *shape)))
+        first = tracemalloc.get_traced_memory()[1]
+        tracemalloc.reset_peak()
+        rng = np.random.default_rng(7)
+        second = acc.second_pass(np.zeros(shape))
+        for _ in range(0, n_total, 100):
+            second.update(rng.standard_normal((100, *shape)))
+        acc.interval(second)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    samples_bytes = n_total * shape[0] * 8
+    assert first <= streaming.BCaAccumulator.nbytes_needed(shape, n_total) + 4e6
+    assert max(first, peak) < 0.5 * samples_bytes
