@@ -1116,7 +1116,7 @@ def _warn_if_autocorrelated(residuals):
             f"variability. Set block_size (an int, or 'auto') and block_scheme "
             f"('moving', 'circular' or 'stationary') for a block bootstrap, or "
             f"pass the runs as groups.",
-            UserWarning,
+            AutocorrelationWarning,
             # _warn_if_autocorrelated, _resolve_block_size, fit, atomic_fit.
             stacklevel=5,
         )

@@ -35,6 +35,7 @@ from skbatch._backends.numpy import threads as blas_threads
 from skbatch._engine import run_batched
 from skbatch._ridge import problems
 from skbatch.random import bootstrap_counts, resolve_entropy
+from skbatch.ridge import AutocorrelationWarning
 from skbatch.streaming import BootstrapAccumulator
 from skbatch.testing import simulate_oom
 
@@ -1164,7 +1165,7 @@ def test_iid_bootstrap_of_autocorrelated_rows_warns(estimator, attributes):
     X, Y, _ = ar1_runs([300], 0.9, seed=7)
     boot = BootstrapEstimator(estimator, n_bootstrap=2, attributes=attributes)
     with pytest.warns(
-        UserWarning,
+        AutocorrelationWarning,
         match=r"autocorrelated \(median lag-1 autocorrelation 0\.\d+ over 3 "
         r"target\(s\), above 0\.23\).*Set block_size .* and block_scheme",
     ) as record:
