@@ -27,6 +27,20 @@ Part 2, bootstrap intervals: how often the 95% percentile interval of
   5, 10, 20 and 40 rows and the documented default rule, and the iid
   bootstrap on the same data (invalid).
 
+Part 3, false discovery rate and exact enumeration (``--only fdr``):
+
+- FDR under a partial null: 100 targets of which 10% depend on X (the
+  others are noise), 100 iid rows, ``multioutput="raw_values"``; a target is
+  a discovery when ``pvalue_fdr_ <= 0.05``. The false discovery proportion
+  (false discoveries over discoveries, 0 without any) averaged over data
+  sets must be within its 95% interval of 0.05 x 90% = 0.045 or below
+  (Benjamini-Hochberg's bound); independent targets, then targets whose
+  noise shares a common part (positive dependence, where BH still holds).
+- Exact enumeration under the null: white noise, ``circular_shift`` with
+  ``n_permutations`` above the number of rotations, so every rotation is
+  scored once (``exact_``); P(p <= 0.05) must be floor(0.05 N) / N for N
+  rotations, what the discrete null allows, and so at most 5%.
+
     python benchmarks/calibration.py           # quick: a few minutes, 2 cores
     python benchmarks/calibration.py --full    # 1000 data sets per FWER row
     python benchmarks/calibration.py --only permutation --datasets 200
@@ -36,12 +50,13 @@ Every row is seeded: the same command prints the same table.
 
 import argparse
 import time
+import warnings
 
 import numpy as np
 from joblib import Parallel, delayed
 from scipy import stats
 from sklearn.linear_model import LinearRegression, Ridge
-from sklearn.model_selection import GroupKFold
+from sklearn.model_selection import GroupKFold, KFold
 
 from skbatch import BootstrapEstimator, PermutationScorer
 
@@ -49,6 +64,27 @@ N_RUNS = 5
 N_FEATURES = 5
 PHI = 0.95
 ALPHA_LEVEL = 0.05
+# Part 3: targets, share of them with an effect, rows, and the effect's size
+# (y = FDR_EFFECT * x_0 + noise, R^2 0.26: each effect is found in about 80%
+# of the data sets, so discoveries and false ones both occur).
+FDR_TARGETS = 100
+FDR_EFFECT_SHARE = 0.1
+FDR_ROWS = 100
+FDR_EFFECT = 0.6
+FDR_Q = 0.05
+# Share of each null target's noise common to all targets, in the positively
+# dependent row.
+FDR_COMMON_NOISE = 0.5
+# (name, common noise share)
+FDR_TABLE_ROWS = [
+    ("independent targets", 0.0),
+    ("targets with a common noise (positive dependence)", FDR_COMMON_NOISE),
+]
+# (name, run lengths): every rotation of every run, enumerated once.
+EXACT_ROWS = [
+    ("one run of 60, circular_shift", (60,)),
+    ("runs of 5, 6 and 7, circular_shift", (5, 6, 7)),
+]
 # (name, generator, run length, permutation_type, block_size)
 FWER_ROWS = [
     ("white noise, shuffle", "white", 60, "shuffle", None),
@@ -136,16 +172,19 @@ def null_data(seed, kind, run_length, n_targets):
 
 def false_positive(seed, kind, run_length, permutation_type, block_size, sizes):
     X, Y, groups = null_data(seed, kind, run_length, sizes["targets"])
-    scorer = PermutationScorer(
-        Ridge(alpha=1.0),
-        n_permutations=sizes["permutations"],
-        cv=GroupKFold(N_RUNS),
-        multioutput="raw_values",
-        permutation_type=permutation_type,
-        block_size=block_size,
-        random_state=seed,
-        device="cpu",
-    ).fit(X, Y, groups=groups)
+    with warnings.catch_warnings():
+        # The invalid row shuffles autocorrelated rows on purpose.
+        warnings.filterwarnings("ignore", message="The rows of y are autocorrelated")
+        scorer = PermutationScorer(
+            Ridge(alpha=1.0),
+            n_permutations=sizes["permutations"],
+            cv=GroupKFold(N_RUNS),
+            multioutput="raw_values",
+            permutation_type=permutation_type,
+            block_size=block_size,
+            random_state=seed,
+            device="cpu",
+        ).fit(X, Y, groups=groups)
     return bool(np.any(scorer.pvalue_fwer_ <= ALPHA_LEVEL))
 
 
@@ -265,10 +304,120 @@ def coverage_table(sizes, n_jobs):
     return lines
 
 
+def fdr_data(seed, common):
+    """X (FDR_ROWS x N_FEATURES) and Y (FDR_ROWS x FDR_TARGETS), the first
+    FDR_EFFECT_SHARE of the targets depending on X[:, 0]."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((FDR_ROWS, N_FEATURES))
+    noise = np.sqrt(1 - common) * rng.standard_normal((FDR_ROWS, FDR_TARGETS))
+    noise += np.sqrt(common) * rng.standard_normal((FDR_ROWS, 1))
+    n_effects = int(round(FDR_EFFECT_SHARE * FDR_TARGETS))
+    Y = noise
+    Y[:, :n_effects] += FDR_EFFECT * X[:, :1]
+    return X, Y, n_effects
+
+
+def false_discoveries(seed, common, sizes):
+    """``(false discovery proportion, power)`` of one data set at FDR_Q."""
+    X, Y, n_effects = fdr_data(seed, common)
+    scorer = PermutationScorer(
+        Ridge(alpha=1.0),
+        n_permutations=sizes["fdr_permutations"],
+        cv=KFold(5),
+        multioutput="raw_values",
+        random_state=seed,
+        device="cpu",
+    ).fit(X, Y)
+    found = scorer.pvalue_fdr_ <= FDR_Q
+    false = int(found[n_effects:].sum())
+    return false / max(int(found.sum()), 1), found[:n_effects].mean()
+
+
+def fdr_table(sizes, n_jobs):
+    null_share = 1 - FDR_EFFECT_SHARE
+    bound = FDR_Q * null_share
+    print(
+        f"\nFalse discovery rate of pvalue_fdr_ <= {FDR_Q}: {sizes['fdr_datasets']} "
+        f"data sets per row, {FDR_TARGETS} targets ({FDR_EFFECT_SHARE:.0%} with "
+        f"an effect), {FDR_ROWS} rows, {sizes['fdr_permutations']} permutations, "
+        f"Ridge(alpha=1), KFold(5); bound {FDR_Q} x {null_share:.0%} = {bound:.3f}"
+    )
+    header = "| targets | mean FDP | 95% interval | mean power | verdict |"
+    lines = [header, "|---|---|---|---|---|"]
+    print(header)
+    for name, common in FDR_TABLE_ROWS:
+        start = time.perf_counter()
+        results = Parallel(n_jobs=n_jobs)(
+            delayed(false_discoveries)(seed, common, sizes)
+            for seed in range(sizes["fdr_datasets"])
+        )
+        fdp, power = (np.array(values) for values in zip(*results))
+        # The mean of per-data-set proportions: a normal interval from their
+        # spread over the data sets.
+        half = 1.96 * fdp.std(ddof=1) / np.sqrt(fdp.size)
+        low, high = fdp.mean() - half, fdp.mean() + half
+        verdict = "controlled" if low <= bound else "too liberal"
+        line = (
+            f"| {name} | {fdp.mean():.4f} | {max(low, 0):.4f} - {high:.4f} | "
+            f"{power.mean():.2f} | {verdict} |"
+        )
+        lines.append(line)
+        print(line, f"({time.perf_counter() - start:.0f} s)")
+    return lines
+
+
+def exact_rejects(seed, run_lengths):
+    """Whether the exact p-value of white noise is <= ALPHA_LEVEL."""
+    rng = np.random.default_rng(seed)
+    n = sum(run_lengths)
+    X, y = rng.standard_normal((n, N_FEATURES)), rng.standard_normal(n)
+    groups = np.repeat(np.arange(len(run_lengths)), run_lengths)
+    n_rotations = int(np.prod(run_lengths))
+    scorer = PermutationScorer(
+        Ridge(alpha=1.0),
+        n_permutations=n_rotations + 1,
+        cv=KFold(5) if len(run_lengths) == 1 else GroupKFold(len(run_lengths)),
+        permutation_type="circular_shift",
+        device="cpu",
+    ).fit(X, y, groups=groups)
+    if not scorer.exact_ or scorer.n_permutations_ != n_rotations:
+        raise RuntimeError(f"expected {n_rotations} enumerated rotations")
+    return bool(scorer.pvalue_ <= ALPHA_LEVEL)
+
+
+def exact_table(sizes, n_jobs):
+    print(
+        f"\nExact enumeration under the null: {sizes['exact_datasets']} white-noise "
+        f"data sets per row, Ridge(alpha=1); P(p <= {ALPHA_LEVEL}) against "
+        f"floor({ALPHA_LEVEL} N) / N for N rotations"
+    )
+    header = (
+        "| runs, scheme | rotations N | P(p <= 0.05) | 95% interval | exact value |"
+    )
+    lines = [header, "|---|---|---|---|---|"]
+    print(header)
+    for name, run_lengths in EXACT_ROWS:
+        start = time.perf_counter()
+        flags = Parallel(n_jobs=n_jobs)(
+            delayed(exact_rejects)(seed, run_lengths)
+            for seed in range(sizes["exact_datasets"])
+        )
+        rate, low, high = rate_with_interval(sum(flags), len(flags))
+        n_rotations = int(np.prod(run_lengths))
+        allowed = np.floor(ALPHA_LEVEL * n_rotations) / n_rotations
+        line = (
+            f"| {name} | {n_rotations} | {rate:.3f} | {low:.3f} - {high:.3f} | "
+            f"{allowed:.4f} |"
+        )
+        lines.append(line)
+        print(line, f"({time.perf_counter() - start:.0f} s)")
+    return lines
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="the full run")
-    parser.add_argument("--only", choices=["permutation", "bootstrap"])
+    parser.add_argument("--only", choices=["permutation", "fdr", "bootstrap"])
     parser.add_argument("--datasets", type=int, help="data sets per FWER row")
     parser.add_argument("--n-jobs", type=int, default=-1, help="joblib workers")
     args = parser.parse_args()
@@ -278,13 +427,19 @@ def main():
         "permutations": 200 if args.full else 100,
         "coverage_datasets": 1000 if args.full else 200,
         "replicates": 1000 if args.full else 500,
+        "fdr_datasets": 1000 if args.full else 200,
+        "fdr_permutations": 499,
+        "exact_datasets": 4000 if args.full else 1000,
     }
     if args.datasets:
         sizes["datasets"] = args.datasets
     start = time.perf_counter()
-    if args.only != "bootstrap":
+    if args.only in (None, "permutation"):
         fwer_table(sizes, args.n_jobs)
-    if args.only != "permutation":
+    if args.only in (None, "permutation", "fdr"):
+        fdr_table(sizes, args.n_jobs)
+        exact_table(sizes, args.n_jobs)
+    if args.only in (None, "bootstrap"):
         coverage_table(sizes, args.n_jobs)
     print(f"\ntotal {time.perf_counter() - start:.0f} s")
 
