@@ -11,6 +11,7 @@ alphas only) and sends the others to the generic joblib path.
 from dataclasses import dataclass
 
 import numpy as np
+from array_api_compat import array_namespace
 from sklearn.linear_model import LinearRegression, Ridge, RidgeCV
 from sklearn.pipeline import Pipeline
 
@@ -177,7 +178,9 @@ def check_column_scales(X, dtype, backend, *, fit_intercept=True, sample_weight=
         if root is not None:
             block = block * root
         norms[start : start + block.shape[1]] = _linalg.column_norms(block, np)
-    _linalg.check_column_spread(*_linalg.column_spread(norms, np), decomposed)
+    # array_api_compat's numpy namespace: numpy 1.x has no astype function.
+    spread = _linalg.column_spread(norms, array_namespace(norms))
+    _linalg.check_column_spread(*spread, decomposed)
 
 
 def _valid_alphas(alphas):
