@@ -807,15 +807,19 @@ def _run_window(parallel, function, data, chunks, progress=None, start=0):
     the tasks completed, as they complete; a window run again is not counted
     twice.
     """
-    for attempt in range(DATA_LOSS_RETRIES + 1):
-        # A cluster left with one thread (its other workers died or are
-        # restarting) runs the tasks in this process: they get the data here.
-        in_process = _n_workers(parallel) <= 1
-        if not in_process:
-            data.scatter_lost()
-        args, kwargs = data.local if in_process else data.sent
-        task = function if in_process else functools.partial(_resolved, function)
+    n_losses = 0
+    while True:
         try:
+            # A cluster left with one thread (its other workers died or are
+            # restarting) runs the tasks in this process: they get the data
+            # here. Asking joblib waits for a worker, and fails without one.
+            in_process = _n_workers(parallel) <= 1
+            if not in_process and not n_losses:
+                # Lost since the previous window; a window run again follows
+                # a re-send.
+                data.scatter_lost()
+            args, kwargs = data.local if in_process else data.sent
+            task = function if in_process else functools.partial(_resolved, function)
             results, reached = [], start
             outputs = parallel(delayed(task)(*args, ids, **kwargs) for ids in chunks)
             for ids, result in zip(chunks, outputs):
@@ -825,10 +829,31 @@ def _run_window(parallel, function, data, chunks, progress=None, start=0):
                     progress.reach(reached)
             return results
         except Exception as exc:
-            if not data.any_lost():
-                raise
-            if attempt == DATA_LOSS_RETRIES:
-                raise _data_lost_error(attempt + 1) from exc
+            n_losses = _send_lost_data_again(data, n_losses, exc)
+
+
+def _send_lost_data_again(data, n_losses, cause):
+    """Send again the :class:`_TaskData` ``data`` after an error, ``cause``,
+    that followed ``n_losses`` losses of it; returns the losses counted now.
+
+    ``cause`` is raised as it is when every argument still has a worker
+    holding it. Data lost with every worker holding it is sent again (up to
+    ``DATA_LOSS_RETRIES`` times, then :func:`_data_lost_error` is raised),
+    and a re-send that no worker takes within :func:`dask_timeout` raises
+    :func:`_data_lost_error` too, never the raw ``TimeoutError``.
+    """
+    if not data.any_lost():
+        raise cause
+    n_losses += 1
+    if n_losses > DATA_LOSS_RETRIES:
+        raise _data_lost_error(n_losses) from cause
+    timeout = dask_timeout()
+    try:
+        data.scatter_lost()
+    except TimeoutError as error:
+        # No worker came to take it.
+        raise _data_lost_error(n_losses, timeout) from error
+    return n_losses
 
 
 def _data_lost_error(n_losses, resend_timeout=None):
@@ -1227,16 +1252,7 @@ verbose, desc :
         """``pending`` with its unfinished batches sent again, once the data
         was lost with every worker holding it; else ``exc`` is raised."""
         nonlocal n_losses
-        if not data.any_lost():
-            raise exc
-        n_losses += 1
-        if n_losses > DATA_LOSS_RETRIES:
-            raise _data_lost_error(n_losses) from exc
-        try:
-            data.scatter_lost()
-        except TimeoutError as error:
-            # No worker came to take it.
-            raise _data_lost_error(n_losses, timeout) from error
+        n_losses = _send_lost_data_again(data, n_losses, exc)
         return deque(
             task if task.future.status == "finished" else submit(task.ids)
             for task in pending

@@ -6,19 +6,24 @@
   ``LocalCluster`` and give the serial results bit for bit.
 - A worker killed mid-fit leaves the result unchanged; data lost for good
   fails saying so; a cluster without workers fails within the timeout.
+  Every worker closed mid-fit is handled alike on the generic path, through
+  joblib's dask backend.
 - Problems pickle as host arrays and device strings, never device arrays.
 """
 
 import contextlib
 import pickle
+import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
+import joblib
 import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 from sklearn.linear_model import Ridge, RidgeCV
+from sklearn.tree import DecisionTreeRegressor
 
 import skbatch._backends.torch as torch_backend
 import skbatch._engine as engine
@@ -46,6 +51,9 @@ da = pytest.importorskip("dask.array")
 ALPHAS = np.logspace(-2, 3, 6)
 # A fit that runs past this on a two-worker cluster is hung, not slow.
 FIT_TIMEOUT_S = 120
+# Seconds per refit of the tests that close every worker mid-fit: the 40
+# refits of their window outlast the closing of the workers (about 0.1 s).
+REFIT_S = 0.05
 KILL_IN_50_MS = "import os, threading; threading.Timer(0.05, os._exit, (1,)).start()"
 
 
@@ -601,6 +609,22 @@ def test_simulated_oom_reaches_the_workers(in_process_client):
         np.testing.assert_allclose(getattr(split, name), getattr(reference, name))
 
 
+def _in_process_cluster():
+    return distributed.LocalCluster(
+        n_workers=2, processes=False, threads_per_worker=1, dashboard_address=None
+    )
+
+
+def _close_every_worker(cluster, client, restart):
+    """Every worker of ``cluster`` closed, not retired: the data they hold is
+    gone with them; with ``restart``, two others are started."""
+    cluster.scale(0)
+    while client.scheduler_info()["workers"]:
+        time.sleep(0.01)
+    if restart:
+        cluster.scale(2)
+
+
 def _fit_closing_every_worker(restart, monkeypatch):
     """A fit on an in-process cluster whose workers all close at its third
     batch (and, with ``restart``, are replaced): the serial fit and it."""
@@ -612,15 +636,7 @@ def _fit_closing_every_worker(restart, monkeypatch):
 
     with no_client():
         serial = make().fit(X, Y)
-    with (
-        distributed.LocalCluster(
-            n_workers=2,
-            processes=False,
-            threads_per_worker=1,
-            dashboard_address=None,
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
+    with _in_process_cluster() as cluster, distributed.Client(cluster) as client:
         client.wait_for_workers(2, timeout=FIT_TIMEOUT_S)
         submit = client.submit
         n_submits = []
@@ -628,12 +644,7 @@ def _fit_closing_every_worker(restart, monkeypatch):
         def submit_then_close(*args, **kwargs):
             n_submits.append(1)
             if len(n_submits) == 3:
-                # Closed, not retired: the data they hold is gone with them.
-                cluster.scale(0)
-                while client.scheduler_info()["workers"]:
-                    time.sleep(0.01)
-                if restart:
-                    cluster.scale(2)
+                _close_every_worker(cluster, client, restart)
             return submit(*args, **kwargs)
 
         monkeypatch.setattr(client, "submit", submit_then_close)
@@ -654,4 +665,84 @@ def test_every_worker_closed_for_good_fails_saying_the_data_was_lost(monkeypatch
         match=r"dask workers holding the data .* were lost .* no worker .* 1 s",
     ):
         _fit_closing_every_worker(False, monkeypatch)
+    assert time.perf_counter() - started < FIT_TIMEOUT_S
+
+
+def _bootstrap_closing_every_worker(restart, monkeypatch):
+    """A bootstrap of a tree (the generic path, on the cluster through joblib's
+    dask backend) whose workers all close at its third refit (and, with
+    ``restart``, are replaced): the serial fit and it."""
+    monkeypatch.setenv(engine.DASK_TIMEOUT_ENV, "1")
+    X, Y = make_data(n_samples=60, n_features=5, n_targets=1, seed=9)
+
+    def make():
+        return BootstrapEstimator(
+            DecisionTreeRegressor(max_depth=3, random_state=0),
+            n_bootstrap=40,
+            attributes="feature_importances_",
+            return_samples=True,
+            random_state=0,
+        )
+
+    serial = make().fit(X, Y[:, 0])
+    # Refits slow enough that the window is still running once the workers
+    # are closed (the in-process workers share this class).
+    fit, third_refit = DecisionTreeRegressor.fit, threading.Event()
+    n_refits = []
+
+    def slow_fit(self, *args, **kwargs):
+        n_refits.append(1)
+        if len(n_refits) == 3:
+            third_refit.set()
+        time.sleep(REFIT_S)
+        return fit(self, *args, **kwargs)
+
+    monkeypatch.setattr(DecisionTreeRegressor, "fit", slow_fit)
+    with (
+        _in_process_cluster() as cluster,
+        distributed.Client(cluster) as client,
+        ThreadPoolExecutor(2) as pool,
+    ):
+        client.wait_for_workers(2, timeout=FIT_TIMEOUT_S)
+
+        def fit_on_the_cluster():
+            # In the thread that fits: joblib's configuration is per thread.
+            # Its own wait for a worker, 10 s by default, as short as ours.
+            with joblib.parallel_config(
+                backend="dask", client=client, wait_for_workers_timeout=1
+            ):
+                return make().fit(X, Y[:, 0])
+
+        def close_at_the_third_refit():
+            third_refit.wait(FIT_TIMEOUT_S)
+            _close_every_worker(cluster, client, restart)
+
+        # joblib submits the tasks from the client's event loop, which closing
+        # the workers needs: they are closed from a thread of their own.
+        closed = pool.submit(close_at_the_third_refit)
+        try:
+            fitted = pool.submit(fit_on_the_cluster).result(timeout=FIT_TIMEOUT_S)
+        finally:
+            third_refit.set()
+            closed.result(timeout=FIT_TIMEOUT_S)
+    return serial, fitted
+
+
+def test_the_generic_path_sends_the_data_again_to_replaced_workers(monkeypatch, caplog):
+    serial, on_cluster = _bootstrap_closing_every_worker(True, monkeypatch)
+    assert "sending it again" in caplog.text
+    for name, result in serial.results_.items():
+        for field, value in result._asdict().items():
+            assert_array_equal(value, getattr(on_cluster.results_[name], field))
+
+
+def test_the_generic_path_fails_saying_the_data_was_lost(monkeypatch):
+    # A raw TimeoutError came from asking joblib for workers, or from the
+    # re-send, both outside the handling of the window's errors.
+    started = time.perf_counter()
+    with pytest.raises(
+        RuntimeError,
+        match=r"dask workers holding the data .* were lost .* no worker .* 1 s",
+    ):
+        _bootstrap_closing_every_worker(False, monkeypatch)
     assert time.perf_counter() - started < FIT_TIMEOUT_S
