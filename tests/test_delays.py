@@ -104,6 +104,19 @@ def test_feature_names_and_dataframes():
     assert list(frame.columns) == ["motion_delay1", "words_delay1"]
 
 
+def test_jax_in_jax_out():
+    jnp = pytest.importorskip("jax.numpy")
+    X = np.random.default_rng(1).standard_normal((10, 2)).astype(np.float32)
+    out = Delayer(delays=(2, -1)).fit_transform(
+        jnp.asarray(X), groups=[0] * 4 + [1] * 6
+    )
+    assert type(out).__module__.startswith("jax") and out.dtype == np.float32
+    runs = np.repeat([0, 1], [4, 6])
+    np.testing.assert_array_equal(
+        np.asarray(out), _hand_delays_by_run(X, (2, -1), runs)
+    )
+
+
 def test_torch_in_torch_out():
     torch = pytest.importorskip("torch")
     X = np.random.default_rng(1).standard_normal((10, 2)).astype(np.float32)
