@@ -557,6 +557,7 @@ def test_tiny_weights_are_zero():
 
 
 def test_same_choices_as_himalaya():
+    pytest.importorskip("himalaya")
     from himalaya.backend import set_backend
     from himalaya.ridge import BandedRidgeCV
 
