@@ -21,6 +21,7 @@ from scipy.linalg import LinAlgWarning
 from sklearn.base import BaseEstimator, RegressorMixin, clone
 from sklearn.linear_model import LinearRegression, Ridge, RidgeCV
 from sklearn.model_selection import GridSearchCV
+from sklearn.neighbors import KNeighborsRegressor
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer, StandardScaler
 from sklearn.tree import DecisionTreeRegressor
@@ -725,8 +726,9 @@ def test_unknown_attribute_raises_before_any_replicate():
     )
     with pytest.raises(ValueError, match="'nope_'.*FailsWithoutFirstRow"):
         boot.fit(X, y)
-    with pytest.raises(ValueError, match="neither"):
-        BootstrapEstimator(DecisionTreeRegressor(), n_bootstrap=5).fit(X, y)
+    # attributes="auto": a model without coef_ nor feature_importances_.
+    with pytest.raises(ValueError, match="neither coef_ nor feature_importances_"):
+        BootstrapEstimator(KNeighborsRegressor(), n_bootstrap=5).fit(X, y)
 
 
 @pytest.mark.parametrize("library", ["torch", "jax"])
