@@ -45,6 +45,8 @@ RELEASE_SPAN_BYTES = 2 * 2**20
 # Bytes the kernel maps around a page fault of a file mapping (Linux's default
 # fault_around_bytes): released with the span that caused them.
 FAULT_AROUND_BYTES = 2**16
+# zarr 2's stores of a local directory, pickled by its path.
+_ZARR_DIRECTORY_STORES = ("DirectoryStore", "NestedDirectoryStore")
 
 
 def out_of_core_kind(array, name="y"):
@@ -206,25 +208,34 @@ class TargetColumns:
 
     def __getstate__(self):
         # A problem holding the targets may be sent to another process: a
-        # file is sent by name, never by its contents.
+        # file is sent by name, never by its contents, with the identity of
+        # the file read here, which the other process checks.
         state = dict(self.__dict__)
         if self.kind == "memmap":
             by_name = _memmap_by_name(self.Y)
             if by_name is not None:
                 state["Y"] = by_name
         elif self.kind == "h5py":
-            state["Y"] = (self.Y.file.filename, self.Y.name)
+            state["Y"] = _DatasetByName(self.Y)
+        elif self.kind == "zarr":
+            # zarr pickles an array of a local store by the store's path.
+            state["sent_file"] = _zarr_sent_file(self.Y)
         return state
 
     def __setstate__(self, state):
+        state = dict(state)
+        sent_file = state.pop("sent_file", None)
         self.__dict__.update(state)
         if self.kind == "memmap" and isinstance(self.Y, _MemmapByName):
             self.Y = self.Y.mapped_again(self.shape, self.dtype)
         elif self.kind == "h5py":
-            import h5py
-
-            filename, name = self.Y
-            self.Y = h5py.File(filename, "r")[name]
+            self.Y = self.Y.opened_again()
+        elif sent_file is not None:
+            try:
+                status = os.stat(sent_file.filename)
+            except OSError as error:
+                raise sent_file.unreachable("open", error) from None
+            sent_file.check(_stat_identity(status))
 
 
 class ColumnWriter:
@@ -438,7 +449,54 @@ def _mapped_identity(Y):
     return None
 
 
-class _MemmapByName:
+def _stat_identity(status):
+    """``("stat", device, inode)`` of a file, from its ``os.stat`` result."""
+    return ("stat", status.st_dev, status.st_ino)
+
+
+class _SentFile:
+    """The file of out-of-core ``y``, sent to another process of this host by
+    its name, with the identity of the file ``y`` was read from here.
+
+    The receiving process opens the file at ``filename`` again and refuses,
+    naming ``y``, one it cannot open (:meth:`unreachable`) or that is not
+    the same file (:meth:`check`).
+
+    Parameters
+    ----------
+    what : str
+        ``y``'s kind, as the errors name it ("a numpy.memmap").
+    filename : str
+    identity : tuple
+        ``(source, device, inode)``: :func:`_stat_identity`, or for a
+        memmap the ``("maps", ...)`` of :func:`_mapped_identity`.
+    """
+
+    def __init__(self, what, filename, identity):
+        self.what, self.filename, self.identity = what, filename, identity
+
+    def _refused(self, problem):
+        return ValueError(
+            f"y is {self.what} of {self.filename}, {problem}; pass y in memory, "
+            f"or {self.what} of the file as it is now, or keep the file in "
+            f"place until the fit ends."
+        )
+
+    def unreachable(self, verb, error):
+        """The ValueError of a file this process cannot ``verb`` (open, map)."""
+        return self._refused(f"which this process cannot {verb} ({error})")
+
+    def check(self, found):
+        """Refuse the file found at the name, of identity ``found``, if it is
+        another than the one ``y`` was read from."""
+        if found != self.identity:
+            raise self._refused(
+                "but the file now at that name is not the one it was read from "
+                "(it was replaced since)"
+            )
+
+
+class _MemmapByName(_SentFile):
     """A memmap sent to another process of this host by its file's name.
 
     ``identity`` is that of the file mapped here (:func:`_mapped_identity`,
@@ -448,36 +506,73 @@ class _MemmapByName:
     """
 
     def __init__(self, filename, offset, strides, identity):
-        self.filename, self.offset = filename, offset
-        self.strides, self.identity = strides, identity
+        super().__init__("a numpy.memmap", filename, identity)
+        self.offset, self.strides = offset, strides
 
     def mapped_again(self, shape, dtype):
-        fix = (
-            "pass y in memory, or a memmap of the file as it is now, or keep "
-            "the file in place until the fit ends"
-        )
         try:
             with open(self.filename, "rb") as file:
                 whole = np.memmap(file, dtype=np.uint8, mode="r")
                 status = os.fstat(file.fileno())
         except (OSError, ValueError) as error:
-            raise ValueError(
-                f"y is a numpy.memmap of {self.filename}, which this process "
-                f"cannot map ({error}); {fix}."
-            ) from None
+            raise self.unreachable("map", error) from None
         if self.identity[0] == "maps":
-            found = ("maps", *(_mapped_identity(whole) or ()))
+            self.check(("maps", *(_mapped_identity(whole) or ())))
         else:
-            found = ("stat", status.st_dev, status.st_ino)
-        if found != self.identity:
-            raise ValueError(
-                f"y is a numpy.memmap of {self.filename}, but the file now at "
-                f"that name is not the one it maps (it was replaced since); "
-                f"{fix}."
-            )
+            self.check(_stat_identity(status))
         return np.ndarray(
             shape, dtype, buffer=whole, offset=self.offset, strides=self.strides
         )
+
+
+class _DatasetByName(_SentFile):
+    """An h5py.Dataset sent to another process of this host by its file's
+    name and its name in the file, with the identity of the file it was
+    opened from (:func:`_h5py_identity`)."""
+
+    def __init__(self, dataset):
+        file = dataset.file
+        super().__init__("an h5py.Dataset", file.filename, _h5py_identity(file))
+        self.name = dataset.name
+
+    def opened_again(self):
+        import h5py
+
+        try:
+            file = h5py.File(self.filename, "r")
+        except OSError as error:
+            raise self.unreachable("open", error) from None
+        try:
+            self.check(_h5py_identity(file))
+        except ValueError:
+            file.close()
+            raise
+        return file[self.name]
+
+
+def _h5py_identity(file):
+    """:func:`_stat_identity` of the file an open ``h5py.File`` reads: of its
+    descriptor, even once another file took its name, where h5py's default
+    driver holds one, else of the file at its name."""
+    if file.driver == "sec2":
+        return _stat_identity(os.fstat(file.id.get_vfd_handle()))
+    return _stat_identity(os.stat(file.filename))
+
+
+def _zarr_sent_file(Y):
+    """The :class:`_SentFile` of the directory of zarr array ``Y`` in a local
+    store, which zarr pickles by its path; None for other stores (memory,
+    remote), which have no file here."""
+    store = Y.store
+    kind = type(store).__name__
+    if kind == "LocalStore":
+        root = store.root
+    elif kind in _ZARR_DIRECTORY_STORES:
+        root = store.path
+    else:
+        return None
+    directory = os.path.join(os.fspath(root), Y.path.lstrip("/"))
+    return _SentFile("a zarr array", directory, _stat_identity(os.stat(directory)))
 
 
 def _memmap_by_name(Y):

@@ -5,7 +5,9 @@ compared with the same estimator fit on the same values in memory.
 """
 
 import json
+import os
 import pickle
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -679,6 +681,38 @@ def test_a_memmap_sent_by_name_is_refused_once_its_file_is_another(tmp_path):
         pickle.loads(payload)
     (tmp_path / "y.dat").unlink()
     with pytest.raises(ValueError, match=r"^y is a numpy.memmap .* cannot map"):
+        pickle.loads(payload)
+
+
+def _replaced_store(kind, path, values):
+    """A new ``kind`` file of ``values`` moved over ``path`` (the file of
+    ``store(kind, ...)``), as an atomic rewrite does."""
+    new = path.parent / "new"
+    new.mkdir()
+    store(kind, values, new)
+    if kind == "zarr":
+        shutil.rmtree(path)
+    os.replace(new / path.name, path)
+
+
+@pytest.mark.parametrize("kind", ["h5py", "zarr"])
+def test_a_file_sent_by_name_is_refused_once_it_is_another(kind, tmp_path):
+    # Reopened by name in the receiving process, as a memmap is mapped again:
+    # the file now at that name must be the one read here (device, inode).
+    _, Y = make_data()
+    on_disk = store(kind, Y, tmp_path)
+    path = tmp_path / ("y.h5" if kind == "h5py" else "y.zarr")
+    payload = pickle.dumps(TargetColumns(on_disk))
+    np.testing.assert_array_equal(pickle.loads(payload).read(10, 15), Y[:, 10:15])
+    _replaced_store(kind, path, np.zeros_like(Y))
+    what = {"h5py": "an h5py.Dataset", "zarr": "a zarr array"}[kind]
+    with pytest.raises(ValueError, match=rf"^y is {what} of .* not the one"):
+        pickle.loads(payload)
+    if kind == "zarr":
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+    with pytest.raises(ValueError, match=rf"^y is {what} of .* cannot open"):
         pickle.loads(payload)
 
 
