@@ -205,7 +205,7 @@ def _warn_if_autocorrelated(y, groups):
         f"too narrow and the p-values too small. Use "
         f"permutation_type='circular_shift' or 'block_shuffle' (with "
         f"block_size), with the runs as groups.",
-        UserWarning,
+        AutocorrelationWarning,
         # _warn_if_autocorrelated, fit, atomic_fit.
         stacklevel=4,
     )
@@ -470,9 +470,10 @@ default="shuffle"
         - ``"shuffle"``: a uniform random permutation, valid when rows are
           exchangeable (independent trials). Invalid for autocorrelated rows
           (fMRI, EEG time series): it breaks the autocorrelation that the
-          observed data keep, and the test becomes far too liberal. A
-          ``UserWarning`` says so when the median over targets of the lag-1
-          autocorrelation of ``y`` within groups exceeds both
+          observed data keep, and the test becomes far too liberal. An
+          :class:`~skbatch.AutocorrelationWarning` says so when the median
+          over targets of the lag-1 autocorrelation of ``y`` within groups
+          exceeds both
           ``SHUFFLE_AUTOCORRELATION_WARN`` (0.2) and
           ``SHUFFLE_AUTOCORRELATION_WARN_Z / sqrt(n_samples)`` (4 standard
           deviations of the statistic on white noise).
