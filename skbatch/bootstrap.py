@@ -50,7 +50,7 @@ from ._base import (
     estimator_input,
     refit_params,
 )
-from ._engine import run_parallel, run_problem
+from ._engine import _say, run_parallel, run_problem
 from ._preflight import DataBytes, batched_budget, gb_up, refit_window, refuse
 from ._ridge import problems as _problems
 from ._ridge.problems import (
@@ -58,7 +58,7 @@ from ._ridge.problems import (
     bootstrap_flops_per_replicate,
     check_replicate_weights,
 )
-from ._ridge.spec import check_column_scales, resolve_dtype, ridge_spec
+from ._ridge.spec import check_column_scales, refit_reason, resolve_dtype, ridge_spec
 from ._timeseries import (
     lag1_autocorrelation,
     min_rows_for_block_length,
@@ -620,6 +620,13 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         linear = _linear_model(
             replicate_estimator, names, X_checked, y_checked, fit_params
         )
+        reason = None if linear is not None else refit_reason(replicate_estimator)
+        if reason is not None:
+            _say(
+                self.verbose,
+                f"BootstrapEstimator refits {type(replicate_estimator).__name__} "
+                f"on every replicate (the generic path): {reason}.",
+            )
 
         def run_replicates(reducers):
             if linear is not None:

@@ -1581,3 +1581,13 @@ def test_bca_refuses_block_bootstraps():
             match=rf"ci_method='bca' with block_size={block_size!r}",
         ):
             boot.fit(X, y)
+
+
+def test_verbose_says_why_a_ridge_estimator_is_refit(capsys):
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((50, 3))
+    y = X[:, 0] + rng.standard_normal(50)
+    BootstrapEstimator(Ridge(solver="sag"), n_bootstrap=5, verbose=1).fit(X, y)
+    assert "generic path): Ridge(solver='sag') is iterative" in capsys.readouterr().out
+    BootstrapEstimator(Ridge(), n_bootstrap=5, verbose=1).fit(X, y)
+    assert "generic path" not in capsys.readouterr().out
