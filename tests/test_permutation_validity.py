@@ -6,6 +6,7 @@ import warnings
 import numpy as np
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
+from scipy import stats
 from sklearn.base import clone
 from sklearn.impute import SimpleImputer
 from sklearn.linear_model import LinearRegression, LogisticRegression, Ridge
@@ -453,3 +454,23 @@ def test_inner_folds_depending_on_y_take_the_refits():
     splits = list(KFold(4).split(X))
     expected = [cv_score(estimator, X, y[p], splits, r2_score) for p in indices]
     assert_allclose(scorer.permutation_scores_, expected, rtol=1e-10)
+
+
+@pytest.mark.slow
+def test_exact_pvalues_are_discrete_uniform_under_the_null():
+    # White noise is exchangeable under rotation: the observed score's rank
+    # among the n rotations is uniform, so p is uniform on 1/n, ..., 1 and
+    # P(p <= 0.05 * k) is floor(0.05 * k * n) / n, no Monte Carlo error.
+    n, n_datasets = 8, 240
+    pvalues = []
+    for seed in range(n_datasets):
+        rng = np.random.default_rng(seed)
+        X, y = rng.standard_normal((n, 2)), rng.standard_normal(n)
+        perm = PermutationScorer(
+            Ridge(), n_permutations=50, cv=KFold(2), permutation_type="circular_shift"
+        ).fit(X, y)
+        assert perm.exact_ and perm.n_permutations_ == n
+        pvalues.append(perm.pvalue_)
+    counts = np.bincount(np.rint(np.asarray(pvalues) * n).astype(int), minlength=n + 1)
+    assert counts[0] == 0
+    assert stats.chisquare(counts[1:]).pvalue > 1e-3
