@@ -445,7 +445,7 @@ def _problems(backend):
     )
     spec = ridge_spec(RidgeCV(alphas=ALPHAS))
 
-    def inner(X_train, Y_train):
+    def inner(X_train, Y_train, train):
         return cv_scheme(spec.cv, spec.scoring).split(X_train, Y_train)
 
     splits = [(np.arange(20, 40), np.arange(20)), (np.arange(20), np.arange(20, 40))]
