@@ -292,6 +292,12 @@ class PermutationTestDisplay:
         _check_fitted(
             scorer, ("score_", "pvalue_", "pvalue_fwer_"), "PermutationScorer"
         )
+        if isinstance(scorer.score_, dict):
+            raise ValueError(
+                f"The PermutationScorer was fit with several metrics "
+                f"{list(scorer.score_)}; draw a fit with one metric (the same "
+                f"random_state gives the same permutations)"
+            )
         null = getattr(scorer, "permutation_scores_", None)
         score, pvalue, fwer = scorer.score_, scorer.pvalue_, scorer.pvalue_fwer_
         per_target = np.ndim(score) > 0

@@ -120,6 +120,15 @@ def test_summary_needs_no_null(data):
     assert sum(len(s.get_offsets()) for s in display.scatter_) == 3
 
 
+def test_several_metrics_are_a_clear_error(data):
+    X, Y = data
+    scorer = PermutationScorer(
+        Ridge(), n_permutations=9, scoring=["r2", "correlation"], random_state=0
+    ).fit(X, Y)
+    with pytest.raises(ValueError, match="several metrics"):
+        PermutationTestDisplay.from_estimator(scorer)
+
+
 def test_missing_null_is_a_clear_error(data):
     X, Y = data
     scorer = PermutationScorer(Ridge(), n_permutations=9, random_state=0)
