@@ -679,7 +679,11 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
                 # The same replicates again, from their seeds.
                 run_replicates(second)
             intervals = {
-                name: accumulator.interval(second[name])
+                name: accumulator.interval(
+                    # Samples nobody asked for are sorted in place.
+                    second[name],
+                    overwrite_samples=not self.return_samples,
+                )
                 for name, accumulator in accumulators.items()
             }
         else:
