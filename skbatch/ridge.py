@@ -31,7 +31,7 @@ from ._base import (
     check_verbose,
     host_input,
 )
-from ._engine import run_problem
+from ._engine import active_dask_client, run_problem
 from ._ridge.cv import MIN_SAMPLES, cv_scheme
 from ._ridge.problems import (
     PredictionProblem,
@@ -105,7 +105,11 @@ def warn_if_autocorrelated(X, targets, coef, intercept, groups, cv, *, stackleve
     (:func:`skbatch._timeseries.lag1_autocorrelation`), and its median over
     those targets against :data:`LOO_AUTOCORRELATION_WARN` and
     :data:`LOO_AUTOCORRELATION_WARN_Z` standard errors of white noise.
+    A dask ``y`` with a cluster active is not checked: its blocks are
+    computed on the workers only, never in the calling process.
     """
+    if targets.kind == "dask" and active_dask_client() is not None:
+        return
     n_samples = X.shape[0]
     n_targets = coef.shape[0]
     n_pairs = n_samples - (1 if groups is None else np.unique(groups).size)
