@@ -586,3 +586,17 @@ def test_same_choices_as_himalaya():
     # himalaya orders the coefficients band by band.
     order = np.concatenate(band_columns(LABELS))
     assert_allclose(ours.coef_[:, order], np.asarray(ref.coef_).T, atol=1e-9)
+
+
+def test_targets_on_disk_give_the_in_memory_model(tmp_path):
+    X, Y, _ = make_banded(seed=20, t=30)
+    on_disk = np.lib.format.open_memmap(tmp_path / "y.npy", mode="w+", shape=Y.shape)
+    on_disk[:] = Y
+    on_disk.flush()
+    params = dict(bands=LABELS, alphas=ALPHAS, band_weights=CANDIDATES, cv=3)
+    ref = BandedRidge(**params).fit(X, Y)
+    ours = BandedRidge(**params, n_targets_batch=7).fit(
+        X, np.load(tmp_path / "y.npy", mmap_mode="r")
+    )
+    assert_array_equal(ours.band_weights_, ref.band_weights_)
+    assert_allclose(ours.coef_, ref.coef_, rtol=1e-12, atol=1e-14)
