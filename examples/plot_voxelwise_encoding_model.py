@@ -152,7 +152,9 @@ plt.show()
 # give p-values too small; a circular shift of each run keeps it. Each
 # voxel's alpha is held at the one BatchedRidge chose by leave-one-run-out
 # (one ridge per voxel, on both spaces), which takes the fast path: the
-# permutations are extra targets of one decomposition per fold.
+# permutations are extra targets of one decomposition per fold. No p-value of
+# 200 permutations is below 1/(200 + 1), so in the figure -log10 p stops at
+# 2.30, where the voxels that beat every permutation sit.
 ridge = BatchedRidge(alphas=alphas, cv=LeaveOneGroupOut()).fit(
     Xd_train, Y_train, groups=runs
 )
