@@ -25,7 +25,14 @@ Part 2, bootstrap intervals: how often the 95% percentile interval of
   noise;
 - moving-block bootstrap (``block_size``) on AR(0.9) data, n=400, blocks of
   5, 10, 20 and 40 rows and the documented default rule, and the iid
-  bootstrap on the same data (invalid).
+  bootstrap on the same data (invalid);
+- the same data with circular and stationary blocks of 5, 10, 20 and 40
+  rows, and each scheme with ``block_size="auto"`` (Politis and White);
+- percentile, basic and BCa intervals side by side (``--only bca``) on
+  skewed data: the mean of lognormal data, n=30 (the intercept of
+  ``Ridge`` on a zero feature), and the least-squares slope with
+  heteroscedastic exponential errors, n=40 (``y = x + |x| (E - 1)``, E
+  exponential), iid bootstrap, ``BCA_DATASETS`` data sets each.
 
 Part 3, false discovery rate and exact enumeration (``--only fdr``):
 
@@ -59,6 +66,7 @@ from sklearn.linear_model import LinearRegression, Ridge
 from sklearn.model_selection import GroupKFold, KFold
 
 from skbatch import BootstrapEstimator, PermutationScorer
+from skbatch.ridge import AutocorrelationWarning
 
 N_RUNS = 5
 N_FEATURES = 5
@@ -249,7 +257,7 @@ def clustered_regression(seed, n_clusters, size):
     return x[:, None], x + noise, groups
 
 
-def covers(seed, design, block_size, sizes):
+def covers(seed, design, block_size, sizes, block_scheme="moving"):
     groups = None
     if design == "iid":
         X, y = iid_regression(seed, 100)
@@ -257,17 +265,18 @@ def covers(seed, design, block_size, sizes):
         X, y, groups = clustered_regression(seed, 40, 10)
     else:
         X, y = ar_regression(seed, 400, 0.9)
-    result = (
-        BootstrapEstimator(
-            LinearRegression(),
-            n_bootstrap=sizes["replicates"],
-            block_size=block_size,
-            random_state=seed,
-            device="cpu",
-        )
-        .fit(X, y, groups=groups)
-        .results_["coef_"]
+    boot = BootstrapEstimator(
+        LinearRegression(),
+        n_bootstrap=sizes["replicates"],
+        block_size=block_size,
+        block_scheme=block_scheme,
+        random_state=seed,
+        device="cpu",
     )
+    with warnings.catch_warnings():
+        # The [invalid] row is invalid on purpose: its warning is known.
+        warnings.simplefilter("ignore", AutocorrelationWarning)
+        result = boot.fit(X, y, groups=groups).results_["coef_"]
     return bool(result.ci_lower[0] <= 1.0 <= result.ci_upper[0])
 
 
@@ -279,6 +288,12 @@ COVERAGE_ROWS = [
     ("AR(0.9) n=400, moving blocks of 10", "ar", 10),
     ("AR(0.9) n=400, moving blocks of 20", "ar", 20),
     ("AR(0.9) n=400, moving blocks of 40", "ar", 40),
+    ("AR(0.9) n=400, moving blocks, auto", "ar", "auto"),
+    *(
+        (f"AR(0.9) n=400, {scheme} blocks of {size}", "ar", size, scheme)
+        for scheme in ("circular", "stationary")
+        for size in (5, 10, 20, 40, "auto")
+    ),
 ]
 
 
@@ -291,10 +306,10 @@ def coverage_table(sizes, n_jobs):
     header = "| data, scheme | coverage | 95% interval |"
     lines = [header, "|---|---|---|"]
     print(header)
-    for name, design, block_size in COVERAGE_ROWS:
+    for name, design, block_size, *scheme in COVERAGE_ROWS:
         start = time.perf_counter()
         hits = Parallel(n_jobs=n_jobs)(
-            delayed(covers)(seed, design, block_size, sizes)
+            delayed(covers)(seed, design, block_size, sizes, *scheme)
             for seed in range(sizes["coverage_datasets"])
         )
         rate, low, high = rate_with_interval(sum(hits), len(hits))
@@ -414,10 +429,80 @@ def exact_table(sizes, n_jobs):
     return lines
 
 
+# Part 2, skewed data: data sets per design, replicates, and the designs'
+# true values (the lognormal mean exp(1/2); the slope 1).
+BCA_DATASETS = 400
+BCA_REPLICATES = 1000
+BCA_METHODS = ("percentile", "basic", "bca")
+BCA_DESIGNS = [
+    ("mean of lognormal data, n=30", "lognormal", np.exp(0.5)),
+    ("LS slope, heteroscedastic exponential errors, n=40", "slope", 1.0),
+]
+
+
+def skewed_data(seed, design):
+    rng = np.random.default_rng(seed)
+    if design == "lognormal":
+        # The mean as the intercept of a model whose only feature is 0.
+        return np.zeros((30, 1)), rng.lognormal(size=30)
+    x = rng.standard_normal(40)
+    return x[:, None], x + np.abs(x) * (rng.exponential(size=40) - 1)
+
+
+def covers_skewed(seed, design, truth, sizes):
+    """Whether each method's 95% interval covers the truth, same replicates."""
+    X, y = skewed_data(seed, design)
+    estimator = Ridge(alpha=1.0) if design == "lognormal" else LinearRegression()
+    name = "intercept_" if design == "lognormal" else "coef_"
+    hits = []
+    for method in BCA_METHODS:
+        result = (
+            BootstrapEstimator(
+                estimator,
+                n_bootstrap=sizes["bca_replicates"],
+                ci_method=method,
+                random_state=seed,
+                device="cpu",
+            )
+            .fit(X, y)
+            .results_[name]
+        )
+        lower, upper = np.ravel(result.ci_lower)[0], np.ravel(result.ci_upper)[0]
+        hits.append(bool(lower <= truth <= upper))
+    return hits
+
+
+def bca_table(sizes, n_jobs):
+    print(
+        f"\nCoverage of 95% intervals on skewed data, iid bootstrap: "
+        f"{sizes['bca_datasets']} data sets per row, {sizes['bca_replicates']} "
+        f"replicates, the same replicates for every method"
+    )
+    header = "| data | " + " | ".join(BCA_METHODS) + " |"
+    lines = [header, "|---|" + "---|" * len(BCA_METHODS)]
+    print(header)
+    for name, design, truth in BCA_DESIGNS:
+        start = time.perf_counter()
+        hits = np.array(
+            Parallel(n_jobs=n_jobs)(
+                delayed(covers_skewed)(seed, design, truth, sizes)
+                for seed in range(sizes["bca_datasets"])
+            )
+        )
+        cells = []
+        for column in hits.T:
+            rate, low, high = rate_with_interval(int(column.sum()), len(column))
+            cells.append(f"{rate:.3f} ({low:.3f} - {high:.3f})")
+        line = f"| {name} | " + " | ".join(cells) + " |"
+        lines.append(line)
+        print(line, f"({time.perf_counter() - start:.0f} s)")
+    return lines
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="the full run")
-    parser.add_argument("--only", choices=["permutation", "fdr", "bootstrap"])
+    parser.add_argument("--only", choices=["permutation", "fdr", "bootstrap", "bca"])
     parser.add_argument("--datasets", type=int, help="data sets per FWER row")
     parser.add_argument("--n-jobs", type=int, default=-1, help="joblib workers")
     args = parser.parse_args()
@@ -430,6 +515,8 @@ def main():
         "fdr_datasets": 1000 if args.full else 200,
         "fdr_permutations": 499,
         "exact_datasets": 4000 if args.full else 1000,
+        "bca_datasets": 1000 if args.full else BCA_DATASETS,
+        "bca_replicates": BCA_REPLICATES,
     }
     if args.datasets:
         sizes["datasets"] = args.datasets
@@ -441,6 +528,8 @@ def main():
         exact_table(sizes, args.n_jobs)
     if args.only in (None, "bootstrap"):
         coverage_table(sizes, args.n_jobs)
+    if args.only in (None, "bootstrap", "bca"):
+        bca_table(sizes, args.n_jobs)
     print(f"\ntotal {time.perf_counter() - start:.0f} s")
 
 
