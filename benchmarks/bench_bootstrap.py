@@ -21,8 +21,13 @@ The rate of the dominant products, the count-weighted ``X' W Y`` of every
 replicate (2 B (p + 1) n t flops), is compared with the GEMM rate of the same
 library, dtype and threads, measured in the same run.
 
-Run ``python benchmarks/bench_bootstrap.py`` (about 2-3 minutes) or with
-``--quick`` (fewer replicates and repeats, under a minute).
+Then BCa against percentile intervals on the same problem with 1000
+replicates: BCa with every replicate kept (they fit half the budget), and
+with a ``max_memory_gb`` that forces the second pass over the replicates.
+
+Run ``python benchmarks/bench_bootstrap.py`` (about 5 minutes) or with
+``--quick`` (fewer replicates and repeats, under two minutes);
+``--bca-only`` runs the BCa rows alone.
 """
 
 import argparse
@@ -40,6 +45,13 @@ import numpy as np
 NAIVE_TIMED_REPLICATES = 100
 # GEMM size for the BLAS peak rate.
 GEMM_SIZE = 2000
+# BCa rows: replicates, and a budget under which the 808 MB of replicates
+# (101,000 elements x 1000) exceed half of it, so that BCa runs two passes.
+BCA_REPLICATES = 1000
+BCA_TWO_PASS_BUDGET_GB = 1.2
+# BCa targets: times over the percentile interval's, kept and two passes.
+BCA_KEPT_RATIO = 1.5
+BCA_TWO_PASS_RATIO = 2.2
 
 
 def make_data(n_samples, n_features, n_targets, dtype, seed=0):
@@ -103,6 +115,36 @@ def worker_skbatch(config):
         ).fit(X, Y)
         seconds = timed(fit, config["repeats"])
     return {"seconds": seconds, "peak_mb": peak_rss_mb(), "baseline_mb": baseline}
+
+
+def worker_bca(config):
+    """One BootstrapEstimator fit with the given ci_method and budget."""
+    from sklearn.linear_model import Ridge
+
+    from skbatch import BootstrapEstimator
+
+    X, Y = make_data(config["n"], config["p"], config["t"], "float64")
+    baseline = current_rss_mb()
+
+    def make():
+        return BootstrapEstimator(
+            Ridge(alpha=1.0),
+            n_bootstrap=config["n_bootstrap"],
+            ci_method=config["ci_method"],
+            max_memory_gb=config["max_memory_gb"],
+            random_state=0,
+            device="cpu",
+        )
+
+    fitted = []
+    seconds = timed(lambda: fitted.append(make().fit(X, Y)), config["repeats"])
+    passes = sum(stage.name == "replicates" for stage in fitted[-1].fit_report_.stages)
+    return {
+        "seconds": seconds,
+        "peak_mb": peak_rss_mb(),
+        "baseline_mb": baseline,
+        "passes": passes,
+    }
 
 
 # Parts of a fit timed by ``worker_breakdown``.
@@ -240,6 +282,7 @@ WORKERS = {
     "gemm": worker_gemm,
     "generic": worker_generic,
     "breakdown": worker_breakdown,
+    "bca": worker_bca,
 }
 
 
@@ -276,11 +319,17 @@ def main(argv=None):
     parser.add_argument(
         "--quick", action="store_true", help="fewer replicates and repeats"
     )
+    parser.add_argument(
+        "--bca-only", action="store_true", help="only the BCa against percentile rows"
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         config = json.loads(args.worker)
         print(json.dumps(WORKERS[config.pop("kind")](config)))
+        return 0
+    if args.bca_only:
+        report_bca(args.quick)
         return 0
 
     n, p, t = 1000, 100, 1000
@@ -409,7 +458,51 @@ def main(argv=None):
         f"  naive joblib loop         {naive['seconds']:6.2f} s\n"
         f"  ratio {ratio:.2f} (target <= 1.2): {'met' if ratio <= 1.2 else 'MISSED'}"
     )
+    report_bca(args.quick)
     return 0
+
+
+def report_bca(quick):
+    """BCa against percentile on the linear path, kept and in two passes."""
+    problem = dict(n=1000, p=100, t=1000, n_bootstrap=BCA_REPLICATES)
+    repeats = 1 if quick else 2
+    print(
+        f"\nBCa intervals: Ridge(alpha=1), n=1000, p=100, 1000 targets, "
+        f"{BCA_REPLICATES} replicates, numpy float64 (medians of {repeats})"
+    )
+    runs = [
+        ("percentile", "percentile", None),
+        ("bca, replicates kept", "bca", None),
+        (f"bca, max_memory_gb={BCA_TWO_PASS_BUDGET_GB}", "bca", BCA_TWO_PASS_BUDGET_GB),
+    ]
+    # Rounds of the three fits one after the other, each fit in its own
+    # process, so that a load on a shared host weighs on all three alike;
+    # medians over rounds.
+    rounds = [
+        [
+            measure("bca", ci_method=method, max_memory_gb=budget, repeats=1, **problem)
+            for _, method, budget in runs
+        ]
+        for _ in range(repeats)
+    ]
+    results = []
+    for k, (label, _, _) in enumerate(runs):
+        result = dict(rounds[0][k])
+        result["seconds"] = float(np.median([r[k]["seconds"] for r in rounds]))
+        results.append((label, result))
+    base = results[0][1]["seconds"]
+    for (label, result), target in zip(
+        results, (None, BCA_KEPT_RATIO, BCA_TWO_PASS_RATIO)
+    ):
+        ratio = result["seconds"] / base
+        verdict = ""
+        if target is not None:
+            verdict = f" (target <= {target}): {'met' if ratio <= target else 'MISSED'}"
+        print(
+            f"  {label:<30} {result['seconds']:7.2f} s  {result['passes']} pass(es)  "
+            f"peak RSS +{result['peak_mb'] - result['baseline_mb']:6.0f} MB  "
+            f"x{ratio:.2f}{verdict}"
+        )
 
 
 if __name__ == "__main__":
