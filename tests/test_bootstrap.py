@@ -1402,7 +1402,8 @@ def bca_reference(samples, estimate, jackknife, confidence_level=0.95):
         column = samples[(slice(None), *index)]
         for bound, sign in ((lower, 1), (upper, -1)):
             shifted = z0[index] + sign * z
-            level = ndtr(z0[index] + shifted / (1 - acceleration[index] * shifted))
+            with np.errstate(invalid="ignore"):
+                level = ndtr(z0[index] + shifted / (1 - acceleration[index] * shifted))
             # Undefined where every replicate falls on one side, as scipy's.
             bound[index] = np.quantile(column, level) if np.isfinite(level) else np.nan
     return lower, upper
