@@ -48,9 +48,7 @@ def _data(n_features, seed=0):
 def _estimators():
     return [
         BatchedRidge(alphas=[0.1, 1.0, 10.0]),
-        PermutationScorer(
-            BatchedRidge(alphas=[0.1, 1.0]), n_permutations=5, random_state=0
-        ),
+        PermutationScorer(BatchedRidge(), n_permutations=5, random_state=0),
         BootstrapEstimator(LinearRegression(), n_bootstrap=5, random_state=0),
     ]
 
