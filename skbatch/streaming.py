@@ -977,13 +977,6 @@ class OrderStatistics:
             bound["inside"] = np.zeros(shape, dtype=np.int64)
             bound["rows"] = np.full((self.capacity + BCA_SLICE, *shape), np.inf)
 
-    @staticmethod
-    def nbytes(shape, capacity):
-        """Bytes held, for a window of ``capacity`` replicates per element."""
-        size = shape if isinstance(shape, numbers.Integral) else math.prod(shape)
-        rows = capacity + BCA_SLICE
-        return 2 * size * (_FLOAT_BYTES * (rows + 4) + 2 * _COUNT_BYTES)
-
     def update(self, samples, ids=None):
         """Fold in replicates of the second pass (any order, any batches)."""
         samples = np.asarray(samples, dtype=np.float64)
