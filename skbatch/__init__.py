@@ -6,8 +6,8 @@ PyTorch or JAX within a memory budget: :class:`BatchedRidge`,
 """
 
 from ._report import FitReport, FitStage
-from .banded import BandedRidge
 from .backend import Backend, check_gpu_available, resolve_backend
+from .banded import BandedRidge
 from .bootstrap import BootstrapEstimator, BootstrapResult
 from .delays import Delayer
 from .memory import (
