@@ -3,15 +3,27 @@
 Both work on the columns of a (n_samples, n_series) array, one series per
 target, within the runs given by ``groups`` (never across a run boundary),
 and serve the wrappers' choices for time series: ``BootstrapEstimator``'s
-``block_size="auto"`` and its warning when rows resampled one by one are
-autocorrelated.
+``block_size="auto"``, and the one rule by which the estimators warn that
+rows are autocorrelated where their method assumes they are not
+(:func:`autocorrelation_warning`).
 """
 
 import math
 
 import numpy as np
 
-__all__ = ["lag1_autocorrelation", "optimal_block_length"]
+__all__ = ["autocorrelation_warning", "lag1_autocorrelation", "optimal_block_length"]
+
+# Resampling rows one by one (an iid bootstrap, a shuffle) is wrong when the
+# median over targets of their lag-1 autocorrelation within runs exceeds both
+# figures. 0.2: the variance of a mean of AR(1) rows is then
+# (1 + 0.2) / (1 - 0.2) = 1.5 times what exchangeable rows give, so iid
+# standard errors are about 20% too small and shuffled nulls too narrow ...
+AUTOCORRELATION_WARN = 0.2
+# ... and this many standard errors of the statistic on white noise, about
+# 1 / sqrt(lag-1 pairs within runs): a false alarm probability of 3e-5 there,
+# so short series alone never warn.
+AUTOCORRELATION_WARN_Z = 4.0
 
 # Politis and White's constants (arch's ``optimal_block_length``): the
 # flat-top window is 1 up to half its width, then falls linearly to 0.
@@ -169,3 +181,47 @@ def lag1_autocorrelation(residuals, groups=None):
         square += np.einsum("ij,ij->j", eps, eps)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(square > 0, cross / square, math.nan)
+
+
+def autocorrelation_warning(residuals, groups=None, *, floor=AUTOCORRELATION_WARN):
+    """``(statistic, threshold, n_series)`` of the autocorrelation rule, or None.
+
+    The statistic is the median over columns of their lag-1 autocorrelation
+    within runs (:func:`lag1_autocorrelation`); the threshold the larger of
+    ``floor`` and :data:`AUTOCORRELATION_WARN_Z` standard errors of that
+    statistic on white noise, ``1 / sqrt(n_pairs)`` with ``n_pairs`` the
+    lag-1 pairs within runs. The caller warns when the statistic exceeds the
+    threshold, in its own words. None where no pair or no column has a
+    defined value.
+
+    Parameters
+    ----------
+    residuals : ndarray of shape (n_samples,) or (n_samples, n_series)
+    groups : array-like of shape (n_samples,) or None
+    floor : float, default=AUTOCORRELATION_WARN
+        The least threshold, whatever the number of rows.
+
+    Returns
+    -------
+    (statistic, threshold, n_series) : (float, float, int) or None
+        ``n_series``: the columns with a defined autocorrelation.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skbatch._timeseries import autocorrelation_warning
+    >>> steps = np.cumsum(np.random.default_rng(0).standard_normal((101, 2)), axis=0)
+    >>> statistic, threshold, n_series = autocorrelation_warning(steps)
+    >>> bool(statistic > threshold), round(threshold, 3), n_series
+    (True, 0.4, 2)
+    """
+    n_samples = np.shape(residuals)[0]
+    n_pairs = n_samples - len(_runs(groups, n_samples))
+    if n_pairs < 1:
+        return None
+    r1 = lag1_autocorrelation(residuals, groups)
+    r1 = r1[np.isfinite(r1)]
+    if not r1.size:
+        return None
+    threshold = max(floor, AUTOCORRELATION_WARN_Z / math.sqrt(n_pairs))
+    return float(np.median(r1)), threshold, int(r1.size)

@@ -60,7 +60,7 @@ from ._ridge.problems import (
 )
 from ._ridge.spec import check_column_scales, refit_reason, resolve_dtype, ridge_spec
 from ._timeseries import (
-    lag1_autocorrelation,
+    autocorrelation_warning,
     min_rows_for_block_length,
     optimal_block_length,
 )
@@ -88,14 +88,6 @@ BCA_KEEP_SAMPLES_SHARE = 0.5
 # of at most 6 of float64's 16 digits); otherwise it refits.
 BCA_MIN_LEVERAGE_GAP = 1e-8
 BCA_MAX_CONDITION = 1e10
-# An iid bootstrap of rows warns when the median over targets of the lag-1
-# autocorrelation of the full-data fit's residuals exceeds both figures. 0.2:
-# the variance of a mean of AR(1) rows is then (1 + 0.2) / (1 - 0.2) = 1.5
-# times what iid rows give, so iid standard errors are about 20% too small.
-AUTOCORRELATION_WARN = 0.2
-# ... and this many standard errors of the statistic on white noise
-# (1 / sqrt(n_samples)): a false alarm probability of 3e-5 per target.
-AUTOCORRELATION_WARN_Z = 4.0
 # The attributes the batched linear path computes.
 _LINEAR_ATTRIBUTES = ("coef_", "intercept_")
 # What attributes="auto" bootstraps of a model without coef_ (trees, forests,
@@ -345,9 +337,9 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
     An iid bootstrap of rows (neither ``block_size`` nor ``groups``) warns
     when the residuals of ``estimator_`` on the training data are clearly
     autocorrelated: the median over targets of their lag-1 autocorrelation
-    above both ``AUTOCORRELATION_WARN`` (0.2) and ``AUTOCORRELATION_WARN_Z /
-    sqrt(n_samples)`` (4 standard errors of white noise). The warning says to
-    set ``block_size`` (and ``block_scheme``). A cluster bootstrap
+    above both 0.2 and ``4 / sqrt(n_samples - 1)`` (4 standard errors of
+    white noise; :func:`skbatch._timeseries.autocorrelation_warning`). The
+    warning says to set ``block_size`` (and ``block_scheme``). A cluster bootstrap
     (``groups`` alone) keeps each group whole, with its dependence, and does
     not warn.
 
@@ -1112,17 +1104,14 @@ def _check_auto_groups(groups, n_samples):
 
 def _warn_if_autocorrelated(residuals):
     """Warn when the residuals' lag-1 autocorrelation makes iid rows wrong."""
-    r1 = lag1_autocorrelation(residuals)
-    r1 = r1[np.isfinite(r1)]
-    if not r1.size:
+    found = autocorrelation_warning(residuals)
+    if found is None:
         return
-    median = float(np.median(r1))
-    n_samples = residuals.shape[0]
-    threshold = max(AUTOCORRELATION_WARN, AUTOCORRELATION_WARN_Z / math.sqrt(n_samples))
+    median, threshold, n_series = found
     if median > threshold:
         warnings.warn(
             f"The residuals of the fit on all data are autocorrelated (median "
-            f"lag-1 autocorrelation {median:.2f} over {r1.size} target(s), above "
+            f"lag-1 autocorrelation {median:.2f} over {n_series} target(s), above "
             f"{threshold:.2f}), so the iid bootstrap of rows understates the "
             f"variability. Set block_size (an int, or 'auto') and block_scheme "
             f"('moving', 'circular' or 'stationary') for a block bootstrap, or "

@@ -77,7 +77,7 @@ from ._ridge.banded import banded_spec, permuted_problem
 from ._ridge.cv import cv_scheme, fold_rows, uses_groups
 from ._ridge.problems import DEVICE_SCORINGS, PermutedRidgeProblem
 from ._ridge.spec import check_column_scales, refit_reason, resolve_dtype, ridge_spec
-from ._timeseries import lag1_autocorrelation
+from ._timeseries import autocorrelation_warning
 from .backend import resolve_backend, to_numpy
 from .memory import GB, memory_budget
 from .random import (
@@ -107,14 +107,6 @@ _UNIT_SCALE_SCORINGS = (None, "r2", "correlation", "explained_variance")
 # same score computed in batches of other widths differs by a few ulps per
 # summed row, and a permutation that reproduces the data must count.
 TIE_ULPS = 1000
-# permutation_type="shuffle" warns when the median over targets of the lag-1
-# autocorrelation of y within groups exceeds both figures. 0.2: a mean of
-# AR(1) rows then varies (1 + 0.2) / (1 - 0.2) = 1.5 times what exchangeable
-# rows give, so shuffled null scores are too narrow and p-values too small.
-SHUFFLE_AUTOCORRELATION_WARN = 0.2
-# ... and this many standard deviations of the statistic on white noise
-# (1 / sqrt(n_samples)): a false alarm probability of 3e-5 on such data.
-SHUFFLE_AUTOCORRELATION_WARN_Z = 4.0
 
 
 def _pearson(y_true, y_pred, *, multioutput="raw_values"):
@@ -169,32 +161,14 @@ _Y_FREE_SPLITTERS = (
 )
 
 
-def _shuffle_autocorrelation(y, groups):
-    """``(statistic, threshold)`` of the shuffle warning, or None.
-
-    The median over targets of the lag-1 autocorrelation of ``y`` within
-    groups, and the larger of ``SHUFFLE_AUTOCORRELATION_WARN`` and
-    ``SHUFFLE_AUTOCORRELATION_WARN_Z / sqrt(n_samples)``. None for labels
-    (classifiers' ``y``) or where no target has a defined value.
-    """
+def _warn_if_autocorrelated(y, groups):
+    """Warn when shuffling rows of ``y`` that are clearly autocorrelated
+    (:func:`skbatch._timeseries.autocorrelation_warning`); labels
+    (classifiers' ``y``) are not checked."""
     y = np.asarray(y)
     if y.dtype.kind not in "biuf":
-        return None
-    r1 = lag1_autocorrelation(y, groups)
-    r1 = r1[np.isfinite(r1)]
-    if not r1.size:
-        return None
-    n_samples = y.shape[0]
-    threshold = max(
-        SHUFFLE_AUTOCORRELATION_WARN,
-        SHUFFLE_AUTOCORRELATION_WARN_Z / np.sqrt(n_samples),
-    )
-    return float(np.median(r1)), threshold
-
-
-def _warn_if_autocorrelated(y, groups):
-    """Warn when shuffling rows of ``y`` that are clearly autocorrelated."""
-    found = _shuffle_autocorrelation(y, groups)
+        return
+    found = autocorrelation_warning(y, groups)
     if found is None or found[0] <= found[1]:
         return
     within = "within groups" if groups is not None else "(no groups given)"
@@ -473,10 +447,9 @@ default="shuffle"
           observed data keep, and the test becomes far too liberal. An
           :class:`~skbatch.AutocorrelationWarning` says so when the median
           over targets of the lag-1 autocorrelation of ``y`` within groups
-          exceeds both
-          ``SHUFFLE_AUTOCORRELATION_WARN`` (0.2) and
-          ``SHUFFLE_AUTOCORRELATION_WARN_Z / sqrt(n_samples)`` (4 standard
-          deviations of the statistic on white noise).
+          exceeds both 0.2 and 4 standard deviations of the statistic on
+          white noise, ``4 / sqrt(n_samples - n_groups)``
+          (:func:`skbatch._timeseries.autocorrelation_warning`).
         - ``"circular_shift"``: rotate each run by a random offset; keeps
           the autocorrelation except at the wrap-around. Exact when each run
           is a stationary circular process; close for runs much longer than

@@ -55,7 +55,7 @@ from ._targets import (
     out_of_core_kind,
     shares_data,
 )
-from ._timeseries import lag1_autocorrelation
+from ._timeseries import autocorrelation_warning
 from .backend import resolve_backend
 from .random import check_groups
 
@@ -73,13 +73,11 @@ EDGE_SHARE = 0.05
 EDGE_IMPROVEMENT = 0.01
 # Leave-one-out and GCV warn when the median over targets of the lag-1
 # autocorrelation of the fit's residuals (within runs) exceeds both figures.
-# 0.3: the leave-one-out residual of a row is then predicted by its
-# neighbours' fit (issue: median alpha 4.6e3 by LOO where leave-one-run-out
-# chose 1e6 on AR(0.9) noise); white noise stays near 0 ...
+# 0.3, above the resampling floor of skbatch._timeseries.AUTOCORRELATION_WARN:
+# LOO is misled only once a row's neighbours predict its leave-one-out
+# residual (median alpha 4.6e3 by LOO where leave-one-run-out chose 1e6 on
+# AR(0.9) noise), not at the milder dependence that biases standard errors.
 LOO_AUTOCORRELATION_WARN = 0.3
-# ... and this many standard errors of the statistic on white noise, about
-# 1 / sqrt(rows within runs): short series alone never warn.
-LOO_AUTOCORRELATION_WARN_Z = 4.0
 # Targets whose residuals the check reads, evenly spaced over the targets:
 # a median over this many is steady, at the cost of one (n x p) @ (p x 64)
 # product.
@@ -104,17 +102,14 @@ def warn_if_autocorrelated(X, targets, coef, intercept, groups, cv, *, stackleve
     their lag-1 autocorrelation within the runs ``groups``
     (:func:`skbatch._timeseries.lag1_autocorrelation`), and its median over
     those targets against :data:`LOO_AUTOCORRELATION_WARN` and
-    :data:`LOO_AUTOCORRELATION_WARN_Z` standard errors of white noise.
+    standard errors of white noise
+    (:func:`skbatch._timeseries.autocorrelation_warning`).
     A dask ``y`` with a cluster active is not checked: its blocks are
     computed on the workers only, never in the calling process.
     """
     if targets.kind == "dask" and active_dask_client() is not None:
         return
-    n_samples = X.shape[0]
     n_targets = coef.shape[0]
-    n_pairs = n_samples - (1 if groups is None else np.unique(groups).size)
-    if n_pairs < 1:
-        return
     count = min(n_targets, AUTOCORRELATION_TARGETS)
     if targets.out_of_core:
         columns = np.arange(count)
@@ -125,20 +120,16 @@ def warn_if_autocorrelated(X, targets, coef, intercept, groups, cv, *, stackleve
     residuals = np.asarray(Y, dtype=np.float64) - (
         X @ coef[columns].T.astype(X.dtype, copy=False) + intercept[columns]
     )
-    r1 = lag1_autocorrelation(residuals, groups)
-    r1 = r1[np.isfinite(r1)]
-    if r1.size == 0:
+    found = autocorrelation_warning(residuals, groups, floor=LOO_AUTOCORRELATION_WARN)
+    if found is None or found[0] <= found[1]:
         return
-    median = float(np.median(r1))
-    threshold = max(LOO_AUTOCORRELATION_WARN, LOO_AUTOCORRELATION_WARN_Z / n_pairs**0.5)
-    if median <= threshold:
-        return
+    median, threshold, n_series = found
     scheme = "leave-one-out" if cv is None else "generalized cross-validation"
     where = "within the runs of groups" if groups is not None else "over all rows"
     warnings.warn(
         f"alpha was chosen by {scheme} (cv={cv!r}) on targets whose residuals are "
         f"autocorrelated: median lag-1 autocorrelation {median:.2f} {where} over "
-        f"{r1.size} targets, above {threshold:.2f}. Neighbouring rows of a time "
+        f"{n_series} targets, above {threshold:.2f}. Neighbouring rows of a time "
         f"series predict a left-out row, so {scheme} favours too small alphas. "
         f"Use cv=LeaveOneGroupOut() (or GroupKFold) with fit(X, y, groups=runs).",
         AutocorrelationWarning,

@@ -28,6 +28,7 @@ from skbatch._ridge import problems
 from skbatch._ridge.cv import cv_scheme
 from skbatch._ridge.problems import PermutedRidgeProblem
 from skbatch._ridge.spec import ridge_spec
+from skbatch._timeseries import autocorrelation_warning
 from skbatch.random import permutation_indices
 from skbatch.testing import simulate_oom
 
@@ -819,13 +820,13 @@ def test_shuffle_warning_rarely_fires_on_white_noise():
     for n, runs in ((30, None), (200, np.repeat([0, 1, 2], [50, 90, 60]))):
         fired = 0
         for _ in range(2000):
-            statistic, threshold = permutation_module._shuffle_autocorrelation(
+            statistic, threshold, _ = autocorrelation_warning(
                 rng.standard_normal((n, 3)), runs
             )
             fired += statistic > threshold
         assert fired <= 2
     ar = ar_series(11, 200, 3, phi=0.9)
-    statistic, threshold = permutation_module._shuffle_autocorrelation(ar, None)
+    statistic, threshold, _ = autocorrelation_warning(ar, None)
     assert statistic > threshold
 
 
