@@ -31,7 +31,7 @@ from ._ridge.banded import (
     check_search_memory,
 )
 from ._ridge.cv import cv_scheme
-from ._ridge.problems import RidgeSolver
+from ._ridge.problems import RidgeSolver, fit_flops
 from ._ridge.spec import batched_ridge_spec, check_alphas, resolve_dtype
 from .backend import resolve_backend
 from .random import DEFAULT_RANDOM_STATE, check_groups
@@ -356,16 +356,8 @@ default=None
         scheme.split(
             X, None if out_of_core else y, sample_weight, self.scoring, groups=groups
         )
-        rank = min(n_samples, n_features)
-        n_fits = 1 + len(getattr(scheme, "splits", None) or ())
-        flops = (
-            2.0
-            * n_fits
-            * len(candidates)
-            * (
-                n_samples * n_features * rank
-                + n_samples * rank * n_targets * alphas.size
-            )
+        flops = fit_flops(
+            n_samples, n_features, n_targets, alphas.size, scheme, len(candidates)
         )
         self.backend_ = resolve_backend(self.device, flops=flops)
         self.dtype_ = resolve_dtype(self.dtype, self.backend_, X.dtype)

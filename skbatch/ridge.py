@@ -37,6 +37,7 @@ from ._ridge.problems import (
     PredictionProblem,
     RidgeSolver,
     check_solver_memory,
+    fit_flops,
     fit_targets,
     mean_over_scored_targets,
 )
@@ -941,16 +942,7 @@ default=None
         scheme.split(
             X, None if out_of_core else y, sample_weight, self.scoring, groups=groups
         )
-        rank = min(n_samples, n_features)
-        n_fits = 1 + len(getattr(scheme, "splits", None) or ())
-        flops = (
-            2.0
-            * n_fits
-            * (
-                n_samples * n_features * rank
-                + n_samples * rank * n_targets * alphas.size
-            )
-        )
+        flops = fit_flops(n_samples, n_features, n_targets, alphas.size, scheme)
         self.backend_ = resolve_backend(self.device, flops=flops)
         self.dtype_ = resolve_dtype(self.dtype, self.backend_, X.dtype)
         check_column_scales(

@@ -716,6 +716,24 @@ class PermutedRidgeProblem(Portable):
         return xp.reshape(xp.take(self.Y, rows, axis=0), (indices.shape[1], -1))
 
 
+def fit_flops(n_samples, n_features, n_targets, n_alphas, scheme, n_candidates=1):
+    """Floating-point work of a ridge fit, for ``device="auto"``.
+
+    The thin SVD of ``n_candidates`` designs of (``n_samples``,
+    ``n_features``) and their projection of every target at every alpha,
+    on the full data and on each fold of the split ``scheme`` (one fit when
+    it has no folds: leave-one-out, GCV).
+    """
+    rank = min(n_samples, n_features)
+    n_fits = 1 + len(getattr(scheme, "splits", None) or ())
+    return (
+        2.0
+        * n_fits
+        * n_candidates
+        * (n_samples * n_features * rank + n_samples * rank * n_targets * n_alphas)
+    )
+
+
 def bootstrap_flops_per_replicate(n_samples, n_features, n_targets):
     """Floating-point work of one bootstrap replicate, for ``device="auto"``."""
     rank = min(n_samples, n_features)
