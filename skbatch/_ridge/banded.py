@@ -592,13 +592,7 @@ class BandedPermutedProblem(PermutedRidgeProblem):
         n_permutations,
         permutation,
     ):
-        self.backend, self.dtype, self.xp = backend, dtype, backend.xp
-        self.scoring = scoring
-        self.n_samples = X.shape[0]
-        self.n_targets = Y.shape[1]
-        self.n_items = n_permutations
-        self.permutation = permutation
-        self.Y = backend.asarray(Y, dtype)
+        self._hold_targets(X, Y, backend, dtype, scoring, n_permutations, permutation)
         self.alphas = backend.asarray(spec.alphas, dtype)
         design = spec.design(X)
         schemes = [inner_scheme(X[train], Y[train], train) for train, _ in splits]
@@ -623,12 +617,8 @@ class BandedPermutedProblem(PermutedRidgeProblem):
             (backend.asarray(train), backend.asarray(test), fold_solvers, fold_tests)
             for (train, test), fold_solvers, fold_tests in zip(splits, solvers, tests)
         ]
-        self.fixed_bytes = self._fixed_bytes()
         rank = max(s.s.shape[0] for fold in solvers for s in fold)
-        self.device_bytes_per_item, self.host_bytes_per_item = self.item_bytes(
-            self.n_samples, self.n_targets, rank, spec.alphas.size, dtype
-        )
-        self.max_batch_size = max(1, self.max_columns // self.n_targets)
+        self._plan_items(rank, spec.alphas.size)
 
     @classmethod
     def check_memory(cls, X, Y, splits, spec, schemes, *args, **kwargs):
@@ -639,15 +629,11 @@ class BandedPermutedProblem(PermutedRidgeProblem):
             X, Y, splits * n_candidates, spec, schemes * n_candidates, *args, **kwargs
         )
 
-    def _fixed_bytes(self):
-        arrays = [self.Y]
+    def _held_solvers(self):
+        """``(solver, test rows in its basis)`` of every candidate of every
+        outer fold."""
         for _, _, solvers, tests in self.folds:
-            for solver, X_test_V in zip(solvers, tests):
-                arrays += [solver.U, solver.Vt, X_test_V]
-                for fold in solver.state or ():
-                    arrays += [fold.U, fold.X_test_V]
-        itemsize = np.dtype(self.dtype).itemsize
-        return itemsize * sum(int(np.prod(a.shape)) for a in arrays)
+            yield from zip(solvers, tests)
 
     def scores(self, indices):
         xp = self.xp

@@ -531,16 +531,10 @@ class PermutedRidgeProblem(Portable):
         n_permutations,
         permutation,
     ):
-        self.backend, self.dtype, self.xp = backend, dtype, backend.xp
-        self.scoring = scoring
-        self.n_samples = X.shape[0]
-        self.n_targets = Y.shape[1]
-        self.n_items = n_permutations
-        self.permutation = permutation
+        self._hold_targets(X, Y, backend, dtype, scoring, n_permutations, permutation)
         self.n_scorings = len(scoring) if isinstance(scoring, tuple) else 1
         many = not spec.alpha_per_target and self.n_targets > 1
         self.columns_per_choice = self.n_targets if many else 1
-        self.Y = backend.asarray(Y, dtype)
         # Ridge(alpha=array): target j keeps its alpha in every permutation,
         # none is chosen; the solvers then hold one alpha, unused.
         self.fixed_alpha = None
@@ -565,13 +559,31 @@ class PermutedRidgeProblem(Portable):
             self.folds.append(
                 (backend.asarray(train), backend.asarray(test), solver, X_test_V)
             )
-        self.fixed_bytes = self._fixed_bytes()
         rank = max(solver.s.shape[0] for _, _, solver, _ in self.folds)
-        self.device_bytes_per_item, self.host_bytes_per_item = self.item_bytes(
-            self.n_samples, self.n_targets, rank, spec.alphas.size, dtype
-        )
+        self._plan_items(rank, spec.alphas.size)
         # Each further scoring: t more scores per permutation on the host.
         self.host_bytes_per_item += 8 * (self.n_scorings - 1) * self.n_targets
+
+    def _hold_targets(self, X, Y, backend, dtype, scoring, n_permutations, permutation):
+        """What every permutation problem holds before its folds: where and
+        in what it runs, its sizes, the permutations' draws and the targets
+        on the device."""
+        self.backend, self.dtype, self.xp = backend, dtype, backend.xp
+        self.scoring = scoring
+        self.n_samples = X.shape[0]
+        self.n_targets = Y.shape[1]
+        self.n_items = n_permutations
+        self.permutation = permutation
+        self.Y = backend.asarray(Y, dtype)
+
+    def _plan_items(self, rank, n_alphas):
+        """The engine's sizes, once the folds are held: the fixed device
+        bytes, the bytes of one permutation (:meth:`item_bytes`, with
+        decompositions of rank at most ``rank``) and the widest batch."""
+        self.fixed_bytes = self._fixed_bytes()
+        self.device_bytes_per_item, self.host_bytes_per_item = self.item_bytes(
+            self.n_samples, self.n_targets, rank, n_alphas, self.dtype
+        )
         self.max_batch_size = max(1, self.max_columns // self.n_targets)
 
     @staticmethod
@@ -629,10 +641,15 @@ class PermutedRidgeProblem(Portable):
             max_memory_gb=max_memory_gb,
         )
 
+    def _held_solvers(self):
+        """``(solver, test rows in its basis)`` of every outer fold."""
+        for _, _, solver, X_test_V in self.folds:
+            yield solver, X_test_V
+
     def _fixed_bytes(self):
         """Device bytes held whatever the batch: targets and decompositions."""
         arrays = [self.Y]
-        for _, _, solver, X_test_V in self.folds:
+        for solver, X_test_V in self._held_solvers():
             arrays += [solver.U, solver.Vt, X_test_V]
             for fold in solver.state or ():
                 arrays += [fold.U, fold.X_test_V]
