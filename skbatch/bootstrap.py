@@ -900,18 +900,8 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
     ):
         """Power sums of ``theta_(-i) - theta`` by one refit per unit."""
         shapes = {name: value.shape for name, value in estimates.items()}
-        sizes = [int(np.prod(shape)) for shape in shapes.values()]
-        bounds = np.cumsum([0, *sizes])
+        bounds, run = self._refit_window(X, shapes, data)
         flat = np.concatenate([value.ravel() for value in estimates.values()])
-        window_gb, item_bytes = refit_window(
-            self.max_memory_gb,
-            self.n_jobs,
-            data,
-            self._accumulator_bytes(shapes),
-            X.shape[0],
-            bounds[-1],
-            self._refuse,
-        )
         task = functools.partial(
             _jackknife_refits,
             estimator=estimator,
@@ -929,16 +919,7 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
             for k in range(3):
                 power[k] += (result ** (k + 1)).sum(axis=0)
 
-        run_parallel(
-            task,
-            reduce,
-            n_items=n_units,
-            host_bytes_per_item=item_bytes,
-            n_jobs=self.n_jobs,
-            max_memory_gb=window_gb,
-            verbose=self.verbose,
-            desc="jackknife refits",
-        )
+        run(task, reduce, n_items=n_units, desc="jackknife refits")
         return {
             name: tuple(
                 power[k, bounds[j] : bounds[j + 1]].reshape(shapes[name])
@@ -1040,17 +1021,7 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         accumulators,
         data,
     ):
-        sizes = [int(np.prod(shape)) for shape in shapes.values()]
-        bounds = np.cumsum([0, *sizes])
-        window_gb, item_bytes = refit_window(
-            self.max_memory_gb,
-            self.n_jobs,
-            data,
-            self._accumulator_bytes(shapes),
-            X.shape[0],
-            bounds[-1],
-            self._refuse,
-        )
+        bounds, run = self._refit_window(X, shapes, data)
         task = functools.partial(
             _refit_replicates,
             estimator=estimator,
@@ -1072,16 +1043,36 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
                     block.reshape((len(ids), *accumulator.shape)), ids=ids
                 )
 
-        run_parallel(
-            task,
-            reduce,
-            n_items=self.n_bootstrap,
+        run(task, reduce, n_items=self.n_bootstrap, desc="replicates")
+
+    def _refit_window(self, X, shapes, data):
+        """``(bounds, run)`` of the generic path's refits.
+
+        ``bounds``: where each attribute of ``shapes`` starts in a refit's
+        flat row of estimates (and where the last ends). ``run(task, reduce,
+        n_items=..., desc=...)``: :func:`skbatch._engine.run_parallel` within
+        the memory window that :func:`skbatch._preflight.refit_window` grants
+        (or refuses now, before any refit).
+        """
+        sizes = [int(np.prod(shape)) for shape in shapes.values()]
+        bounds = np.cumsum([0, *sizes])
+        window_gb, item_bytes = refit_window(
+            self.max_memory_gb,
+            self.n_jobs,
+            data,
+            self._accumulator_bytes(shapes),
+            X.shape[0],
+            bounds[-1],
+            self._refuse,
+        )
+        run = functools.partial(
+            run_parallel,
             host_bytes_per_item=item_bytes,
             n_jobs=self.n_jobs,
             max_memory_gb=window_gb,
             verbose=self.verbose,
-            desc="replicates",
         )
+        return bounds, run
 
     def __sklearn_is_fitted__(self):
         return hasattr(self, "results_")
