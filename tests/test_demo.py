@@ -144,7 +144,7 @@ def test_demo_steps_count_the_out_of_memory_splits(tmp_path, monkeypatch):
 
 def test_demo_reports_the_gpu_peak_when_torch_used_cuda(tmp_path, monkeypatch):
     class FakeCuda:
-        """torch.cuda of a host with two cards, torch having used 1.5 GB."""
+        """torch.cuda of two cards, torch having used 37.5 GB (no host RSS here)."""
 
         resets = 0
 
@@ -155,18 +155,18 @@ def test_demo_reports_the_gpu_peak_when_torch_used_cuda(tmp_path, monkeypatch):
             FakeCuda.resets += 1
 
         def max_memory_allocated(self, index):
-            return 1.5e9 if index == 1 else 0
+            return 37.5e9 if index == 1 else 0
 
     monkeypatch.setattr(_demo, "_cuda", FakeCuda)
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
     result = _tiny_demo(tmp_path, verbose=0)
     assert FakeCuda.resets == 2 * len(result.steps)
-    assert [step.peak_gpu_memory_gb for step in result.steps] == [1.5] * len(
+    assert [step.peak_gpu_memory_gb for step in result.steps] == [37.5] * len(
         result.steps
     )
     report = _demo.format_report(result, (40, 4), 0)
     assert "peak RSS  peak GPU" in report
-    assert report.count("    1.50GB") == len(result.steps)
+    assert report.count("   37.50GB") == len(result.steps)
 
 
 @pytest.mark.parametrize(
