@@ -63,6 +63,24 @@ def _check_room(n_seen, n_new, n_total):
         )
 
 
+def _admit(accumulator, samples, ids):
+    """The number of replicates in ``samples``, once checked against the
+    ``shape`` and room of ``accumulator`` and stored at rows ``ids`` when it
+    keeps them (the first steps of every accumulator's ``update``)."""
+    shape = accumulator.shape
+    if samples.ndim != 1 + len(shape) or samples.shape[1:] != shape:
+        raise ValueError(
+            f"samples must have shape (m, *{shape}) to match shape="
+            f"{shape}, got {samples.shape}"
+        )
+    n_new = len(samples)
+    n_seen, n_total = accumulator.n_seen, accumulator.n_total
+    _check_room(n_seen, n_new, n_total)
+    if accumulator._store is not None:
+        accumulator._store.put(samples, _check_ids(ids, n_new, n_seen, n_total))
+    return n_new
+
+
 def _check_complete(n_seen, n_total):
     if n_seen != n_total:
         raise ValueError(
@@ -404,15 +422,7 @@ class BootstrapAccumulator:
         samples = np.asarray(samples)
         if samples.dtype != np.float32:
             samples = np.asarray(samples, dtype=np.float64)
-        if samples.ndim != 1 + len(self.shape) or samples.shape[1:] != self.shape:
-            raise ValueError(
-                f"samples must have shape (m, *{self.shape}) to match shape="
-                f"{self.shape}, got {samples.shape}"
-            )
-        n_new = len(samples)
-        _check_room(self.n_seen, n_new, self.n_total)
-        if self._store is not None:
-            self._store.put(samples, _check_ids(ids, n_new, self.n_seen, self.n_total))
+        n_new = _admit(self, samples, ids)
         self._hold(samples.dtype)
         last = self.n_seen + n_new == self.n_total
         start = 0
@@ -765,15 +775,7 @@ class BCaAccumulator:
     def update(self, samples, ids=None):
         """Fold in a batch of replicates (see :meth:`BootstrapAccumulator.update`)."""
         samples = np.asarray(samples, dtype=np.float64)
-        if samples.ndim != 1 + len(self.shape) or samples.shape[1:] != self.shape:
-            raise ValueError(
-                f"samples must have shape (m, *{self.shape}) to match shape="
-                f"{self.shape}, got {samples.shape}"
-            )
-        n_new = len(samples)
-        _check_room(self.n_seen, n_new, self.n_total)
-        if self._store is not None:
-            self._store.put(samples, _check_ids(ids, n_new, self.n_seen, self.n_total))
+        n_new = _admit(self, samples, ids)
         if n_new:
             self._moments.update(samples)
             self._moments.advance(n_new)
