@@ -1037,17 +1037,15 @@ default="shuffle"
             passes = [list(metrics)]
         else:
             passes = [[name] for name in metrics]
+        problem = functools.partial(
+            problem_class, X, Y, splits, spec, inner_scheme, backend, dtype
+        )
         counters = {}
         for names in passes:
             scorings = tuple(metrics[name] for name in names)
             counters.update(
                 self._ridge_pass(
-                    problem_class,
-                    X,
-                    Y,
-                    splits,
-                    spec,
-                    inner_scheme,
+                    problem,
                     backend,
                     dtype,
                     flops,
@@ -1060,41 +1058,26 @@ default="shuffle"
         return backend, counters
 
     def _ridge_pass(
-        self,
-        problem_class,
-        X,
-        Y,
-        splits,
-        spec,
-        inner_scheme,
-        backend,
-        dtype,
-        flops,
-        permutation,
-        n_items,
-        raw,
-        metrics,
+        self, problem, backend, dtype, flops, permutation, n_items, raw, metrics
     ):
         """One run of the fast path's problem over every permutation, scoring
-        ``metrics`` (name -> scoring) on the same predictions: their counters."""
+        ``metrics`` (name -> scoring) on the same predictions: their counters.
+
+        ``problem(scoring, n_permutations=, permutation=)`` builds it: the
+        problem class with the data, folds, spec, inner scheme, backend and
+        dtype of :meth:`_fit_ridge` already bound.
+        """
         scorings = tuple(metrics.values())
-        n_targets = Y.shape[1]
         with contextlib.ExitStack() as stack:
             stack.enter_context(backend.context())
             if flops < SMALL_FIT_FLOPS:
                 stack.enter_context(_backends.get(backend.library).one_thread())
-            problem = problem_class(
-                X,
-                Y,
-                splits,
-                spec,
-                inner_scheme,
-                backend,
-                dtype,
+            problem = problem(
                 scorings[0] if len(scorings) == 1 else scorings,
                 n_permutations=n_items,
                 permutation=permutation,
             )
+            n_targets = problem.n_targets
             observed = np.asarray(to_numpy(problem.observed()), dtype=np.float64)
             # Metric k's scores are columns k * n_targets ... of every row.
             counters = {}
