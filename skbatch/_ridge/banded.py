@@ -171,13 +171,21 @@ def _bands_from_indices(items, n_features):
     return columns
 
 
+def _numbers(value):
+    """``value`` as an ndarray of ints or floats, or None for what numpy
+    cannot read as numbers (bools included). The caller refuses first what
+    numpy would read as numbers by mistake (a string: ``"1"``)."""
+    try:
+        values = np.asarray(value)
+    except (TypeError, ValueError):
+        return None
+    return values if values.dtype.kind in "iuf" else None
+
+
 def check_concentration(concentration):
     """``concentration`` as a non-empty 1-D float64 array of positive values."""
-    try:
-        values = None if isinstance(concentration, str) else np.asarray(concentration)
-    except (TypeError, ValueError):
-        values = None
-    if values is None or values.dtype.kind not in "iuf":
+    values = None if isinstance(concentration, str) else _numbers(concentration)
+    if values is None:
         raise TypeError(
             f"concentration must be a positive float or a 1-D sequence of "
             f"positive floats, got {type(concentration).__name__}: "
@@ -216,11 +224,8 @@ def check_band_weights(band_weights, n_bands):
         return int(band_weights)
     values = None
     if not isinstance(band_weights, str | bool | numbers.Number):
-        try:
-            values = np.asarray(band_weights)
-        except (TypeError, ValueError):
-            values = None
-    if values is None or values.dtype.kind not in "iuf":
+        values = _numbers(band_weights)
+    if values is None:
         raise TypeError(
             f"band_weights must be an int >= 1 (candidates to draw) or an array "
             f"of shape (n_candidates, n_bands) of non-negative weights, got "
