@@ -3,6 +3,7 @@
 import ast
 import pathlib
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -455,3 +456,19 @@ def test_permutation_budgets_agree_to_the_stated_tolerance():
     small.fit(X, Y[:, 0])
     assert_same_to_rounding(small.permutation_scores_, default.permutation_scores_)
     assert small.pvalue_ == default.pvalue_
+
+
+@pytest.mark.parametrize("kind", ["ridge", "permutation", "bootstrap"])
+def test_inf_in_X_is_refused_by_the_finite_check_without_a_runtime_warning(kind):
+    X = np.random.default_rng(0).standard_normal((30, 3))
+    y = X[:, 0].copy()
+    X[0, 0] = np.inf
+    estimator = {
+        "ridge": BatchedRidge(),
+        "permutation": PermutationScorer(Ridge(), n_permutations=5),
+        "bootstrap": BootstrapEstimator(Ridge(), n_bootstrap=5),
+    }[kind]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with pytest.raises(ValueError, match="infinity"):
+            estimator.fit(X, y)

@@ -173,6 +173,9 @@ def check_column_scales(X, dtype, backend, *, fit_intercept=True, sample_weight=
     root = None if sample_weight is None else np.sqrt(sample_weight)[:, None]
     for start in range(0, X.shape[1], SCALE_CHECK_COLUMNS):
         block = np.asarray(X[:, start : start + SCALE_CHECK_COLUMNS], np.float64)
+        if not np.isfinite(block).all():
+            # The estimator's own check of X refuses NaN and inf, naming them.
+            return
         if fit_intercept:
             block = block - np.average(block, axis=0, weights=sample_weight)
         if root is not None:
