@@ -207,6 +207,7 @@ def test_jax_gpu_made_backend_unpickles_and_raises_without_gpu(no_gpu, monkeypat
         loaded.check_available()
 
 
+@pytest.mark.slow
 def test_gpu_pickle_loads_in_a_fresh_cpu_only_process():
     data = pickle.dumps(Backend("torch", "cuda:0"))
     code = (
@@ -572,6 +573,7 @@ def test_every_library_implements_the_surface(library):
     assert Backend(library).library == library
 
 
+@pytest.mark.slow
 def test_the_library_modules_import_no_gpu_library():
     code = (
         "import pickle, sys\n"

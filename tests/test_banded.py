@@ -535,6 +535,7 @@ def test_bootstrap_holds_band_weights_and_alpha():
 
 
 @pytest.mark.parametrize("cv", [None, "gcv", 3])
+@pytest.mark.slow
 def test_permutation_fast_path_equals_the_generic_path(cv):
     from skbatch import PermutationScorer
 

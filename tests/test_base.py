@@ -128,6 +128,7 @@ WRAPPERS = [
 
 
 @pytest.mark.parametrize("wrap", WRAPPERS, ids=["bootstrap", "permutation"])
+@pytest.mark.slow
 def test_metadata_routing_sends_requested_fit_params_to_the_estimator(wrap):
     """Under routing, what the estimator requests reaches every fit of it."""
     X, y, weight = _routing_data()

@@ -341,6 +341,7 @@ def test_float32_input_computes_in_float32_close_to_float64():
 @pytest.mark.parametrize("device", ["torch", "jax"])
 @pytest.mark.parametrize("shape", [(40, 5), (12, 30)], ids=["n>p", "p>n"])
 @pytest.mark.parametrize("alpha", [1.0, [0.1, 1.0, 10.0]], ids=["one", "per-target"])
+@pytest.mark.slow
 def test_array_api_backends_match_numpy(device, shape, alpha):
     pytest.importorskip(device)
     X, Y = make_data(*shape, 3, seed=12)
@@ -404,6 +405,7 @@ def test_fast_path_invariant_to_batch_size_and_oom(shape, monkeypatch):
 
 
 @pytest.mark.parametrize("block_size", [None, 3])
+@pytest.mark.slow
 def test_generic_path_invariant_to_n_jobs_budget_and_joblib_backend(block_size):
     X, Y = make_data(30, 4, 2, seed=14)
     params = dict(
@@ -1345,6 +1347,7 @@ def _preflight_gb(make, X, Y):
     ids=["fast", "fast-samples", "generic"],
 )
 @pytest.mark.parametrize("shape", [(1000, 20, 30), (40, 200, 10)], ids=["n>p", "p>n"])
+@pytest.mark.slow
 def test_peak_memory_stays_within_a_budget_just_above_the_preflight(make, shape):
     X, Y = make_data(*shape, seed=33)
     budget = 1.05 * _preflight_gb(make, X, Y)
@@ -1437,6 +1440,7 @@ def jackknife_by_refits(estimator, X, y, units, attribute):
     ],
     ids=["ridge", "ols", "no_intercept", "per_target_alphas", "generic"],
 )
+@pytest.mark.slow
 def test_bca_is_scipys_formula_on_the_replicates_and_a_jackknife_by_refits(
     estimator, reference, groups, two_passes, monkeypatch
 ):

@@ -254,6 +254,7 @@ def persisted(client, Y, width):
 
 
 @pytest.mark.parametrize("cv", [None, 4])
+@pytest.mark.slow
 def test_a_dask_y_on_the_cluster_gives_the_in_memory_serial_fit(client, cv):
     X, Y = make_data(n_samples=60, n_features=5, n_targets=200, seed=9)
     y = persisted(client, Y, 50)
@@ -489,6 +490,7 @@ def _host(result):
 @pytest.mark.parametrize(
     "backend", [Backend("numpy"), Backend("torch"), Backend("jax")], ids=str
 )
+@pytest.mark.slow
 def test_every_problem_computes_the_same_after_a_round_trip(backend):
     pytest.importorskip(backend.library)
     ids = np.arange(2, 7)

@@ -45,5 +45,6 @@ ESTIMATORS = [
 )
 @pytest.mark.filterwarnings("ignore:The cross-validated score is undefined:UserWarning")
 @parametrize_with_checks(ESTIMATORS)
+@pytest.mark.slow
 def test_sklearn_compatible_estimator(estimator, check):
     check(estimator)

@@ -48,6 +48,7 @@ def _fresh_logging():
 
 
 @pytest.mark.parametrize("page", PAGES, ids=_page_id)
+@pytest.mark.slow
 def test_page_examples_run(page, tmp_path, monkeypatch, doctest_requirements):
     # Pages may write files (pickles, figures): into a scratch folder.
     monkeypatch.chdir(tmp_path)

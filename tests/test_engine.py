@@ -1015,6 +1015,7 @@ def _thread_counts():
 
 # The grids are small on purpose, their edge in the way of every fit.
 @pytest.mark.filterwarnings("ignore::skbatch.AlphaEdgeWarning")
+@pytest.mark.slow
 def test_concurrent_fits_restore_the_thread_counts():
     """Overlapping limits from several threads leave the original counts."""
     rng = np.random.default_rng(0)

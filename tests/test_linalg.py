@@ -576,6 +576,7 @@ def test_unknown_scoring_is_rejected(scoring):
 
 
 @pytest.mark.parametrize("shape", [(40, 12), (20, 35)])
+@pytest.mark.slow
 def test_backends_agree_with_numpy(backend, shape):
     library, to_backend, to_numpy = backend
     if library == "jax" and shape[0] > shape[1]:
@@ -608,6 +609,7 @@ def test_backends_agree_with_numpy(backend, shape):
             )
 
 
+@pytest.mark.slow
 def test_float32_picks_the_alphas_of_float64(backend):
     _, to_backend, to_numpy = backend
     X, Y = make_data(200, 30, 40)
@@ -628,6 +630,7 @@ def test_float32_wide_design_picks_the_alphas_of_float64():
     assert_allclose(scores32, scores64, rtol=1e-3)
 
 
+@pytest.mark.slow
 def test_jax_without_float64_keeps_float32():
     """What a device without float64 (MPS) does: the criterion stays float32."""
     jax = pytest.importorskip("jax")

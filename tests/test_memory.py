@@ -210,6 +210,7 @@ def test_get_available_memory_gb_falls_back_when_jax_has_no_statistics(
         assert get_available_memory_gb() == 4.0
 
 
+@pytest.mark.slow
 def test_get_available_memory_gb_does_not_import_jax():
     code = (
         "import sys, skbatch; skbatch.get_available_memory_gb(); "

@@ -496,6 +496,7 @@ def test_a_task_block_is_read_and_checked_where_it_is_computed(
     assert str(computed.value) == str(read_here.value)
 
 
+@pytest.mark.slow
 def test_importing_skbatch_imports_no_array_library():
     code = (
         "import sys, skbatch; "

@@ -110,6 +110,7 @@ GRID_EDGE_EXPECTED = pytest.mark.filterwarnings("ignore::skbatch.AlphaEdgeWarnin
 )
 @pytest.mark.parametrize("scoring", [None, "neg_mean_squared_error"])
 @pytest.mark.parametrize("n_targets", [None, 3])
+@pytest.mark.slow
 def test_score_matches_sklearn(estimator, scoring, n_targets):
     X, y = make_data(n_targets=n_targets)
     expected = permutation_test_score(
@@ -189,6 +190,7 @@ def test_himalaya_estimator_through_generic_path():
 )
 @pytest.mark.parametrize("multioutput", ["uniform_average", "raw_values"])
 @pytest.mark.filterwarnings("ignore:The groups parameter is ignored by KFold")
+@pytest.mark.slow
 def test_fast_and_generic_paths_give_the_same_null(estimator, multioutput):
     X, Y = make_data(n_targets=3, signal=0.3)
     groups = np.repeat(np.arange(6), 10)
@@ -259,6 +261,7 @@ def test_pvalues_and_moments_follow_their_definitions():
     assert uniform.pvalue_fwer_ == uniform.pvalue_
 
 
+@pytest.mark.slow
 def test_pvalues_are_uniform_without_signal():
     pvalues = [
         PermutationScorer(Ridge(), n_permutations=99, cv=3, random_state=seed)
@@ -417,6 +420,7 @@ def test_identical_for_any_n_jobs():
 
 
 @pytest.mark.parametrize("device", ["torch", "jax"])
+@pytest.mark.slow
 def test_other_array_libraries_match_numpy(device):
     pytest.importorskip(device)
     X, Y = make_data(n_targets=2)
@@ -771,6 +775,7 @@ def exact_fit(estimator, X, Y, runs, **kwargs):
 
 
 @pytest.mark.filterwarnings("ignore:.*chose the (smallest|largest) alpha")
+@pytest.mark.slow
 def test_exact_results_do_not_depend_on_batches_or_paths(monkeypatch):
     runs = np.repeat([0, 1, 2], [5, 7, 4])
     X = ar_series(5, 16, 3)
@@ -921,6 +926,7 @@ METRIC_ATTRIBUTES = (
 )
 @pytest.mark.parametrize("multioutput", ["uniform_average", "raw_values"])
 @pytest.mark.filterwarnings("ignore:.*chose the (smallest|largest) alpha")
+@pytest.mark.slow
 def test_several_metrics_equal_fits_with_one_metric_each(estimator, multioutput):
     X, Y = make_data(n_targets=3, signal=0.3)
     names = ["r2", "correlation", "neg_mean_squared_error"]

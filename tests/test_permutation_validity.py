@@ -215,6 +215,7 @@ def test_groups_go_only_to_splitters_that_use_them():
 @GRID_EDGE_EXPECTED
 @pytest.mark.parametrize("permutation_type", ["circular_shift", "block_shuffle"])
 @pytest.mark.parametrize("estimator", [Ridge(), BatchedRidge(alphas=[0.1, 10.0])])
+@pytest.mark.slow
 def test_time_series_nulls_match_a_loop_on_both_paths(permutation_type, estimator):
     X, y = make_data(n=48, n_targets=2)
     groups = np.repeat([0, 1, 2], 16)
@@ -321,6 +322,7 @@ def pearson(t, p):
 
 @GRID_EDGE_EXPECTED
 @pytest.mark.parametrize("estimator", RIDGES + [generic(Ridge())], ids=repr)
+@pytest.mark.slow
 def test_per_target_correlation_matches_a_loop(estimator):
     X, Y = make_data(n=40, n_targets=3)
     scorer = PermutationScorer(

@@ -166,6 +166,7 @@ SPLITTERS = {
 @pytest.mark.parametrize("fit_intercept", [True, False])
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("splitter", SPLITTERS)
+@pytest.mark.slow
 def test_kfold_r2_equals_hand_loop_for_any_splitter(splitter, weighted, fit_intercept):
     X, Y = make_data(60, 10, 7, seed=11, noise=2.0)
     Y += 50.0  # far from zero: the training means matter
@@ -307,6 +308,7 @@ def test_impossible_budget_is_refused_up_front():
 
 @pytest.mark.parametrize("device", ["torch", "jax"])
 @pytest.mark.parametrize("cv", [None, 3])
+@pytest.mark.slow
 def test_torch_and_jax_agree_with_numpy(device, cv):
     pytest.importorskip(device)
     X, Y = make_data(40, 8, 6, seed=9, noise=2.0)
@@ -339,6 +341,7 @@ def test_torch_input_gives_torch_output():
     assert isinstance(model.predict(X), np.ndarray)
 
 
+@pytest.mark.slow
 def test_jax_input_gives_jax_output():
     pytest.importorskip("jax")
     import jax

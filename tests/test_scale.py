@@ -927,6 +927,7 @@ def _result(process):
     return stdout.strip()
 
 
+@pytest.mark.slow
 def test_importing_skbatch_imports_neither_jax_nor_torch():
     code = """
         import sys
