@@ -165,7 +165,7 @@ def run_tiny(name, quick):
             y.reshape(n, 1),
             list(KFold(5).split(X)),
             spec,
-            lambda X_train, Y_train: cv_scheme(spec.cv).split(X_train, Y_train),
+            lambda X_train, Y_train, train: cv_scheme(spec.cv).split(X_train, Y_train),
             backend,
             np.float64,
             None,
