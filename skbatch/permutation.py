@@ -525,11 +525,11 @@ default="shuffle"
         Mean of the permuted scores.
     null_std_ : float or ndarray of shape (n_targets,)
         Standard deviation (ddof=1) of the permuted scores.
-    permutation_scores_ : ndarray of shape (n_permutations_,) or \
-(n_permutations_, n_targets)
-        Every permuted score, row i from permutation i (with ``exact_``,
-        the i-th of the enumeration, row 0 the identity); only with
-        ``return_null=True``.
+    permutation_scores_ : ndarray
+        Of shape ``(n_permutations_,)``, or ``(n_permutations_, n_targets)``
+        with ``multioutput="raw_values"``. Every permuted score, row i from
+        permutation i (with ``exact_``, the i-th of the enumeration, row 0
+        the identity); only with ``return_null=True``.
     n_permutations_ : int
         Permutations scored: ``n_permutations``, or with ``exact_`` the
         number of distinct permutations of the scheme.
