@@ -30,6 +30,7 @@ from ._ridge.banded import (
     check_concentration,
     check_search_memory,
 )
+from ._ridge.banded_bootstrap import HeldBands
 from ._ridge.cv import cv_scheme
 from ._ridge.problems import RidgeSolver, fit_flops
 from ._ridge.spec import batched_ridge_spec, check_alphas, resolve_dtype
@@ -590,8 +591,12 @@ def _product_measure(parts, Y, intercept):
 class HeldBandedRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
     """Banded ridge at fixed band weights and alpha per target, no search.
 
-    What :class:`~skbatch.BootstrapEstimator` refits in every replicate of
-    a :class:`BandedRidge` (see :func:`held_banded_ridge`): target j is
+    The replicate estimator of :class:`~skbatch.BootstrapEstimator` around
+    a :class:`BandedRidge` whose choices are held fixed (see
+    :func:`held_banded_ridge`), which solves its replicates in batches from
+    the problem it states (``__skbatch_held_bands__``) and refits it where
+    that path does not apply (a callable ``attributes``, the jackknife of
+    BCa when its closed form does not). Target j is
     scikit-learn's ``Ridge(alpha=alpha[j])`` on X's columns rescaled band by
     band by ``sqrt(band_weights[j])``, bands of weight 0 left out (their
     coefficients 0), the coefficients mapped back to X's columns.
@@ -625,6 +630,16 @@ class HeldBandedRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         self.alphas = alphas
         self.fit_intercept = fit_intercept
 
+    def __skbatch_held_bands__(self):
+        """The fixed problem ``fit`` solves, for the bootstrap's batched path
+        (:class:`skbatch._ridge.banded_bootstrap.HeldBands`)."""
+        return HeldBands(
+            list(self.bands),
+            np.atleast_2d(np.asarray(self.band_weights, dtype=np.float64)),
+            np.atleast_1d(np.asarray(self.alphas, dtype=np.float64)),
+            fit_intercept=self.fit_intercept,
+        )
+
     def fit(self, X, y, sample_weight=None):
         """Fit every target at its band weights and alpha.
 
@@ -640,14 +655,13 @@ class HeldBandedRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         """
         X, y = validate_data(self, X, y, multi_output=True, y_numeric=True)
         Y = y.reshape(X.shape[0], -1)
-        weights = np.atleast_2d(self.band_weights)
-        alphas = np.atleast_1d(self.alphas)
-        candidates, chosen = np.unique(weights, axis=0, return_inverse=True)
-        design = BandedDesign(X, self.bands, candidates)
+        held = self.__skbatch_held_bands__()
+        alphas = held.alphas
+        design, chosen = held.design(X)
         coef = np.zeros((Y.shape[1], X.shape[1]))
         intercept = np.zeros(Y.shape[1])
-        for c in range(len(candidates)):
-            (columns,) = np.nonzero(chosen.ravel() == c)
+        for c in range(len(design.kept)):
+            (columns,) = np.nonzero(chosen == c)
             ridge = Ridge(
                 alpha=alphas[columns], fit_intercept=self.fit_intercept, solver="svd"
             ).fit(design.design(c), Y[:, columns], sample_weight=sample_weight)
@@ -676,11 +690,8 @@ class HeldBandedRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
 
 def held_banded_ridge(fitted):
     """The replicate estimator of a fitted :class:`BandedRidge` whose
-    choices a bootstrap holds fixed: None when nothing was chosen (one
-    candidate and one alpha), else a :class:`HeldBandedRidge` at every
+    choices a bootstrap holds fixed: a :class:`HeldBandedRidge` at every
     target's band weights and alpha."""
-    if len(fitted.candidates_) == 1 and np.size(fitted.alphas) == 1:
-        return None
     return HeldBandedRidge(
         fitted._band_columns,
         np.atleast_2d(fitted.band_weights_),

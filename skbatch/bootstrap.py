@@ -53,6 +53,11 @@ from ._base import (
 from ._engine import _say, run_parallel, run_problem
 from ._preflight import DataBytes, batched_budget, gb_up, refit_window, refuse
 from ._ridge import problems as _problems
+from ._ridge.banded_bootstrap import (
+    BandedBootstrapProblem,
+    HeldBands,
+    banded_bootstrap_nbytes,
+)
 from ._ridge.problems import (
     BootstrapRidgeProblem,
     bootstrap_flops_per_replicate,
@@ -100,6 +105,8 @@ STATISTIC_KEY = "statistic"
 # estimator), so asking for them needs tune_per_replicate=True.
 _TUNED_ATTRIBUTES = (
     "alpha_",
+    "band_weights_",
+    "band_alphas_",
     "best_score_",
     "cv_results_",
     "best_params_",
@@ -558,29 +565,42 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         backend = resolve_backend(self.device, flops=flops)
         if shapes is not None:
             # The batched path's preflight, before the fit on all data: in
-            # float64 and with a copy of y, the most that path can take.
+            # float64 and with a copy of y, the most that path can take (for
+            # a banded ridge, every target at one candidate of all columns).
+            n_features = X_checked.shape[1]
+            if isinstance(estimator, BandedRidge):
+                fit_intercept = estimator.fit_intercept
+                planned = banded_bootstrap_nbytes(
+                    n_samples,
+                    n_features,
+                    n_targets,
+                    [(n_features, n_targets)],
+                    8,
+                    backend,
+                    fit_intercept=fit_intercept,
+                )
+            else:
+                fit_intercept = ridge_spec(estimator).fit_intercept
+                planned = BootstrapRidgeProblem.nbytes(
+                    n_samples,
+                    n_features,
+                    n_targets,
+                    8,
+                    copies_y=True,
+                    gather_buffers=BootstrapRidgeProblem.gather_buffers(
+                        backend, n_samples, n_features + 1, n_targets
+                    ),
+                )
             batched_budget(
                 backend,
                 self.max_memory_gb,
                 data,
                 self._accumulator_bytes(shapes),
-                *BootstrapRidgeProblem.nbytes(
-                    n_samples,
-                    X_checked.shape[1],
-                    n_targets,
-                    8,
-                    copies_y=True,
-                    gather_buffers=BootstrapRidgeProblem.gather_buffers(
-                        backend, n_samples, X_checked.shape[1] + 1, n_targets
-                    ),
-                ),
+                *planned,
                 self._refuse,
             )
             check_column_scales(
-                X_checked,
-                np.float64,
-                backend,
-                fit_intercept=ridge_spec(estimator).fit_intercept,
+                X_checked, np.float64, backend, fit_intercept=fit_intercept
             )
 
         one_thread = contextlib.nullcontext()
@@ -598,7 +618,7 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         source = _unwrap_search(self.estimator_)
         names = self._attribute_names(source)
         replicate_estimator = _replicate_estimator(
-            self.estimator_, estimator, self.tune_per_replicate
+            self.estimator_, estimator, self.tune_per_replicate, names
         )
         if replicate_estimator is not None and names is not None:
             _check_not_tuned(names)
@@ -861,15 +881,17 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         sums = None
         if linear is not None:
             spec, _ = linear
-            sums = _linear_jackknife_sums(
-                X,
-                y,
-                spec.alphas,
-                spec.fit_intercept,
+            args = (
                 fit_params.get("sample_weight"),
                 units if groups is not None else None,
                 {name: value.shape for name, value in estimates.items()},
             )
+            if isinstance(spec, HeldBands):
+                sums = _banded_jackknife_sums(X, y, spec, *args)
+            else:
+                sums = _linear_jackknife_sums(
+                    X, y, spec.alphas, spec.fit_intercept, *args
+                )
         if sums is None:
             sums = self._jackknife_refits(
                 estimator,
@@ -952,12 +974,25 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         summaries = self._accumulator_bytes(
             {name: acc.shape for name, acc in accumulators.items()}
         )
-        batch_gb, max_items = batched_budget(
-            backend,
-            self.max_memory_gb,
-            data,
-            summaries,
-            *BootstrapRidgeProblem.nbytes(
+        resampling = dict(
+            fit_intercept=spec.fit_intercept,
+            sample_weight=sample_weight,
+            groups=groups,
+            block_size=self.block_size_,
+            block_scheme=self.block_scheme,
+            entropy=entropy,
+            backend=backend,
+            dtype=dtype,
+            n_bootstrap=self.n_bootstrap,
+        )
+        banded = isinstance(spec, HeldBands)
+        if banded:
+            del resampling["fit_intercept"]
+            planned = BandedBootstrapProblem.nbytes(
+                X, y, spec, backend, dtype, self.n_bootstrap
+            )
+        else:
+            planned = BootstrapRidgeProblem.nbytes(
                 *X.shape,
                 n_targets,
                 dtype.itemsize,
@@ -965,8 +1000,9 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
                 gather_buffers=BootstrapRidgeProblem.gather_buffers(
                     backend, X.shape[0], X.shape[1] + spec.fit_intercept, n_targets
                 ),
-            ),
-            self._refuse,
+            )
+        batch_gb, max_items = batched_budget(
+            backend, self.max_memory_gb, data, summaries, *planned, self._refuse
         )
 
         def reduce(ids, result):
@@ -983,21 +1019,14 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
                 accumulator.update(block, ids=ids)
 
         with backend.context():
-            problem = BootstrapRidgeProblem(
-                X,
-                y,
-                spec.alphas,
-                fit_intercept=spec.fit_intercept,
-                sample_weight=sample_weight,
-                groups=groups,
-                block_size=self.block_size_,
-                block_scheme=self.block_scheme,
-                entropy=entropy,
-                backend=backend,
-                dtype=dtype,
-                n_bootstrap=self.n_bootstrap,
-                max_batch_size=max_items,
-            )
+            if banded:
+                problem = BandedBootstrapProblem(
+                    X, y, spec, **resampling, max_batch_size=max_items
+                )
+            else:
+                problem = BootstrapRidgeProblem(
+                    X, y, spec.alphas, **resampling, max_batch_size=max_items
+                )
             # batch_gb is what the preflight left for the batches once all
             # that is held is counted; the engine takes the problem's fixed
             # bytes off the budget it is given.
@@ -1238,6 +1267,41 @@ def _linear_jackknife_sums(X, y, alphas, fit_intercept, sample_weight, units, sh
     return out
 
 
+def _banded_jackknife_sums(X, y, held, sample_weight, units, shapes):
+    """:func:`_linear_jackknife_sums` of a :class:`HeldBands`, candidate by
+    candidate: ridge on each candidate's rescaled columns for its targets,
+    whose deviations scale back by ``sqrt(gamma_b)`` (their k-th powers by
+    its k-th power); 0 in the bands left out. None when any candidate's is.
+    """
+    design, chosen = held.design(X)
+    Y = np.asarray(y, dtype=np.float64).reshape(X.shape[0], -1)
+    n_targets, n_features = Y.shape[1], X.shape[1]
+    coef = np.zeros((3, n_targets, n_features))
+    intercept = np.zeros((3, n_targets))
+    for c in range(len(design.kept)):
+        targets = np.flatnonzero(chosen == c)
+        kept, scale = design.kept[c], design.scales[c]
+        sums = _linear_jackknife_sums(
+            design.design(c),
+            Y[:, targets],
+            held.alphas[targets],
+            held.fit_intercept,
+            sample_weight,
+            units,
+            {"coef_": (targets.size, kept.size), "intercept_": (targets.size,)},
+        )
+        if sums is None:
+            return None
+        for k in range(3):
+            coef[k][np.ix_(targets, kept)] = sums["coef_"][k] * scale ** (k + 1)
+            intercept[k][targets] = sums["intercept_"][k]
+    power = {"coef_": coef, "intercept_": intercept}
+    return {
+        name: tuple(power[name][k].reshape(shape) for k in range(3))
+        for name, shape in shapes.items()
+    }
+
+
 def _unit_rows(units):
     order = np.argsort(units, kind="stable")
     bounds = np.flatnonzero(np.diff(units[order])) + 1
@@ -1301,16 +1365,21 @@ def _as_float(name, value):
         ) from exc
 
 
-def _replicate_estimator(fitted, estimator, tune_per_replicate):
+def _replicate_estimator(fitted, estimator, tune_per_replicate, names):
     """The unfitted estimator of each replicate when tuning is held fixed.
 
     None when nothing is tuned (or tuning is redone per replicate): the
-    replicates then refit a clone of ``estimator`` as given.
+    replicates then refit a clone of ``estimator`` as given. A
+    ``BandedRidge`` that chose nothing (one candidate, one alpha) is held
+    all the same when only ``coef_`` / ``intercept_`` (``names``) are
+    bootstrapped, for the batched path.
     """
     if tune_per_replicate:
         return None
     if isinstance(fitted, BandedRidge):
-        return held_banded_ridge(fitted)
+        searched = len(fitted.candidates_) > 1 or np.size(fitted.alphas) > 1
+        linear = names is not None and set(names) <= set(_LINEAR_ATTRIBUTES)
+        return held_banded_ridge(fitted) if searched or linear else None
     if isinstance(fitted, BatchedRidge):
         if np.size(fitted.alphas) < 2:
             return None
@@ -1406,10 +1475,12 @@ def _linear_shapes(estimator, attributes, tune_per_replicate, X, y):
 
     None when the replicates will not take the batched path (not a ridge
     problem, other attributes, re-tuning per replicate, X not dense numbers):
-    the shapes are then known only after the fit.
+    the shapes are then known only after the fit. A ``BandedRidge`` takes
+    the batched path at its choices held fixed.
     """
     spec = ridge_spec(estimator)
-    if spec is None or (tune_per_replicate and spec.tunes):
+    banded = isinstance(estimator, BandedRidge) and not tune_per_replicate
+    if not banded and (spec is None or (tune_per_replicate and spec.tunes)):
         return None
     if sparse.issparse(X) or X.dtype.kind not in "biuf" or callable(attributes):
         return None
@@ -1429,13 +1500,18 @@ def _linear_shapes(estimator, attributes, tune_per_replicate, X, y):
 
 def _linear_model(estimator, names, X, y, fit_params):
     """``(spec, dtype)`` of the replicates' ridge problem at fixed alphas when
-    the batched path solves it, else None."""
+    the batched path solves it, else None: a :class:`RidgeSpec`, or the
+    :class:`HeldBands` of a banded ridge held at its choices."""
     if names is None or not set(names) <= set(_LINEAR_ATTRIBUTES):
         return None
     if not set(fit_params) <= {"sample_weight"}:
         return None
     if sparse.issparse(X) or X.dtype.kind not in "biuf":
         return None
+    held = getattr(estimator, "__skbatch_held_bands__", None)
+    if held is not None:
+        held = held()
+        return held, held.dtype
     spec = ridge_spec(estimator)
     if spec is None or spec.tunes:
         return None
