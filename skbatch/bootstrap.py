@@ -10,7 +10,8 @@ Replicate ``i`` draws its rows from its own seed stream
 Two paths compute the replicates:
 
 - linear models (:class:`~skbatch.BatchedRidge`, sklearn ``Ridge`` and
-  ``LinearRegression``) take a batched device path: a resample is a vector of
+  ``LinearRegression``, :class:`~skbatch.BandedRidge` at its chosen band
+  weights and alphas) take a batched device path: a resample is a vector of
   integer weights, and a batch of replicates is a batch of weighted Gram
   matrices and one (batch x n_features, n_samples) @ (n_samples, n_targets)
   product, with no copy of the targets per replicate;
@@ -158,11 +159,13 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
 
     Linear models (:class:`~skbatch.BatchedRidge`,
     :class:`~sklearn.linear_model.Ridge`,
-    :class:`~sklearn.linear_model.LinearRegression`, and
-    :class:`~sklearn.linear_model.RidgeCV` once tuned) with attributes
-    ``coef_`` / ``intercept_`` take a batched path on ``device``: each
-    resample is a vector of integer weights and a batch of replicates costs
-    one matrix product with the targets. Every other estimator is refit on
+    :class:`~sklearn.linear_model.LinearRegression`,
+    :class:`~sklearn.linear_model.RidgeCV` once tuned, and
+    :class:`~skbatch.BandedRidge` at its chosen band weights and alphas)
+    with attributes ``coef_`` / ``intercept_`` take a batched path on
+    ``device``: each resample is a vector of integer weights and a batch of
+    replicates costs one matrix product with the targets (for a
+    ``BandedRidge``, one per chosen candidate). Every other estimator is refit on
     the resampled rows through joblib (``n_jobs``); wrapping ``fit`` in
     ``joblib.parallel_config`` chooses the joblib backend (dask, ray...).
     Both paths draw identical resamples.
@@ -272,7 +275,12 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         data, and held fixed across replicates (False), or tuned again in
         each replicate (True). Held fixed: a ``BatchedRidge`` with several
         alphas refits with its chosen ``alpha_`` per target; a ``RidgeCV``
-        as ``Ridge(alpha=alpha_)``; a ``GridSearchCV`` or
+        as ``Ridge(alpha=alpha_)``; a ``BandedRidge`` at each target's
+        ``band_weights_`` and ``alpha_``, that is ``Ridge(alpha=alpha_)`` on
+        the columns of each band ``b`` scaled by ``sqrt(band_weights_[b])``
+        (bands of weight 0 left out, their coefficients 0), coefficients
+        scaled back (on the batched path, the targets that chose one
+        candidate solved together); a ``GridSearchCV`` or
         ``RandomizedSearchCV`` as its ``best_estimator_`` (the best
         parameters). Other self-tuning estimators (``LassoCV``...) re-tune
         in every replicate either way.
