@@ -93,7 +93,7 @@ def center(A, sample_weight=None, *, fit_intercept=True, xp=None):
     return A_centered, offset
 
 
-def svd_decompose(X, *, xp=None):
+def svd_decompose(X, *, n_rows=None, xp=None):
     """Thin SVD of ``X`` without its numerically null directions.
 
     Singular values at or below ``s_max * max(n, p) * eps`` (the rank rule of
@@ -118,6 +118,10 @@ def svd_decompose(X, *, xp=None):
     ----------
     X : array of shape (n_samples, n_features)
         Centred (and weight-scaled) design matrix.
+    n_rows : int, default=None
+        Rows of the matrix whose SVD this is, for the rank rule, when ``X``
+        is its triangular factor R (:func:`qr_factor`): the rounding of the
+        QR of n rows is that of n rows. None: ``X``'s own.
 
     Returns
     -------
@@ -151,8 +155,9 @@ def svd_decompose(X, *, xp=None):
     with one_thread(A):
         U, s, Vt = _backends.of_array(A).svd(A)
     eps = xp.finfo(dtype).eps
+    size = max(X.shape[0] if n_rows is None else n_rows, X.shape[1])
     if not graded:
-        rank = int(xp.sum(s > s[0] * max(X.shape) * eps))
+        rank = int(xp.sum(s > s[0] * size * eps))
         return (
             _cast(U[:, :rank], dtype, xp),
             _cast(s[:rank], dtype, xp),
@@ -164,7 +169,7 @@ def svd_decompose(X, *, xp=None):
     # combines.
     norms = xp.astype(norms, A.dtype, copy=False)
     floor = xp.sqrt(_column_sq_norms(xp.permute_dims(Vt, (1, 0)) * norms[:, None], xp))
-    kept = s > floor * (max(X.shape) * eps)
+    kept = s > floor * (size * eps)
     (kept,) = xp.nonzero(kept)
     U, s, Vt, floor = (
         xp.take(U, kept, axis=1),
@@ -533,6 +538,35 @@ def gcv_scores(
     sq_norm = xp.astype(sq_norm_residual, s.dtype, copy=False) + shrinkage**2 @ UtY_sq
     trace = xp.sum(kept, axis=1) + int(fit_intercept)
     return -(sq_norm / n_samples) / ((1.0 - trace / n_samples) ** 2)[:, None]
+
+
+def qr_factor(X, *, xp=None):
+    """Thin QR of a tall centred design, for the SVDs of its column scalings.
+
+    ``X = Q R`` once; the SVD of ``X[:, kept] * scale`` is then that of the
+    small ``R[:, kept] * scale`` (:func:`svd_decompose` with ``n_rows``),
+    its left vectors mapped by ``Q``. Householder QR is backward stable
+    column by column, so scaling R's columns keeps each column's relative
+    accuracy, as decomposing the scaled X would.
+
+    Parameters
+    ----------
+    X : array of shape (n_samples, n_features)
+        Centred (and weight-scaled), ``n_samples >= n_features``.
+
+    Returns
+    -------
+    Q : array of shape (n_samples, n_features)
+        Orthonormal columns, in ``X``'s dtype.
+    R : array of shape (n_features, n_features)
+        Upper triangular, in the decomposition dtype
+        (:func:`decomposition_dtype`).
+    """
+    xp = _namespace(xp, X)
+    A = xp.astype(X, decomposition_dtype(X, xp), copy=False)
+    with one_thread(A):
+        Q, R = xp.linalg.qr(A)
+    return _cast(Q, X.dtype, xp), R
 
 
 def fold_basis(X_train, X_test, *, fit_intercept=True, sample_weight=None, xp=None):

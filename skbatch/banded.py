@@ -24,6 +24,7 @@ from ._ridge.banded import (
     BandedRefitProblem,
     BandedSearchProblem,
     BandedSpec,
+    SharedFactors,
     band_candidates,
     check_band_weights,
     check_bands,
@@ -402,6 +403,16 @@ default=None
             coef[ids], intercept[ids] = result
 
         with self.backend_.context():
+            factors = None
+            if SharedFactors.applies(len(candidates), n_samples, n_features, scheme):
+                factors = SharedFactors(
+                    X,
+                    sample_weight,
+                    scheme,
+                    self.backend_,
+                    self.dtype_,
+                    fit_intercept=self.fit_intercept,
+                )
             solvers = [
                 RidgeSolver(
                     design.design(c),
@@ -412,10 +423,15 @@ default=None
                     self.dtype_,
                     fit_intercept=self.fit_intercept,
                     scoring=self.scoring,
+                    basis=None
+                    if factors is None
+                    else factors.basis(design.kept[c], design.scales[c]),
                 )
                 for c in range(len(candidates))
             ]
-            search = BandedSearchProblem(solvers, targets, store=self.store_cv_results)
+            search = BandedSearchProblem(
+                solvers, targets, store=self.store_cv_results, factors=factors
+            )
             plan = run_problem(search, reduce_search, **run_args)
             refit = BandedRefitProblem(solvers, design, targets, chosen, alphas[best])
             run_problem(refit, reduce_refit, **run_args)

@@ -383,6 +383,69 @@ def test_budget_oom_and_batch_size_do_not_change_the_result():
         assert_allclose(model.best_score_, ref.best_score_, rtol=1e-12)
 
 
+def _without_shared_factors(monkeypatch):
+    from skbatch._ridge.banded import SharedFactors
+
+    monkeypatch.setattr(SharedFactors, "applies", staticmethod(lambda *a: False))
+
+
+@pytest.mark.parametrize(
+    "cv, fit_intercept, weighted",
+    [(None, True, False), (None, False, True), ("gcv", True, True), (4, True, True)],
+)
+def test_shared_factors_give_the_model_of_separate_svds(
+    cv, fit_intercept, weighted, monkeypatch
+):
+    """The SVD of every candidate from one QR of X (and of each fold's training
+    rows) equals each candidate's own SVD: graded weights (1e-8 beside 1), a
+    duplicated column (rank-deficient X) and weighted rows included."""
+    X, Y, runs = make_banded(seed=21, t=30, n=80)
+    X[:, 5] = X[:, 1]
+    candidates = np.vstack([CANDIDATES, [[1 - 1e-8, 1e-8], [1e-6, 1 - 1e-6]]])
+    weight = None
+    if weighted:
+        weight = np.random.default_rng(3).uniform(0.2, 2, X.shape[0])
+        weight[:3] = 0
+    params = dict(
+        bands=LABELS,
+        alphas=np.logspace(-6, 4, 6),
+        band_weights=candidates,
+        cv=cv,
+        fit_intercept=fit_intercept,
+    )
+    shared = BandedRidge(**params).fit(X, Y, sample_weight=weight)
+    _without_shared_factors(monkeypatch)
+    separate = BandedRidge(**params).fit(X, Y, sample_weight=weight)
+    assert np.unique(shared.band_weights_, axis=0).shape[0] > 1
+    assert_array_equal(shared.band_weights_, separate.band_weights_)
+    assert_array_equal(shared.alpha_, separate.alpha_)
+    assert_allclose(shared.best_score_, separate.best_score_, rtol=1e-9)
+    assert_allclose(shared.coef_, separate.coef_, rtol=1e-7, atol=1e-9)
+    assert_allclose(shared.intercept_, separate.intercept_, rtol=1e-7, atol=1e-9)
+
+
+def test_shared_factors_are_used_only_where_they_save_work(monkeypatch):
+    from skbatch._ridge import banded
+
+    built = []
+    original = banded.SharedFactors.__init__
+
+    def spy(self, *args, **kwargs):
+        built.append(True)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(banded.SharedFactors, "__init__", spy)
+    X, Y, _ = make_banded(seed=22, n=40)
+    BandedRidge(LABELS, alphas=ALPHAS, band_weights=CANDIDATES).fit(X, Y)
+    assert built == [True]
+    # One candidate: nothing to share (and bands=None stays BatchedRidge).
+    BandedRidge(LABELS, alphas=ALPHAS, band_weights=CANDIDATES[:1]).fit(X, Y)
+    # More columns than rows.
+    wide = np.hstack([X, X[:, ::-1] + 1e-3 * X])[:, :20]
+    BandedRidge(np.arange(20) % 2, alphas=ALPHAS).fit(wide[:15], Y[:15])
+    assert built == [True]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("library", ["torch", "jax"])
 def test_other_libraries_give_the_numpy_model(library):

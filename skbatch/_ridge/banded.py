@@ -27,9 +27,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import _linalg
+from .._engine import map_threads
 from ..backend import to_numpy
 from ..memory import GB, memory_budget
 from ..random import resolve_entropy
+from .cv import _Fold
 from .problems import (
     CV_WORKSPACE_OVERHEAD,
     PermutedRidgeProblem,
@@ -49,6 +51,8 @@ WEIGHT_FLOOR = 1e-12
 
 __all__ = [
     "BandedDesign",
+    "CandidateBasis",
+    "SharedFactors",
     "BandedPermutedProblem",
     "BandedSpec",
     "BandedRefitProblem",
@@ -331,6 +335,162 @@ class BandedDesign:
         return self.X[:, kept] * scale.astype(self.X.dtype)
 
 
+class SharedFactors:
+    """The QR of X's centred rows, once, for the SVDs of every candidate.
+
+    A candidate's design is X's kept columns times their scales: its SVD is
+    that of the small ``R[:, kept] * scale`` (:func:`_linalg.qr_factor`),
+    and its targets' coordinates ``U'Y`` are ``coords' (Q'Y)``, one product
+    of the shared ``Q'Y`` by a small matrix. So a batch of targets is
+    centred and projected on Q once for all candidates (:meth:`project`),
+    and each candidate costs a p x p SVD, not an n x p one. The same for
+    each fold's training rows with a K-fold scheme.
+
+    Used when it saves work (:meth:`applies`): several candidates and fewer
+    columns than rows in every factorised set of rows.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+        Host design matrix.
+    sample_weight : ndarray or None
+    scheme : skbatch._ridge.cv.CVScheme
+        Split already.
+    backend : Backend
+    dtype : numpy dtype
+    fit_intercept : bool
+    """
+
+    def __init__(self, X, sample_weight, scheme, backend, dtype, *, fit_intercept):
+        xp = backend.xp
+        self.xp, self.backend, self.dtype = xp, backend, dtype
+        self.n_samples = X.shape[0]
+        sample_weight, _ = scheme.weights(sample_weight)
+        X = backend.asarray(X, dtype)
+        weight = (
+            None if sample_weight is None else backend.asarray(sample_weight, dtype)
+        )
+
+        def full():
+            X_centered, X_offset = _linalg.center(
+                X, weight, fit_intercept=fit_intercept, xp=xp
+            )
+            return X_offset, *_linalg.qr_factor(X_centered, xp=xp)
+
+        def fold(train, test):
+            rows = backend.asarray(train)
+            X_centered, X_offset = _linalg.center(
+                xp.take(X, rows, axis=0),
+                None if weight is None else xp.take(weight, rows, axis=0),
+                fit_intercept=fit_intercept,
+                xp=xp,
+            )
+            Q, R = _linalg.qr_factor(X_centered, xp=xp)
+            X_test = xp.take(X, backend.asarray(test), axis=0) - X_offset
+            # Q'Y over the fold's training rows as the fold's own basis
+            # projects them (by runs of rows, with the training mean).
+            projector = _Fold(
+                X,
+                weight,
+                train,
+                test,
+                backend,
+                fit_intercept=fit_intercept,
+                basis=lambda: (Q, None, None, None),
+            )
+            return projector, R, X_test, len(train)
+
+        splits = getattr(scheme, "splits", None) or ()
+        parts = [full, *(lambda split=split: fold(*split) for split in splits)]
+        (self.X_offset, self.Q, self.R), *self.folds = map_threads(
+            lambda part: part(), parts, backend
+        )
+        self.fit_intercept = fit_intercept
+
+    @staticmethod
+    def applies(n_candidates, n_samples, n_features, scheme):
+        """Whether sharing saves work: more than one candidate, and fewer
+        columns than rows in all rows and in every fold's training rows."""
+        splits = getattr(scheme, "splits", None) or ()
+        rows = [n_samples, *(len(train) for train, _ in splits)]
+        return n_candidates > 1 and n_features < min(rows)
+
+    @staticmethod
+    def nbytes(n_samples, n_features, scheme, itemsize):
+        """Device bytes held, from the shapes: Q and R of all rows and of each
+        fold's training rows (R in float64), each fold's centred test rows."""
+        p = n_features
+        count = n_samples * p
+        for train, test in getattr(scheme, "splits", None) or ():
+            count += (len(train) + len(test)) * p
+        n_factors = 1 + len(getattr(scheme, "splits", None) or ())
+        return itemsize * (count + p) + 8 * n_factors * p * p
+
+    @staticmethod
+    def bytes_per_target(n_features, scheme):
+        """Device values per target of :meth:`project`'s results."""
+        n_folds = len(getattr(scheme, "splits", None) or ())
+        return (1 + n_folds) * (n_features + 1)
+
+    def project(self, Y_centered, *, full):
+        """A batch's shared projections: ``Q'Y`` on all rows when ``full``
+        (else None), and each fold's ``(Q_k'Y[train], training mean)``, or
+        None without folds."""
+        QtY = _linalg.project(self.Q, Y_centered, xp=self.xp) if full else None
+        if not self.folds:
+            return QtY, None
+        return QtY, [
+            projector.project(Y_centered, with_mean=self.fit_intercept)
+            for projector, *_ in self.folds
+        ]
+
+    def basis(self, kept, scale):
+        """The :class:`CandidateBasis` of the design ``X[:, kept] * scale``."""
+        return CandidateBasis(self, kept, scale)
+
+
+class CandidateBasis:
+    """One candidate's decompositions from :class:`SharedFactors`.
+
+    Given as ``basis`` to :class:`~skbatch._ridge.problems.RidgeSolver`:
+    ``full()`` gives ``(X_offset, U, s, Vt)`` of the candidate's design,
+    ``folds`` a callable per fold giving ``(U, s, X_test_V, coords)``, and
+    ``coords`` (set by ``full()``) maps the shared ``Q'Y`` to ``U'Y``.
+    """
+
+    def __init__(self, factors, kept, scale):
+        self.factors = factors
+        backend, xp = factors.backend, factors.xp
+        self.kept = backend.asarray(kept)
+        self.scale = backend.asarray(scale, factors.R.dtype)
+        self.coords = None
+        self.folds = [
+            lambda fold=fold: self._fold(*fold) for fold in factors.folds
+        ] or None
+        self._xp = xp
+
+    def _svd(self, R, n_rows):
+        xp, dtype = self._xp, self.factors.dtype
+        columns = xp.take(R, self.kept, axis=1) * self.scale
+        coords, s, Vt = _linalg.svd_decompose(columns, n_rows=n_rows, xp=xp)
+        return (xp.astype(a, dtype, copy=False) for a in (coords, s, Vt))
+
+    def full(self):
+        factors, xp = self.factors, self._xp
+        coords, s, Vt = self._svd(factors.R, factors.n_samples)
+        self.coords = coords
+        scale = xp.astype(self.scale, factors.dtype, copy=False)
+        X_offset = xp.take(factors.X_offset, self.kept, axis=0) * scale
+        return X_offset, factors.Q @ coords, s, Vt
+
+    def _fold(self, projector, R, X_test, n_train):
+        xp = self._xp
+        coords, s, Vt = self._svd(R, n_train)
+        scale = xp.astype(self.scale, self.factors.dtype, copy=False)
+        X_test_V = (xp.take(X_test, self.kept, axis=1) * scale) @ Vt.T
+        return projector.U @ coords, s, X_test_V, coords
+
+
 def check_search_memory(
     design,
     n_samples,
@@ -414,13 +574,16 @@ class BandedSearchProblem(TargetProblem):
     Y : ndarray or TargetColumns
     store : bool
         Return the score of every pair.
+    factors : SharedFactors, default=None
+        The factorisation the solvers were built from, if any: each batch is
+        then projected on it once for all candidates.
     """
 
     desc = "searched targets"
 
-    def __init__(self, solvers, Y, *, store):
+    def __init__(self, solvers, Y, *, store, factors=None):
         super().__init__(solvers[0], Y)
-        self.solvers, self.store = solvers, store
+        self.solvers, self.store, self.factors = solvers, store, factors
         n_candidates = len(solvers)
         n_alphas = solvers[0].alphas.size
         solver = solvers[0]
@@ -434,8 +597,12 @@ class BandedSearchProblem(TargetProblem):
         # One candidate at a time: a target's column, centred copy,
         # projection, residuals and scores, as TargetProblem counts them, and
         # the running best.
+        shared = 0
+        if factors is not None:
+            self.fixed_bytes += factors.nbytes(n, p, solver.scheme, itemsize)
+            shared = factors.bytes_per_target(p, solver.scheme)
         self.device_bytes_per_item = (
-            CV_WORKSPACE_OVERHEAD * itemsize * (4 * n + rank + 2 * n_alphas)
+            CV_WORKSPACE_OVERHEAD * itemsize * (4 * n + rank + 2 * n_alphas + shared)
         )
         self.host_bytes_per_item = (
             8 * (3 + 2 * n_alphas + n_stored * n_alphas) + self.Y.host_bytes_per_column
@@ -444,14 +611,29 @@ class BandedSearchProblem(TargetProblem):
     def __call__(self, ids):
         Y = self._to_device(ids)
         m = Y.shape[1]
-        n_alphas = self.solvers[0].alphas.size
+        first = self.solvers[0]
+        n_alphas = first.alphas.size
         candidate = np.zeros(m, dtype=np.int64)
         alpha = np.zeros(m, dtype=np.int64)
         running = np.full(m, -np.inf)
         rows = np.full((m, n_alphas), np.nan)
         stored = np.empty((m, len(self.solvers), n_alphas)) if self.store else None
+        # Every candidate centres the targets alike (the same weights and
+        # intercept): once per batch, and projected once on shared factors.
+        Y_centered, Y_offset = first.center(Y)
+        reads = first.scheme.reads_projection
+        QtY = shared = None
+        if self.factors is not None:
+            QtY, shared = self.factors.project(Y_centered, full=reads)
         for c, solver in enumerate(self.solvers):
-            scores = solver.scores(Y, *solver.project(Y))
+            UtY = None
+            if reads:
+                UtY = (
+                    _linalg.project(solver.U, Y_centered, xp=solver.xp)
+                    if QtY is None
+                    else solver.coords.T @ QtY
+                )
+            scores = solver.scores(Y, Y_centered, Y_offset, UtY, shared=shared)
             best, best_score = _linalg.select_alpha(scores, xp=solver.xp)
             best, scores = to_numpy(best), to_numpy(scores).T
             best_score = to_numpy(best_score).astype(np.float64)

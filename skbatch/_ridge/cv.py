@@ -100,16 +100,27 @@ class CVScheme:
         """Device bytes of the scheme's decompositions beyond the full SVD."""
         return 0
 
-    def decompose(self, X, weight, backend, *, fit_intercept, full):
+    #: Whether :meth:`scores` reads ``UtY``, the targets' coordinates in the
+    #: SVD of all rows.
+    reads_projection = True
+
+    def decompose(self, X, weight, backend, *, fit_intercept, full, folds=None):
         """``(full(), state)``: the SVD of all rows, and what :meth:`scores` reads.
 
         ``full`` decomposes all rows; a scheme with decompositions of its own
-        runs them side by side with it.
+        runs them side by side with it. ``folds``, one callable per split
+        giving ``(U, s, X_test_V, coords)``, decomposes them in place of the
+        scheme (:class:`skbatch._ridge.banded.SharedFactors`).
         """
         return full(), None
 
-    def scores(self, solver, state, Y, Y_centered, Y_offset, UtY):
-        """Scores (n_alphas, n_targets) of one batch of device targets."""
+    def scores(self, solver, state, Y, Y_centered, Y_offset, UtY, shared=None):
+        """Scores (n_alphas, n_targets) of one batch of device targets.
+
+        ``shared``: a scheme's own projections of the batch, made once for
+        the designs of one shared factorisation
+        (:meth:`skbatch._ridge.banded.SharedFactors.project`).
+        """
         raise NotImplementedError
 
     def no_model_score(self, Y, sample_weight, scoring, fit_intercept):
@@ -157,7 +168,7 @@ class LeaveOneOut(CVScheme):
             Y, Y - errors, scoring, sample_weight=sample_weight, xp=np
         )
 
-    def scores(self, solver, state, Y, Y_centered, Y_offset, UtY):
+    def scores(self, solver, state, Y, Y_centered, Y_offset, UtY, shared=None):
         return _linalg.loo_scores(
             solver.U,
             solver.s,
@@ -189,7 +200,7 @@ class GeneralizedCV(CVScheme):
         n_effective = np.count_nonzero(sample_weight)
         return sample_weight * (n_effective / np.sum(sample_weight)), n_effective
 
-    def scores(self, solver, state, Y, Y_centered, Y_offset, UtY):
+    def scores(self, solver, state, Y, Y_centered, Y_offset, UtY, shared=None):
         xp = solver.xp
         sq_norm = _linalg.residual_sq_norm(
             solver.U, UtY, Y_centered, fit_intercept=solver.fit_intercept, xp=xp
@@ -241,25 +252,42 @@ class KFold(CVScheme):
             for train, test in self.splits
         )
 
-    def decompose(self, X, weight, backend, *, fit_intercept, full):
-        def fold(split):
-            return _Fold(X, weight, *split, backend, fit_intercept=fit_intercept)
+    reads_projection = False
+
+    def decompose(self, X, weight, backend, *, fit_intercept, full, folds=None):
+        bases = [None] * len(self.splits) if folds is None else folds
+
+        def fold(split, basis):
+            return _Fold(
+                X, weight, *split, backend, fit_intercept=fit_intercept, basis=basis
+            )
 
         # All rows and every fold: independent decompositions, side by side.
-        parts = [full, *(lambda split=split: fold(split) for split in self.splits)]
+        parts = [
+            full,
+            *(
+                lambda split=split, basis=basis: fold(split, basis)
+                for split, basis in zip(self.splits, bases)
+            ),
+        ]
         full_result, *folds = map_threads(lambda part: part(), parts, backend)
         return full_result, folds
 
-    def scores(self, solver, state, Y, Y_centered, Y_offset, UtY):
+    def scores(self, solver, state, Y, Y_centered, Y_offset, UtY, shared=None):
         total = 0.0
-        for fold in state:
+        for k, fold in enumerate(state):
             # The fold's training rows of the targets centred on all rows:
             # U's columns are orthogonal to the (weighted) mean direction, so
             # projecting them equals projecting the rows centred on their own
             # means, and the training mean is one shift of the test targets.
-            UtY_fold, train_mean = fold.project(
-                Y_centered, with_mean=solver.fit_intercept
-            )
+            if shared is None:
+                UtY_fold, train_mean = fold.project(
+                    Y_centered, with_mean=solver.fit_intercept
+                )
+            else:
+                # U = Q coords: the shared Q'Y of the fold, mapped.
+                QtY_fold, train_mean = shared[k]
+                UtY_fold = fold.coords.T @ QtY_fold
             # Offset first, then the small training mean: in float32 their sum
             # would round the mean away on targets far from zero.
             y_true = fold.test_rows(Y) - Y_offset
@@ -425,7 +453,7 @@ def _row_runs(indices):
 class _Fold(Portable):
     """One train/test split: its training rows decomposed, its rows located."""
 
-    def __init__(self, X, weight, train, test, backend, *, fit_intercept):
+    def __init__(self, X, weight, train, test, backend, *, fit_intercept, basis=None):
         xp = backend.xp
         self.xp = xp
         self.train_runs, self.test_runs = _row_runs(train), _row_runs(test)
@@ -439,6 +467,12 @@ class _Fold(Portable):
             train_weight = xp.take(weight, self.train, axis=0)
             self.root_weight = xp.sqrt(train_weight)
             self.total_weight = xp.sum(train_weight)
+        # The fold's basis in that of a shared factorisation (U = Q coords),
+        # or of its own SVD.
+        self.coords = None
+        if basis is not None:
+            self.U, self.s, self.X_test_V, self.coords = basis()
+            return
         self.U, self.s, self.X_test_V = _linalg.fold_basis(
             xp.take(X, self.train, axis=0),
             xp.take(X, self.test, axis=0),

@@ -96,6 +96,11 @@ class RidgeSolver(Portable):
     dtype : numpy dtype
     fit_intercept : bool
     scoring : str or None
+    basis : object, default=None
+        Decompositions of ``X`` from a factorisation shared with other
+        designs (:class:`skbatch._ridge.banded.CandidateBasis`): its
+        ``full()`` and ``folds`` replace the SVDs of X, and ``coords`` maps
+        the shared ``Q'Y`` to ``U'Y``. ``X`` is then read for its shape only.
     """
 
     def __init__(
@@ -109,6 +114,7 @@ class RidgeSolver(Portable):
         *,
         fit_intercept,
         scoring,
+        basis=None,
     ):
         xp = backend.xp
         self.backend, self.dtype, self.xp = backend, dtype, xp
@@ -118,11 +124,24 @@ class RidgeSolver(Portable):
         sample_weight, n_effective = scheme.weights(sample_weight)
         # Rows that count in the GCV criterion: those of non-zero weight.
         self.n_effective = self.n_samples if n_effective is None else n_effective
-        X = backend.asarray(X, dtype)
         weight = (
             None if sample_weight is None else backend.asarray(sample_weight, dtype)
         )
         self.sample_weight = weight
+        self.coords = None
+        if basis is not None:
+            full_result, self.state = scheme.decompose(
+                X,
+                weight,
+                backend,
+                fit_intercept=fit_intercept,
+                full=basis.full,
+                folds=basis.folds,
+            )
+            self.X_offset, self.U, self.s, self.Vt = full_result
+            self.coords = basis.coords
+            return
+        X = backend.asarray(X, dtype)
 
         def full():
             X_centered, X_offset = _linalg.center(
@@ -155,6 +174,13 @@ class RidgeSolver(Portable):
             count += (fold.U.shape[0] + fold.X_test_V.shape[0]) * r
         return np.dtype(self.dtype).itemsize * count
 
+    def center(self, Y):
+        """Device targets ``Y`` (n_samples, m) centred (and weight-scaled) as X
+        was, and their offsets."""
+        return _linalg.center(
+            Y, self.sample_weight, fit_intercept=self.fit_intercept, xp=self.xp
+        )
+
     def project(self, Y):
         """Centre device targets ``Y`` (n_samples, m) and project them on U.
 
@@ -164,14 +190,18 @@ class RidgeSolver(Portable):
             Centred (and weight-scaled) targets, their offsets, and their
             coordinates in the basis.
         """
-        Y_centered, Y_offset = _linalg.center(
-            Y, self.sample_weight, fit_intercept=self.fit_intercept, xp=self.xp
-        )
+        Y_centered, Y_offset = self.center(Y)
         return Y_centered, Y_offset, _linalg.project(self.U, Y_centered, xp=self.xp)
 
-    def scores(self, Y, Y_centered, Y_offset, UtY):
-        """Scores (n_alphas, m) of one batch of targets, by the CV scheme."""
-        return self.scheme.scores(self, self.state, Y, Y_centered, Y_offset, UtY)
+    def scores(self, Y, Y_centered, Y_offset, UtY, shared=None):
+        """Scores (n_alphas, m) of one batch of targets, by the CV scheme.
+
+        ``shared``: the scheme's projections of the batch on a shared
+        factorisation (:meth:`skbatch._ridge.banded.SharedFactors.project`).
+        """
+        return self.scheme.scores(
+            self, self.state, Y, Y_centered, Y_offset, UtY, shared=shared
+        )
 
     def choose_alpha(self, Y, Y_centered, Y_offset, UtY, *, columns_per_choice=1):
         """Alpha chosen by the CV criterion for every column of ``Y``.
