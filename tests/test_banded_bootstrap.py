@@ -11,6 +11,7 @@ import warnings
 import numpy as np
 import pytest
 from numpy.testing import assert_allclose
+from sklearn.base import clone
 from sklearn.linear_model import Ridge
 from threadpoolctl import threadpool_limits
 
@@ -18,6 +19,7 @@ from skbatch import BandedRidge, BootstrapEstimator
 from skbatch._ridge.banded_bootstrap import BandedBootstrapProblem, HeldBands
 from skbatch._ridge.problems import BootstrapRidgeProblem
 from skbatch.backend import resolve_backend
+from skbatch.banded import HeldBandedRidge
 from skbatch.random import bootstrap_counts, resolve_entropy
 from skbatch.testing import simulate_oom
 
@@ -200,11 +202,21 @@ def test_block_bootstrap_of_runs_equals_ridge_refits(block_scheme):
     assert_refits(boot, X, Y, rows)
 
 
-def test_bca_equals_the_generic_jackknife():
-    X, Y, _ = make_data(seed=4)
+@pytest.mark.parametrize("clustered", [False, True], ids=["rows", "runs"])
+def test_bca_equals_the_generic_jackknife(clustered):
+    # The closed-form jackknife per candidate against refits leaving out
+    # each row (or run, for a cluster bootstrap of the runs).
+    X, Y, runs = make_data(runs=(12, 9, 14, 10, 11, 8, 9, 7), seed=4)
+    groups = runs if clustered else None
     params = dict(n_bootstrap=40, ci_method="bca", random_state=1)
-    fast = BootstrapEstimator(banded(), **params).fit(X, Y)
-    generic = BootstrapEstimator(banded(), attributes=linear_of, **params).fit(X, Y)
+    counts = bootstrap_counts(resolve_entropy(1), np.arange(40), X.shape[0], groups)
+    # A replicate drawing every unit once is the fit on all data, to within
+    # rounding, which then decides whether it counts as a tie in z0: none
+    # here, so the two paths must agree.
+    assert not np.any(np.all(counts == 1, axis=1))
+    fast = BootstrapEstimator(banded(), **params).fit(X, Y, groups=groups)
+    generic = BootstrapEstimator(banded(), attributes=linear_of, **params)
+    generic.fit(X, Y, groups=groups)
     assert fast.fit_report_.stages[-1].path == "batched"
     for name in ("coef_", "intercept_"):
         assert_allclose(
@@ -285,3 +297,54 @@ def test_memory_is_that_of_the_largest_candidate_at_a_time():
     assert fixed == whole_fixed + 8 * X.size
     with pytest.raises(ValueError, match="max_memory_gb"):
         BootstrapEstimator(banded(), n_bootstrap=10, max_memory_gb=1e-5).fit(X, Y)
+
+
+def test_more_features_than_rows_solved_in_the_dual():
+    # 20 rows, 24 columns: candidates of every band solve the n x n kernel,
+    # the one of band 0 alone (12 columns) the primal.
+    labels = np.tile(LABELS, 3)
+    rng = np.random.default_rng(9)
+    X = rng.standard_normal((20, labels.size)) + 1.0
+    Y = X[:, labels == 0] @ rng.standard_normal((12, 4)) + rng.standard_normal((20, 4))
+    Y[:, 2:] += X[:, labels == 1] @ rng.standard_normal((12, 2))
+    weights = np.array([[0.5, 0.5], [1.0, 0.0]])[[1, 0, 1, 0]]
+    alphas = np.array([0.5, 2.0, 1.0, 4.0])
+    held = HeldBandedRidge(columns_of(labels), weights, alphas)
+    boot = BootstrapEstimator(
+        held, n_bootstrap=5, return_samples=True, random_state=6
+    ).fit(X, Y)
+    assert boot.fit_report_.stages[-1].path == "batched"
+    # BCa: no closed-form jackknife with more columns than rows, refits.
+    params = dict(n_bootstrap=20, ci_method="bca", random_state=6)
+    fast = BootstrapEstimator(held, **params).fit(X, Y)
+    generic = BootstrapEstimator(held, attributes=linear_of, **params).fit(X, Y)
+    for name in ("coef_", "intercept_"):
+        assert_allclose(
+            fast.results_[name].ci_lower, generic.results_[name].ci_lower, atol=1e-8
+        )
+    for k, rows in enumerate(drawn_rows(6, 5, X.shape[0])):
+        expected = clone(held).fit(X[rows], Y[rows])
+        assert_allclose(
+            boot.results_["coef_"].samples[k], expected.coef_, rtol=1e-8, atol=1e-8
+        )
+        assert_allclose(
+            boot.results_["intercept_"].samples[k],
+            expected.intercept_,
+            rtol=1e-8,
+            atol=1e-8,
+        )
+
+
+@pytest.mark.parametrize("device", ["torch", "jax"])
+@pytest.mark.slow
+def test_array_api_backends_match_numpy(device):
+    pytest.importorskip(device)
+    X, Y, _ = make_data(seed=10)
+    params = dict(n_bootstrap=6, return_samples=True, random_state=8)
+    reference = BootstrapEstimator(banded(), **params).fit(X, Y)
+    boot = BootstrapEstimator(banded(), device=device, **params).fit(X, Y)
+    assert boot.backend_.library == device
+    for name in ("coef_", "intercept_"):
+        assert_allclose(
+            boot.results_[name].samples, reference.results_[name].samples, atol=1e-9
+        )
