@@ -18,7 +18,7 @@ from ._base import (
     check_verbose,
     host_input,
 )
-from ._engine import _say, run_problem
+from ._engine import _say, map_threads, run_problem
 from ._ridge.banded import (
     BandedDesign,
     BandedRefitProblem,
@@ -413,8 +413,9 @@ default=None
                     self.dtype_,
                     fit_intercept=self.fit_intercept,
                 )
-            solvers = [
-                RidgeSolver(
+            # Independent factorisations, side by side.
+            solvers = map_threads(
+                lambda c: RidgeSolver(
                     design.design(c),
                     sample_weight,
                     alphas,
@@ -426,9 +427,10 @@ default=None
                     basis=None
                     if factors is None
                     else factors.basis(design.kept[c], design.scales[c]),
-                )
-                for c in range(len(candidates))
-            ]
+                ),
+                range(len(candidates)),
+                self.backend_,
+            )
             search = BandedSearchProblem(
                 solvers, targets, store=self.store_cv_results, factors=factors
             )

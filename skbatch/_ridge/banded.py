@@ -29,7 +29,6 @@ import numpy as np
 from .. import _linalg
 from .._engine import map_threads
 from ..backend import to_numpy
-from ..memory import GB, memory_budget
 from ..random import resolve_entropy
 from .cv import _Fold
 from .problems import (
@@ -37,6 +36,7 @@ from .problems import (
     PermutedRidgeProblem,
     RidgeSolver,
     TargetProblem,
+    check_held_memory,
     device_scores,
 )
 from .spec import RidgeSpec
@@ -454,7 +454,9 @@ class CandidateBasis:
 
     Given as ``basis`` to :class:`~skbatch._ridge.problems.RidgeSolver`:
     ``full()`` gives ``(X_offset, U, s, Vt)`` of the candidate's design,
-    ``folds`` a callable per fold giving ``(U, s, X_test_V, coords)``, and
+    ``folds`` a callable per fold giving ``(None, s, X_test_V, coords)``
+    (the fold's U is ``Q_k coords``, never formed: it is scored from the
+    projections of :meth:`SharedFactors.project` only), and
     ``coords`` (set by ``full()``) maps the shared ``Q'Y`` to ``U'Y``.
     """
 
@@ -488,7 +490,8 @@ class CandidateBasis:
         coords, s, Vt = self._svd(R, n_train)
         scale = xp.astype(self.scale, self.factors.dtype, copy=False)
         X_test_V = (xp.take(X_test, self.kept, axis=1) * scale) @ Vt.T
-        return projector.U @ coords, s, X_test_V, coords
+        # No U of its own: the search scores the fold from the shared Q'Y.
+        return None, s, X_test_V, coords
 
 
 def check_search_memory(
@@ -505,46 +508,41 @@ def check_search_memory(
 ):
     """Refuse, before any SVD, a search whose held memory exceeds the budget.
 
-    Held whatever the target batch: every candidate's decompositions on the
-    device (:meth:`RidgeSolver.nbytes`) and the results of all targets on
-    the host (:func:`results_bytes`), one budget on a device computing in
-    host memory.
+    Held whatever the target batch (:func:`check_held_memory`): every
+    candidate's decompositions (:meth:`RidgeSolver.nbytes`) and the shared
+    factors (:meth:`SharedFactors.nbytes`) on the device, the results of all
+    targets on the host.
     """
     itemsize = np.dtype(dtype).itemsize
+    n_candidates = len(design.candidates)
     device = sum(
         RidgeSolver.nbytes(n_samples, design.n_columns(c), scheme, itemsize)
-        for c in range(len(design.candidates))
+        for c in range(n_candidates)
     )
-    n_candidates, n_bands = design.candidates.shape
+    if SharedFactors.applies(n_candidates, n_samples, design.n_features, scheme):
+        device += SharedFactors.nbytes(n_samples, design.n_features, scheme, itemsize)
     host = results_bytes(
         n_targets,
         design.n_features,
         n_alphas,
         n_candidates if store_cv_results else 0,
     )
-    fix = (
-        "raise max_memory_gb (or free memory), fit the targets in parts, or use "
-        "fewer candidates (band_weights)"
+    check_held_memory(
+        "BandedRidge",
+        device,
+        host,
+        backend,
+        max_memory_gb,
+        held=(
+            f"the decompositions of {n_candidates} candidates of X ({n_samples} x "
+            f"{design.n_features}) and the results of {n_targets:,} targets"
+        ),
+        results=f"the results of {n_targets:,} targets",
+        fix=(
+            "raise max_memory_gb (or free memory), fit the targets in parts, or "
+            "use fewer candidates (band_weights)"
+        ),
     )
-    if backend.is_gpu:
-        host_gb = memory_budget(None, max_memory_gb)
-        if host > host_gb * GB:
-            raise ValueError(
-                f"BandedRidge needs {host / GB:.3g} GB of host memory for the "
-                f"results of {n_targets:,} targets, but the host budget is "
-                f"{host_gb:.3g} GB; {fix}"
-            )
-    else:
-        device += host
-    budget_gb = memory_budget(backend, max_memory_gb)
-    if device > budget_gb * GB:
-        raise ValueError(
-            f"BandedRidge needs {device / GB:.3g} GB on {backend.name} for the "
-            f"decompositions of {n_candidates} candidates of X ({n_samples} x "
-            f"{design.n_features}) and the results of {n_targets:,} targets "
-            f"before any target is fit, but the memory budget is "
-            f"{budget_gb:.3g} GB; {fix}"
-        )
 
 
 def results_bytes(n_targets, n_features, n_alphas, n_stored_candidates=0):

@@ -171,7 +171,8 @@ class RidgeSolver(Portable):
         n, p, r = self.n_samples, self.n_features, self.s.shape[0]
         count = 2 * n * p + n * r + r * p
         for fold in self.state or ():
-            count += (fold.U.shape[0] + fold.X_test_V.shape[0]) * r
+            basis = fold.coords if fold.U is None else fold.U
+            count += (basis.shape[0] + fold.X_test_V.shape[0]) * r
         return np.dtype(self.dtype).itemsize * count
 
     def center(self, Y):
@@ -292,10 +293,8 @@ def check_solver_memory(
     """Refuse, before any SVD runs, a fit whose held memory exceeds the budget.
 
     What is held whatever the target batch: X and its decompositions on the
-    device, and the results of all ``n_targets`` on the host, which on a
-    device computing in host memory share one budget. Against the full
-    budget: the 8 GB cap of ``memory_budget(for_batching=True)`` bounds one
-    target batch, not the data (see skbatch.memory.memory_budget).
+    device, and the results of all ``n_targets`` on the host
+    (:func:`check_held_memory`).
     """
     needed = RidgeSolver.nbytes(n_samples, n_features, scheme, np.dtype(dtype).itemsize)
     results = results_bytes(n_targets, n_features, n_alphas)
@@ -303,29 +302,74 @@ def check_solver_memory(
         "raise max_memory_gb (or free memory), or reduce n_samples, n_features "
         "or the number of folds"
     )
+    held = "X"
+    if results and not backend.is_gpu:
+        held = f"the results of {n_targets:,} targets and X"
+        fix += ", or fit the targets in parts"
+    check_held_memory(
+        "BatchedRidge",
+        needed,
+        results,
+        backend,
+        max_memory_gb,
+        held=f"{held} ({n_samples} x {n_features}) and its decompositions",
+        results=f"the results of {n_targets} targets",
+        fix=fix,
+        host_fix="raise max_memory_gb (or free memory), or fit the targets in parts",
+    )
+
+
+def check_held_memory(
+    name,
+    device_bytes,
+    host_bytes,
+    backend,
+    max_memory_gb,
+    *,
+    held,
+    results,
+    fix,
+    host_fix=None,
+):
+    """Refuse a fit whose memory held for its whole length exceeds the budget.
+
+    ``device_bytes`` (decompositions) are held on the device, ``host_bytes``
+    (the results of every target) on the host; a device computing in host
+    memory holds both in one budget. Against the full budget: the 8 GB cap
+    of ``memory_budget(for_batching=True)`` bounds one target batch, not the
+    data (see skbatch.memory.memory_budget).
+
+    Parameters
+    ----------
+    name : str
+        The estimator, for the message.
+    held, results : str
+        What the device and the host bytes are, for the message.
+    fix, host_fix : str
+        What the user can do; ``host_fix`` (default ``fix``) when the host
+        budget of a GPU fit is the one exceeded.
+
+    Raises
+    ------
+    ValueError
+        Naming the bytes needed, the budget and the fix.
+    """
     if backend.is_gpu:
         host_gb = memory_budget(None, max_memory_gb)
-        if results > host_gb * GB:
+        if host_bytes > host_gb * GB:
             raise ValueError(
-                f"BatchedRidge needs {results / GB:.3g} GB of host memory for "
-                f"the results of {n_targets} targets, but the host budget is "
-                f"{host_gb:.3g} GB; raise max_memory_gb (or free memory), or "
-                "fit the targets in parts"
+                f"{name} needs {host_bytes / GB:.3g} GB of host memory for "
+                f"{results}, but the host budget is {host_gb:.3g} GB; "
+                f"{host_fix or fix}"
             )
     else:
-        needed += results
-        if results:
-            fix += ", or fit the targets in parts"
+        device_bytes += host_bytes
     budget_gb = memory_budget(backend, max_memory_gb)
-    if needed > budget_gb * GB:
-        held = "X"
-        if results and not backend.is_gpu:
-            held = f"the results of {n_targets:,} targets and X"
+    if device_bytes > budget_gb * GB:
         raise ValueError(
-            f"BatchedRidge needs {needed / GB:.3g} GB on {backend.name} for "
-            f"{held} ({n_samples} x {n_features}) and its decompositions before "
-            f"any target is fit, but the memory budget is {budget_gb:.3g} GB; "
-            f"{fix}"
+            f"{name} needs {device_bytes / GB:.3g} GB on {backend.name} for "
+            f"{held} before any target is fit, but the memory budget is "
+            f"{budget_gb:.3g} GB; {fix}"
         )
 
 
