@@ -6,11 +6,12 @@ replicate) on the same draws, and BandedRidge refit per replicate for
 tune_per_replicate=True.
 """
 
+import pickle
 import warnings
 
 import numpy as np
 import pytest
-from numpy.testing import assert_allclose
+from numpy.testing import assert_allclose, assert_array_equal
 from sklearn.base import clone
 from sklearn.linear_model import Ridge
 from threadpoolctl import threadpool_limits
@@ -348,3 +349,26 @@ def test_array_api_backends_match_numpy(device):
         assert_allclose(
             boot.results_[name].samples, reference.results_[name].samples, atol=1e-9
         )
+
+
+def test_problem_pickles_for_a_cluster():
+    # What run_on_cluster sends to dask workers: the same replicates back.
+    X, Y, _ = make_data(seed=11)
+    weights = CANDIDATES[np.arange(Y.shape[1]) % 3]
+    held = HeldBands(columns_of(LABELS), weights, np.linspace(0.5, 3.0, Y.shape[1]))
+    problem = BandedBootstrapProblem(
+        X,
+        Y,
+        held,
+        sample_weight=None,
+        groups=None,
+        block_size=None,
+        entropy=resolve_entropy(3),
+        backend=resolve_backend("numpy"),
+        dtype=np.dtype(np.float64),
+        n_bootstrap=6,
+    )
+    ids = np.arange(2, 5)
+    again = pickle.loads(pickle.dumps(problem))
+    for ours, theirs in zip(problem(ids), again(ids)):
+        assert_array_equal(ours, theirs)
