@@ -29,6 +29,7 @@ import skbatch._backends.torch as torch_backend
 import skbatch._engine as engine
 from skbatch import (
     Backend,
+    BandedRidge,
     BatchedRidge,
     BootstrapEstimator,
     PermutationScorer,
@@ -151,6 +152,31 @@ def test_batched_ridge_on_a_cluster_equals_the_serial_fit(client, cv, alpha_per_
     assert (stage.n_items, stage.batch_size, stage.n_batches) == (300, 64, 5)
     assert (serial_stage.batch_size, serial_stage.n_batches) == (64, 5)
     assert (stage.runs_on, stage.n_workers) == ("numpy", 2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cv", [None, 4])
+def test_banded_ridge_on_a_cluster_equals_the_serial_fit(client, cv):
+    # Two bands, candidates sharing one QR of X: the search and the refit run
+    # as the cluster's tasks.
+    X, Y = make_data(n_samples=80, n_features=6, n_targets=200, seed=11)
+    Y[:, ::2] += 3 * X[:, :2] @ np.ones((2, 1))
+
+    def make():
+        return BandedRidge(
+            [0, 0, 1, 1, 1, 1],
+            alphas=ALPHAS,
+            band_weights=[[0.5, 0.5], [1.0, 0.0], [0.2, 0.8]],
+            cv=cv,
+            n_targets_batch=64,
+            device="cpu",
+        )
+
+    serial, on_cluster = fit_serial_and_on(client, make, X, Y)
+    assert np.unique(serial.band_weights_, axis=0).shape[0] > 1
+    for name in ("coef_", "intercept_", "alpha_", "band_weights_", "best_score_"):
+        assert_array_equal(getattr(serial, name), getattr(on_cluster, name), name)
+    assert [s.n_batches for s in on_cluster.fit_report_.stages] == [4, 4]
 
 
 @pytest.mark.slow

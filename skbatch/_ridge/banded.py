@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import _linalg
-from .._engine import map_threads
+from .._engine import Portable, map_threads
 from ..backend import to_numpy
 from ..random import resolve_entropy
 from .cv import _Fold
@@ -335,7 +335,7 @@ class BandedDesign:
         return self.X[:, kept] * scale.astype(self.X.dtype)
 
 
-class SharedFactors:
+class SharedFactors(Portable):
     """The QR of X's centred rows, once, for the SVDs of every candidate.
 
     A candidate's design is X's kept columns times their scales: its SVD is
