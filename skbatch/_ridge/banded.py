@@ -464,7 +464,8 @@ class CandidateBasis:
         self.factors = factors
         backend, xp = factors.backend, factors.xp
         self.kept = backend.asarray(kept)
-        self.scale = backend.asarray(scale, factors.R.dtype)
+        # In the working dtype, as the candidate's design would be rounded.
+        self.scale = backend.asarray(scale, factors.dtype)
         self.coords = None
         self.folds = [
             lambda fold=fold: self._fold(*fold) for fold in factors.folds
@@ -472,8 +473,9 @@ class CandidateBasis:
         self._xp = xp
 
     def _svd(self, R, n_rows):
-        xp, dtype = self._xp, self.factors.dtype
-        columns = xp.take(R, self.kept, axis=1) * self.scale
+        xp, dtype = self._xp, self.scale.dtype
+        scale = xp.astype(self.scale, R.dtype, copy=False)
+        columns = xp.take(R, self.kept, axis=1) * scale
         coords, s, Vt = _linalg.svd_decompose(columns, n_rows=n_rows, xp=xp)
         return (xp.astype(a, dtype, copy=False) for a in (coords, s, Vt))
 
@@ -481,15 +483,13 @@ class CandidateBasis:
         factors, xp = self.factors, self._xp
         coords, s, Vt = self._svd(factors.R, factors.n_samples)
         self.coords = coords
-        scale = xp.astype(self.scale, factors.dtype, copy=False)
-        X_offset = xp.take(factors.X_offset, self.kept, axis=0) * scale
+        X_offset = xp.take(factors.X_offset, self.kept, axis=0) * self.scale
         return X_offset, factors.Q @ coords, s, Vt
 
     def _fold(self, projector, R, X_test, n_train):
         xp = self._xp
         coords, s, Vt = self._svd(R, n_train)
-        scale = xp.astype(self.scale, self.factors.dtype, copy=False)
-        X_test_V = (xp.take(X_test, self.kept, axis=1) * scale) @ Vt.T
+        X_test_V = (xp.take(X_test, self.kept, axis=1) * self.scale) @ Vt.T
         # No U of its own: the search scores the fold from the shared Q'Y.
         return None, s, X_test_V, coords
 
