@@ -598,7 +598,16 @@ def fold_basis(X_train, X_test, *, fit_intercept=True, sample_weight=None, xp=No
 
 
 def holdout_scores(
-    s, X_test_V, UtY, y_true, alphas, *, scoring="r2", sample_weight=None, xp=None
+    s,
+    X_test_V,
+    UtY,
+    y_true,
+    alphas,
+    *,
+    scoring="r2",
+    sample_weight=None,
+    coords=None,
+    xp=None,
 ):
     """Test-set score of every alpha for targets already projected.
 
@@ -618,6 +627,11 @@ def holdout_scores(
     scoring : {"r2", "neg_mean_squared_error", "correlation"}, default="r2"
     sample_weight : array of shape (n_test,), default=None
         Weights of the test rows in every mean of the score.
+    coords : array of shape (n_columns, rank), default=None
+        The basis as coordinates in a larger one, ``U = Q coords``, with
+        ``UtY`` then ``Q'Y`` (n_columns, n_targets): each alpha's filtered
+        test rows are mapped to Q's coordinates (a small product), rather
+        than ``Q'Y`` to U's (a product over all targets).
 
     Returns
     -------
@@ -642,7 +656,7 @@ def holdout_scores(
         del y_score
     # The filter scales whichever factor of the product is smaller: the
     # (n_test, rank) test rows or the (rank, n_targets) projection.
-    filter_rows = X_test_V.shape[0] <= UtY.shape[1]
+    filter_rows = coords is not None or X_test_V.shape[0] <= UtY.shape[1]
     small = X_test_V if filter_rows else UtY
     filtered_buffer = _scratch(small.shape, small.dtype, small, xp)
     error_buffer = _scratch(y_true.shape, y_true.dtype, y_true, xp)
@@ -655,6 +669,8 @@ def holdout_scores(
     for k in range(alphas.shape[0]):
         if filter_rows:
             left = _multiply(X_test_V, filtered[k], filtered_buffer)
+            if coords is not None:
+                left = left @ coords.T
             right = UtY
         else:
             left = X_test_V

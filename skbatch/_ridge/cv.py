@@ -280,14 +280,18 @@ class KFold(CVScheme):
             # U's columns are orthogonal to the (weighted) mean direction, so
             # projecting them equals projecting the rows centred on their own
             # means, and the training mean is one shift of the test targets.
+            coords = None
             if shared is None:
                 UtY_fold, train_mean = fold.project(
                     Y_centered, with_mean=solver.fit_intercept
                 )
             else:
-                # U = Q coords: the shared Q'Y of the fold, mapped.
-                QtY_fold, train_mean = shared[k]
-                UtY_fold = fold.coords.T @ QtY_fold
+                # U = Q coords: the shared Q'Y of the fold, mapped to U's
+                # coordinates, or the test rows to Q's where that is cheaper.
+                UtY_fold, train_mean = shared[k]
+                coords = fold.coords
+                if not _maps_test_rows(coords, fold.X_test_V, len(solver.alphas)):
+                    UtY_fold, coords = coords.T @ UtY_fold, None
             # Offset first, then the small training mean: in float32 their sum
             # would round the mean away on targets far from zero.
             y_true = fold.test_rows(Y) - Y_offset
@@ -300,6 +304,7 @@ class KFold(CVScheme):
                 solver.alphas,
                 scoring=solver.scoring or "r2",
                 sample_weight=fold.test_weight,
+                coords=coords,
                 xp=solver.xp,
             )
         return total / len(state)
@@ -329,6 +334,16 @@ class KFold(CVScheme):
                 xp=np,
             )
         return total / len(self.splits)
+
+
+def _maps_test_rows(coords, X_test_V, n_alphas):
+    """Whether mapping each alpha's test rows into Q's coordinates costs
+    fewer products per target (n_test x n_columns per alpha) than mapping
+    Q'Y into U's (rank x n_columns, then n_test x rank per alpha); the
+    mapping of the rows themselves does not grow with the targets."""
+    n_columns, rank = coords.shape
+    n_test = X_test_V.shape[0]
+    return n_alphas * n_test * (n_columns - rank) < n_columns * rank
 
 
 # ``cv`` values that name a scheme; any other value is K-fold.
