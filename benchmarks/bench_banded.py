@@ -10,12 +10,13 @@ for every method, float64 numpy. Timed in the same run:
   the rescaled X, keeping the best per target, with LOO, cv=5 and GCV;
 - ``BandedRidge`` with LOO, cv=5 and GCV.
 
-Printed: seconds, ratios, the traced peak memory above the data, the share
+Printed: seconds (the median of ``--repeats`` runs, 3 by default, after
+one traced run), ratios, the traced peak memory above the data, the share
 of targets whose choice agrees with himalaya (cv=5) and with the hand loop,
 and each fit's rate over its counted products against a GEMM of the same
 shape timed here. ``--quick`` runs a smaller workload.
 
-Run: ``python benchmarks/bench_banded.py [--quick]``
+Run: ``python benchmarks/bench_banded.py [--quick] [--repeats N]``
 """
 
 import argparse
@@ -54,16 +55,21 @@ def make_data(n, bands, t, seed=0):
     return X, Y, labels
 
 
-def timed(fn):
+def timed(fn, repeats):
+    """The result, the median seconds of ``repeats`` runs, and the traced
+    peak of the first (tracing slows the run: timed apart)."""
     tracemalloc.start()
-    start = time.perf_counter()
     try:
         result = fn()
-        seconds = time.perf_counter() - start
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    return result, seconds, peak
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        seconds.append(time.perf_counter() - start)
+    return result, float(np.median(seconds)), peak
 
 
 def gemm_rate(n, r, t):
@@ -79,23 +85,37 @@ def gemm_rate(n, r, t):
     return 2.0 * n * r * t / best
 
 
-def product_flops(cv, n, p, t, n_candidates):
+def product_flops(cv, n, p, t, ranks, shared):
     """The target products of a search and its refit (SVDs left out).
 
-    Per candidate: the projection U'Y (2nrt) and, per alpha, LOO's residual
-    product (2nrt) or K-fold's held-out predictions (2nrt over the folds)
-    plus each fold's own projection (2 n_train r t); GCV only projects.
+    ``ranks``: the columns each candidate keeps (its rank, X being of full
+    rank). Per alpha, LOO's residual product (2nrt) or K-fold's held-out
+    predictions (2nrt over the folds); GCV has none. The projections:
+
+    - ``shared`` (BandedRidge): the targets on Q once (all rows for LOO and
+      GCV, each fold's training rows for K-fold), then each candidate's U'Y
+      from Q'Y (2prt, LOO and GCV; K-fold maps its test rows instead);
+    - else (the hand loop): U'Y on all rows per candidate (2nrt), and for
+      K-fold each fold's own (2 n_train r t), and a refit of every target
+      per candidate (2rpt).
+
     Refit: one projection and the coefficients (2rpt).
     """
-    r = min(n, p)
-    project = 2.0 * n * r * t
-    if cv is None:
-        per = project * (1 + ALPHAS.size)
-    elif cv == "gcv":
-        per = project
-    else:
-        per = project * (1 + ALPHAS.size) + N_FOLDS * 2.0 * (n - n // N_FOLDS) * r * t
-    return n_candidates * per + project + 2.0 * r * p * t
+    n_train = N_FOLDS * (n - n // N_FOLDS)
+    alphas = 0 if cv == "gcv" else ALPHAS.size
+    kfold = cv not in (None, "gcv")
+    total = 0.0
+    for r in ranks:
+        total += alphas * 2.0 * n * r * t
+        if shared:
+            total += 0.0 if kfold else 2.0 * p * r * t
+        else:
+            total += 2.0 * n * r * t + 2.0 * r * p * t
+            total += 2.0 * n_train * r * t if kfold else 0.0
+    if shared:
+        total += 2.0 * (n_train if kfold else n) * p * t
+    r = max(ranks)
+    return total + 2.0 * n * r * t + 2.0 * r * p * t
 
 
 def hand_loop(X, Y, labels, candidates, cv, scoring):
@@ -124,6 +144,9 @@ def main():
     parser.add_argument("--quick", action="store_true", help="smaller workload")
     parser.add_argument(
         "--no-himalaya", action="store_true", help="skip himalaya (slow)"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="timed runs per method (median)"
     )
     args = parser.parse_args()
     work = QUICK if args.quick else FULL
@@ -155,10 +178,12 @@ def main():
     rows = []
     choices = {}
 
-    def record(name, cv, fn, *, products=True):
-        result, seconds, peak = timed(fn)
+    ranks = [int(np.sum((gamma > 0)[labels])) for gamma in candidates]
+
+    def record(name, cv, fn, *, products=True, shared=False):
+        result, seconds, peak = timed(fn, args.repeats)
         share = (
-            product_flops(cv, n, p, t, len(candidates)) / seconds / rate
+            product_flops(cv, n, p, t, ranks, shared) / seconds / rate
             if products
             else float("nan")
         )
@@ -192,6 +217,7 @@ def main():
                 fit_intercept=False,
                 scoring=scoring,
             ).fit(X, Y),
+            shared=True,
         )
         choices[f"banded {name}"] = model.band_alphas_
         same = np.mean(
