@@ -4,6 +4,11 @@ import numbers
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
+
+# _check_feature_names_in is private to scikit-learn but is what its own
+# transformers' get_feature_names_out use (input_features checked against
+# feature_names_in_, x0.. names without them); tests/test_delays.py checks
+# its behaviour, so a change in it fails there.
 from sklearn.utils.validation import (
     _check_feature_names_in,
     check_is_fitted,

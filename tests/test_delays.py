@@ -104,6 +104,20 @@ def test_feature_names_and_dataframes():
     assert list(frame.columns) == ["motion_delay1", "words_delay1"]
 
 
+def test_feature_names_without_a_dataframe():
+    delayer = Delayer(delays=(0, 1)).fit(np.zeros((4, 2)))
+    np.testing.assert_array_equal(
+        delayer.get_feature_names_out(),
+        ["x0_delay0", "x1_delay0", "x0_delay1", "x1_delay1"],
+    )
+    np.testing.assert_array_equal(
+        delayer.get_feature_names_out(["a", "b"]),
+        ["a_delay0", "b_delay0", "a_delay1", "b_delay1"],
+    )
+    with pytest.raises(ValueError, match="input_features"):
+        delayer.get_feature_names_out(["a"])
+
+
 def test_jax_in_jax_out():
     jnp = pytest.importorskip("jax.numpy")
     X = np.random.default_rng(1).standard_normal((10, 2)).astype(np.float32)
