@@ -424,6 +424,30 @@ def test_shared_factors_give_the_model_of_separate_svds(
     assert_allclose(shared.intercept_, separate.intercept_, rtol=1e-7, atol=1e-9)
 
 
+@pytest.mark.parametrize("cv", [None, 3])
+def test_permutations_on_shared_factors_equal_those_on_separate_svds(cv, monkeypatch):
+    """PermutationScorer's fast path factorises each outer fold's training
+    rows once for all candidates: the same null as decomposing each
+    candidate apart, on runs of unequal length shuffled within runs."""
+    from sklearn.model_selection import GroupKFold
+
+    from skbatch import PermutationScorer
+
+    X, Y, runs = make_banded(n=90, t=5, seed=23)
+    groups = np.repeat(np.arange(len(runs)), runs)
+    model = BandedRidge(LABELS, alphas=ALPHAS, band_weights=CANDIDATES, cv=cv)
+    params = dict(
+        n_permutations=8, cv=GroupKFold(3), multioutput="raw_values", return_null=True
+    )
+    shared = PermutationScorer(model, **params).fit(X, Y, groups=groups)
+    _without_shared_factors(monkeypatch)
+    separate = PermutationScorer(model, **params).fit(X, Y, groups=groups)
+    assert shared.fit_report_.stages[-1].path == "batched"
+    assert_allclose(shared.score_, separate.score_, rtol=1e-9)
+    assert_allclose(shared.permutation_scores_, separate.permutation_scores_, rtol=1e-9)
+    assert_array_equal(shared.pvalue_, separate.pvalue_)
+
+
 def test_shared_factors_are_used_only_where_they_save_work(monkeypatch):
     from skbatch._ridge import banded
 

@@ -780,10 +780,26 @@ class BandedPermutedProblem(PermutedRidgeProblem):
         self._hold_targets(X, Y, backend, dtype, scoring, n_permutations, permutation)
         self.alphas = backend.asarray(spec.alphas, dtype)
         design = spec.design(X)
+        n_candidates = len(design.candidates)
         schemes = [inner_scheme(X[train], Y[train], train) for train, _ in splits]
+        # Each outer fold's training rows factorised once for its candidates,
+        # as BandedRidge.fit factorises X.
+        factors = [
+            SharedFactors(
+                X[train],
+                None,
+                scheme,
+                backend,
+                dtype,
+                fit_intercept=spec.fit_intercept,
+            )
+            if SharedFactors.applies(n_candidates, len(train), X.shape[1], scheme)
+            else None
+            for (train, _), scheme in zip(splits, schemes)
+        ]
         solvers = [[] for _ in splits]
         tests = [[] for _ in splits]
-        for c in range(len(design.candidates)):
+        for c in range(n_candidates):
             Z = design.design(c)
             for k, ((train, test), scheme) in enumerate(zip(splits, schemes)):
                 solver = RidgeSolver(
@@ -795,41 +811,77 @@ class BandedPermutedProblem(PermutedRidgeProblem):
                     dtype,
                     fit_intercept=spec.fit_intercept,
                     scoring=spec.scoring,
+                    basis=None
+                    if factors[k] is None
+                    else factors[k].basis(design.kept[c], design.scales[c]),
                 )
                 solvers[k].append(solver)
                 tests[k].append(solver.rows_in_basis(backend.asarray(Z[test], dtype)))
         self.folds = [
-            (backend.asarray(train), backend.asarray(test), fold_solvers, fold_tests)
-            for (train, test), fold_solvers, fold_tests in zip(splits, solvers, tests)
+            (backend.asarray(train), backend.asarray(test), *fold)
+            for (train, test), *fold in zip(splits, solvers, tests, factors)
         ]
         rank = max(s.s.shape[0] for fold in solvers for s in fold)
         self._plan_items(rank, spec.alphas.size)
+        shared = [
+            SharedFactors.bytes_per_target(X.shape[1], scheme)
+            for fold_factors, scheme in zip(factors, schemes)
+            if fold_factors is not None
+        ]
+        if shared:
+            self.fixed_bytes += sum(
+                SharedFactors.nbytes(
+                    len(train), X.shape[1], scheme, np.dtype(dtype).itemsize
+                )
+                for (train, _), scheme, fold_factors in zip(splits, schemes, factors)
+                if fold_factors is not None
+            )
+            self.device_bytes_per_item += (
+                CV_WORKSPACE_OVERHEAD
+                * np.dtype(dtype).itemsize
+                * self.n_targets
+                * max(shared)
+            )
 
     @classmethod
     def check_memory(cls, X, Y, splits, spec, schemes, *args, **kwargs):
         """:meth:`PermutedRidgeProblem.check_memory` with every fold's
-        decompositions held once per candidate."""
+        decompositions held once per candidate, and once more for the
+        fold's shared factors (:class:`SharedFactors`, at most the size of
+        a candidate's decompositions)."""
         n_candidates = len(spec.design(X[:1]).candidates)
+        copies = n_candidates + int(n_candidates > 1)
         super().check_memory(
-            X, Y, splits * n_candidates, spec, schemes * n_candidates, *args, **kwargs
+            X, Y, splits * copies, spec, schemes * copies, *args, **kwargs
         )
 
     def _held_solvers(self):
         """``(solver, test rows in its basis)`` of every candidate of every
         outer fold."""
-        for _, _, solvers, tests in self.folds:
+        for _, _, solvers, tests, _ in self.folds:
             yield from zip(solvers, tests)
 
     def scores(self, indices):
         xp = self.xp
         permuted = self._permute(indices)
         total = 0.0
-        for train, test, solvers, tests in self.folds:
+        for train, test, solvers, tests, factors in self.folds:
             Y_train = xp.take(permuted, train, axis=0)
             best = predictions = None
+            # Centred once, and projected once on the fold's shared factors.
+            Y_centered, Y_offset = solvers[0].center(Y_train)
+            QtY = shared = None
+            if factors is not None:
+                QtY, shared = factors.project(Y_centered, full=True)
             for solver, X_test_V in zip(solvers, tests):
-                Y_centered, Y_offset, UtY = solver.project(Y_train)
-                scores = solver.scores(Y_train, Y_centered, Y_offset, UtY)
+                UtY = (
+                    _linalg.project(solver.U, Y_centered, xp=xp)
+                    if QtY is None
+                    else solver.coords.T @ QtY
+                )
+                scores = solver.scores(
+                    Y_train, Y_centered, Y_offset, UtY, shared=shared
+                )
                 index, score = _linalg.select_alpha(scores, xp=xp)
                 score = xp.where(xp.isnan(score), -xp.inf, score)
                 alpha = xp.take(self.alphas, index, axis=0)

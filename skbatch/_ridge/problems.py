@@ -726,7 +726,8 @@ class PermutedRidgeProblem(Portable):
         for solver, X_test_V in self._held_solvers():
             arrays += [solver.U, solver.Vt, X_test_V]
             for fold in solver.state or ():
-                arrays += [fold.U, fold.X_test_V]
+                # A fold of shared factors holds its coordinates, not U.
+                arrays += [fold.coords if fold.U is None else fold.U, fold.X_test_V]
         itemsize = np.dtype(self.dtype).itemsize
         return itemsize * sum(math.prod(a.shape) for a in arrays)
 
