@@ -17,6 +17,11 @@ with its 95% (Clopper-Pearson) interval. Rows:
 - both on plain AR(0.95) runs of 60, 150 and 300 rows, block shuffle with
   blocks of 10, 30 and 60 rows (where the schemes only approximate).
 
+The same test of ``PermutationScorer(BandedRidge(...))`` (``--only banded``):
+its fast path redoes the search over band weights and alphas for every
+permuted target, on white noise shuffled within runs and on circular AR(0.95)
+runs shifted circularly.
+
 Part 2, bootstrap intervals: how often the 95% percentile interval of
 ``BootstrapEstimator`` covers a known regression coefficient:
 
@@ -65,7 +70,7 @@ from scipy import stats
 from sklearn.linear_model import LinearRegression, Ridge
 from sklearn.model_selection import GroupKFold, KFold
 
-from skbatch import BootstrapEstimator, PermutationScorer
+from skbatch import AlphaEdgeWarning, BandedRidge, BootstrapEstimator, PermutationScorer
 from skbatch.ridge import AutocorrelationWarning
 
 N_RUNS = 5
@@ -92,6 +97,16 @@ FDR_TABLE_ROWS = [
 EXACT_ROWS = [
     ("one run of 60, circular_shift", (60,)),
     ("runs of 5, 6 and 7, circular_shift", (5, 6, 7)),
+]
+# BandedRidge's rows (``--only banded``): two bands of the N_FEATURES
+# features, drawn candidates, a grid of alphas; (name, generator, run length,
+# permutation_type).
+BANDED_LABELS = [0, 0, 1, 1, 1]
+BANDED_CANDIDATES = 4
+BANDED_ALPHAS = np.logspace(-1, 3, 5)
+BANDED_FWER_ROWS = [
+    ("white noise, shuffle", "white", 60, "shuffle"),
+    ("circular AR(0.95), circular_shift [exact]", "circular", 60, "circular_shift"),
 ]
 # (name, generator, run length, permutation_type, block_size)
 FWER_ROWS = [
@@ -194,6 +209,63 @@ def false_positive(seed, kind, run_length, permutation_type, block_size, sizes):
             device="cpu",
         ).fit(X, Y, groups=groups)
     return bool(np.any(scorer.pvalue_fwer_ <= ALPHA_LEVEL))
+
+
+def banded_false_positive(seed, kind, run_length, permutation_type, sizes):
+    """:func:`false_positive` for ``BandedRidge``'s permutation fast path: the
+    search over band weights and alphas redone for every permuted target."""
+    X, Y, groups = null_data(seed, kind, run_length, sizes["targets"])
+    model = BandedRidge(
+        BANDED_LABELS, alphas=BANDED_ALPHAS, band_weights=BANDED_CANDIDATES
+    )
+    with warnings.catch_warnings():
+        # Null targets choose the largest alpha, an edge of the grid; the
+        # circular row's inner LOO meets autocorrelated rows on purpose; four
+        # candidates are a coarse grid on purpose.
+        warnings.simplefilter("ignore", AlphaEdgeWarning)
+        warnings.simplefilter("ignore", AutocorrelationWarning)
+        warnings.filterwarnings("ignore", message=".*candidates look too coarse")
+        scorer = PermutationScorer(
+            model,
+            n_permutations=sizes["permutations"],
+            cv=GroupKFold(N_RUNS),
+            multioutput="raw_values",
+            permutation_type=permutation_type,
+            random_state=seed,
+            device="cpu",
+        ).fit(X, Y, groups=groups)
+    assert scorer.fit_report_.stages[-1].path == "batched"
+    return bool(np.any(scorer.pvalue_fwer_ <= ALPHA_LEVEL))
+
+
+def banded_fwer_table(sizes, n_jobs):
+    print(
+        f"\nFWER under the null, BandedRidge (bands of 2 and 3 features, "
+        f"{BANDED_CANDIDATES} candidates, LOO inside): {sizes['datasets']} data "
+        f"sets per row, {N_RUNS} runs, {sizes['targets']} targets, "
+        f"{sizes['permutations']} permutations, GroupKFold({N_RUNS}); nominal "
+        f"{ALPHA_LEVEL:.0%}"
+    )
+    header = "| data, scheme | run length | FWER | 95% interval | verdict |"
+    lines = [header, "|---|---|---|---|---|"]
+    print(header)
+    for name, kind, run_length, permutation_type in BANDED_FWER_ROWS:
+        start = time.perf_counter()
+        flags = Parallel(n_jobs=n_jobs)(
+            delayed(banded_false_positive)(
+                seed, kind, run_length, permutation_type, sizes
+            )
+            for seed in range(sizes["datasets"])
+        )
+        rate, low, high = rate_with_interval(sum(flags), len(flags))
+        verdict = "within 5%" if low <= ALPHA_LEVEL else "too liberal"
+        line = (
+            f"| {name} | {run_length} | {rate:.1%} | {low:.1%} - {high:.1%} | "
+            f"{verdict} |"
+        )
+        lines.append(line)
+        print(line, f"({time.perf_counter() - start:.0f} s)")
+    return lines
 
 
 def rate_with_interval(successes, trials):
@@ -502,7 +574,9 @@ def bca_table(sizes, n_jobs):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="the full run")
-    parser.add_argument("--only", choices=["permutation", "fdr", "bootstrap", "bca"])
+    parser.add_argument(
+        "--only", choices=["permutation", "banded", "fdr", "bootstrap", "bca"]
+    )
     parser.add_argument("--datasets", type=int, help="data sets per FWER row")
     parser.add_argument("--n-jobs", type=int, default=-1, help="joblib workers")
     args = parser.parse_args()
@@ -523,6 +597,8 @@ def main():
     start = time.perf_counter()
     if args.only in (None, "permutation"):
         fwer_table(sizes, args.n_jobs)
+    if args.only in (None, "banded"):
+        banded_fwer_table(sizes, args.n_jobs)
     if args.only in (None, "permutation", "fdr"):
         fdr_table(sizes, args.n_jobs)
         exact_table(sizes, args.n_jobs)
