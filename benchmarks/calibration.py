@@ -99,14 +99,19 @@ EXACT_ROWS = [
     ("runs of 5, 6 and 7, circular_shift", (5, 6, 7)),
 ]
 # BandedRidge's rows (``--only banded``): two bands of the N_FEATURES
-# features, drawn candidates, a grid of alphas; (name, generator, run length,
-# permutation_type).
+# features, drawn candidates, a grid of alphas; rows as FWER_ROWS.
 BANDED_LABELS = [0, 0, 1, 1, 1]
 BANDED_CANDIDATES = 4
 BANDED_ALPHAS = np.logspace(-1, 3, 5)
 BANDED_FWER_ROWS = [
-    ("white noise, shuffle", "white", 60, "shuffle"),
-    ("circular AR(0.95), circular_shift [exact]", "circular", 60, "circular_shift"),
+    ("white noise, shuffle", "white", 60, "shuffle", None),
+    (
+        "circular AR(0.95), circular_shift [exact]",
+        "circular",
+        60,
+        "circular_shift",
+        None,
+    ),
 ]
 # (name, generator, run length, permutation_type, block_size)
 FWER_ROWS = [
@@ -193,13 +198,30 @@ def null_data(seed, kind, run_length, n_targets):
     return X, Y, np.repeat(np.arange(N_RUNS), run_length)
 
 
-def false_positive(seed, kind, run_length, permutation_type, block_size, sizes):
+def null_model(banded):
+    """The estimator each FWER row tests: ``Ridge(alpha=1)``, or a
+    ``BandedRidge`` whose search the fast path redoes per permuted target."""
+    if not banded:
+        return Ridge(alpha=1.0)
+    return BandedRidge(
+        BANDED_LABELS, alphas=BANDED_ALPHAS, band_weights=BANDED_CANDIDATES
+    )
+
+
+def false_positive(
+    seed, kind, run_length, permutation_type, block_size, sizes, banded=False
+):
     X, Y, groups = null_data(seed, kind, run_length, sizes["targets"])
     with warnings.catch_warnings():
-        # The invalid row shuffles autocorrelated rows on purpose.
-        warnings.filterwarnings("ignore", message="The rows of y are autocorrelated")
+        # The invalid row shuffles autocorrelated rows on purpose, as the
+        # circular row's inner LOO meets them; null targets of BandedRidge
+        # choose the largest alpha, an edge of the grid, and four candidates
+        # are a coarse grid on purpose.
+        warnings.simplefilter("ignore", AutocorrelationWarning)
+        warnings.simplefilter("ignore", AlphaEdgeWarning)
+        warnings.filterwarnings("ignore", message=".*candidates look too coarse")
         scorer = PermutationScorer(
-            Ridge(alpha=1.0),
+            null_model(banded),
             n_permutations=sizes["permutations"],
             cv=GroupKFold(N_RUNS),
             multioutput="raw_values",
@@ -208,64 +230,9 @@ def false_positive(seed, kind, run_length, permutation_type, block_size, sizes):
             random_state=seed,
             device="cpu",
         ).fit(X, Y, groups=groups)
+    if banded:
+        assert scorer.fit_report_.stages[-1].path == "batched"
     return bool(np.any(scorer.pvalue_fwer_ <= ALPHA_LEVEL))
-
-
-def banded_false_positive(seed, kind, run_length, permutation_type, sizes):
-    """:func:`false_positive` for ``BandedRidge``'s permutation fast path: the
-    search over band weights and alphas redone for every permuted target."""
-    X, Y, groups = null_data(seed, kind, run_length, sizes["targets"])
-    model = BandedRidge(
-        BANDED_LABELS, alphas=BANDED_ALPHAS, band_weights=BANDED_CANDIDATES
-    )
-    with warnings.catch_warnings():
-        # Null targets choose the largest alpha, an edge of the grid; the
-        # circular row's inner LOO meets autocorrelated rows on purpose; four
-        # candidates are a coarse grid on purpose.
-        warnings.simplefilter("ignore", AlphaEdgeWarning)
-        warnings.simplefilter("ignore", AutocorrelationWarning)
-        warnings.filterwarnings("ignore", message=".*candidates look too coarse")
-        scorer = PermutationScorer(
-            model,
-            n_permutations=sizes["permutations"],
-            cv=GroupKFold(N_RUNS),
-            multioutput="raw_values",
-            permutation_type=permutation_type,
-            random_state=seed,
-            device="cpu",
-        ).fit(X, Y, groups=groups)
-    assert scorer.fit_report_.stages[-1].path == "batched"
-    return bool(np.any(scorer.pvalue_fwer_ <= ALPHA_LEVEL))
-
-
-def banded_fwer_table(sizes, n_jobs):
-    print(
-        f"\nFWER under the null, BandedRidge (bands of 2 and 3 features, "
-        f"{BANDED_CANDIDATES} candidates, LOO inside): {sizes['datasets']} data "
-        f"sets per row, {N_RUNS} runs, {sizes['targets']} targets, "
-        f"{sizes['permutations']} permutations, GroupKFold({N_RUNS}); nominal "
-        f"{ALPHA_LEVEL:.0%}"
-    )
-    header = "| data, scheme | run length | FWER | 95% interval | verdict |"
-    lines = [header, "|---|---|---|---|---|"]
-    print(header)
-    for name, kind, run_length, permutation_type in BANDED_FWER_ROWS:
-        start = time.perf_counter()
-        flags = Parallel(n_jobs=n_jobs)(
-            delayed(banded_false_positive)(
-                seed, kind, run_length, permutation_type, sizes
-            )
-            for seed in range(sizes["datasets"])
-        )
-        rate, low, high = rate_with_interval(sum(flags), len(flags))
-        verdict = "within 5%" if low <= ALPHA_LEVEL else "too liberal"
-        line = (
-            f"| {name} | {run_length} | {rate:.1%} | {low:.1%} - {high:.1%} | "
-            f"{verdict} |"
-        )
-        lines.append(line)
-        print(line, f"({time.perf_counter() - start:.0f} s)")
-    return lines
 
 
 def rate_with_interval(successes, trials):
@@ -273,21 +240,29 @@ def rate_with_interval(successes, trials):
     return successes / trials, interval.low, interval.high
 
 
-def fwer_table(sizes, n_jobs):
+def fwer_table(sizes, n_jobs, *, banded=False):
+    model = (
+        f"BandedRidge (bands of 2 and 3 features, {BANDED_CANDIDATES} "
+        f"candidates, LOO inside)"
+        if banded
+        else "Ridge(alpha=1)"
+    )
     print(
         f"\nFWER under the null: {sizes['datasets']} data sets per row, "
         f"{N_RUNS} runs, {sizes['targets']} targets, {sizes['permutations']} "
-        f"permutations, Ridge(alpha=1), GroupKFold({N_RUNS}); nominal "
+        f"permutations, {model}, GroupKFold({N_RUNS}); nominal "
         f"{ALPHA_LEVEL:.0%}"
     )
     header = "| data, scheme | run length | FWER | 95% interval | verdict |"
     lines = [header, "|---|---|---|---|---|"]
     print(header)
-    for name, kind, run_length, permutation_type, block_size in FWER_ROWS:
+    for name, kind, run_length, permutation_type, block_size in (
+        BANDED_FWER_ROWS if banded else FWER_ROWS
+    ):
         start = time.perf_counter()
         flags = Parallel(n_jobs=n_jobs)(
             delayed(false_positive)(
-                seed, kind, run_length, permutation_type, block_size, sizes
+                seed, kind, run_length, permutation_type, block_size, sizes, banded
             )
             for seed in range(sizes["datasets"])
         )
@@ -598,7 +573,7 @@ def main():
     if args.only in (None, "permutation"):
         fwer_table(sizes, args.n_jobs)
     if args.only in (None, "banded"):
-        banded_fwer_table(sizes, args.n_jobs)
+        fwer_table(sizes, args.n_jobs, banded=True)
     if args.only in (None, "permutation", "fdr"):
         fdr_table(sizes, args.n_jobs)
         exact_table(sizes, args.n_jobs)
