@@ -400,8 +400,7 @@ class SharedFactors(Portable):
             )
             return projector, R, X_test, len(train)
 
-        splits = getattr(scheme, "splits", None) or ()
-        parts = [full, *(lambda split=split: fold(*split) for split in splits)]
+        parts = [full, *(lambda split=split: fold(*split) for split in _splits(scheme))]
         (self.X_offset, self.Q, self.R), *self.folds = map_threads(
             lambda part: part(), parts, backend
         )
@@ -411,8 +410,7 @@ class SharedFactors(Portable):
     def applies(n_candidates, n_samples, n_features, scheme):
         """Whether sharing saves work: more than one candidate, and fewer
         columns than rows in all rows and in every fold's training rows."""
-        splits = getattr(scheme, "splits", None) or ()
-        rows = [n_samples, *(len(train) for train, _ in splits)]
+        rows = [n_samples, *(len(train) for train, _ in _splits(scheme))]
         return n_candidates > 1 and n_features < min(rows)
 
     @staticmethod
@@ -421,15 +419,15 @@ class SharedFactors(Portable):
         fold's training rows (R in float64), each fold's centred test rows."""
         p = n_features
         count = n_samples * p
-        for train, test in getattr(scheme, "splits", None) or ():
+        for train, test in _splits(scheme):
             count += (len(train) + len(test)) * p
-        n_factors = 1 + len(getattr(scheme, "splits", None) or ())
+        n_factors = 1 + len(_splits(scheme))
         return itemsize * (count + p) + 8 * n_factors * p * p
 
     @staticmethod
     def bytes_per_target(n_features, scheme):
         """Device values per target of :meth:`project`'s results."""
-        n_folds = len(getattr(scheme, "splits", None) or ())
+        n_folds = len(_splits(scheme))
         return (1 + n_folds) * (n_features + 1)
 
     def project(self, Y_centered, *, full):
@@ -447,6 +445,36 @@ class SharedFactors(Portable):
     def basis(self, kept, scale):
         """The :class:`CandidateBasis` of the design ``X[:, kept] * scale``."""
         return CandidateBasis(self, kept, scale)
+
+
+def _projected(solvers, factors, Y, *, full):
+    """``(solver, Y_centered, Y_offset, UtY, shared)`` of each candidate for
+    a batch ``Y``, one candidate at a time.
+
+    Every candidate centres the targets alike (the same weights and
+    intercept): once for the batch, and projected once on the shared
+    ``factors`` (if any), each candidate's ``U'Y`` then mapped from
+    ``Q'Y``. ``UtY`` is None when the scheme does not read it (not
+    ``full``); ``shared`` the folds' projections for its scores.
+    """
+    Y_centered, Y_offset = solvers[0].center(Y)
+    QtY = shared = None
+    if factors is not None:
+        QtY, shared = factors.project(Y_centered, full=full)
+    for solver in solvers:
+        UtY = None
+        if full:
+            UtY = (
+                _linalg.project(solver.U, Y_centered, xp=solver.xp)
+                if QtY is None
+                else solver.coords.T @ QtY
+            )
+        yield solver, Y_centered, Y_offset, UtY, shared
+
+
+def _splits(scheme):
+    """The ``(train, test)`` splits of a K-fold scheme, none for LOO and GCV."""
+    return getattr(scheme, "splits", None) or ()
 
 
 class CandidateBasis:
@@ -616,21 +644,10 @@ class BandedSearchProblem(TargetProblem):
         running = np.full(m, -np.inf)
         rows = np.full((m, n_alphas), np.nan)
         stored = np.empty((m, len(self.solvers), n_alphas)) if self.store else None
-        # Every candidate centres the targets alike (the same weights and
-        # intercept): once per batch, and projected once on shared factors.
-        Y_centered, Y_offset = first.center(Y)
-        reads = first.scheme.reads_projection
-        QtY = shared = None
-        if self.factors is not None:
-            QtY, shared = self.factors.project(Y_centered, full=reads)
-        for c, solver in enumerate(self.solvers):
-            UtY = None
-            if reads:
-                UtY = (
-                    _linalg.project(solver.U, Y_centered, xp=solver.xp)
-                    if QtY is None
-                    else solver.coords.T @ QtY
-                )
+        projected = _projected(
+            self.solvers, self.factors, Y, full=first.scheme.reads_projection
+        )
+        for c, (solver, Y_centered, Y_offset, UtY, shared) in enumerate(projected):
             scores = solver.scores(Y, Y_centered, Y_offset, UtY, shared=shared)
             best, best_score = _linalg.select_alpha(scores, xp=solver.xp)
             best, scores = to_numpy(best), to_numpy(scores).T
@@ -823,24 +840,24 @@ class BandedPermutedProblem(PermutedRidgeProblem):
         ]
         rank = max(s.s.shape[0] for fold in solvers for s in fold)
         self._plan_items(rank, spec.alphas.size)
+        # The shared factors, held, and their projections of each batch.
+        itemsize = np.dtype(dtype).itemsize
         shared = [
-            SharedFactors.bytes_per_target(X.shape[1], scheme)
-            for fold_factors, scheme in zip(factors, schemes)
+            (len(train), scheme)
+            for (train, _), scheme, fold_factors in zip(splits, schemes, factors)
             if fold_factors is not None
         ]
         if shared:
+            p = X.shape[1]
             self.fixed_bytes += sum(
-                SharedFactors.nbytes(
-                    len(train), X.shape[1], scheme, np.dtype(dtype).itemsize
-                )
-                for (train, _), scheme, fold_factors in zip(splits, schemes, factors)
-                if fold_factors is not None
+                SharedFactors.nbytes(n_train, p, scheme, itemsize)
+                for n_train, scheme in shared
             )
             self.device_bytes_per_item += (
                 CV_WORKSPACE_OVERHEAD
-                * np.dtype(dtype).itemsize
+                * itemsize
                 * self.n_targets
-                * max(shared)
+                * max(SharedFactors.bytes_per_target(p, scheme) for _, scheme in shared)
             )
 
     @classmethod
@@ -868,17 +885,10 @@ class BandedPermutedProblem(PermutedRidgeProblem):
         for train, test, solvers, tests, factors in self.folds:
             Y_train = xp.take(permuted, train, axis=0)
             best = predictions = None
-            # Centred once, and projected once on the fold's shared factors.
-            Y_centered, Y_offset = solvers[0].center(Y_train)
-            QtY = shared = None
-            if factors is not None:
-                QtY, shared = factors.project(Y_centered, full=True)
-            for solver, X_test_V in zip(solvers, tests):
-                UtY = (
-                    _linalg.project(solver.U, Y_centered, xp=xp)
-                    if QtY is None
-                    else solver.coords.T @ QtY
-                )
+            projected = _projected(solvers, factors, Y_train, full=True)
+            for (solver, Y_centered, Y_offset, UtY, shared), X_test_V in zip(
+                projected, tests
+            ):
                 scores = solver.scores(
                     Y_train, Y_centered, Y_offset, UtY, shared=shared
                 )
