@@ -37,7 +37,20 @@ Part 2, bootstrap intervals: how often the 95% percentile interval of
   skewed data: the mean of lognormal data, n=30 (the intercept of
   ``Ridge`` on a zero feature), and the least-squares slope with
   heteroscedastic exponential errors, n=40 (``y = x + |x| (E - 1)``, E
-  exponential), iid bootstrap, ``BCA_DATASETS`` data sets each.
+  exponential), iid bootstrap, ``BCA_DATASETS`` data sets each;
+- ``BootstrapEstimator(BandedRidge(...))`` at its chosen band weights and
+  alpha (``--only banded-bootstrap``, the banded batched path): y = X w + e,
+  5 columns in bands of 2 and 3, n=500, the 95% interval of the first
+  coefficient of each band against its true value. The alphas (1e-6 and
+  1e-4) and candidate weights (no band below 0.2) keep each band's alpha at
+  5e-4 or less, a shrinkage of about 1e-5 standard errors (the table shows
+  it, BandedRidge against least squares on the same data), so 95% is the
+  promise for w itself. iid data with the iid bootstrap (percentile and
+  BCa); x and e AR(0.9) in runs of 150, 250 and 100 rows (``groups``) with
+  moving, circular and stationary blocks at ``block_size="auto"``, and the
+  iid bootstrap on them (invalid). Beside each row, LinearRegression's
+  coverage on the same resamples, the bias of the estimates and the mean
+  standard error over the spread of the estimates across data sets.
 
 Part 3, false discovery rate and exact enumeration (``--only fdr``):
 
@@ -56,6 +69,7 @@ Part 3, false discovery rate and exact enumeration (``--only fdr``):
     python benchmarks/calibration.py           # quick: a few minutes, 2 cores
     python benchmarks/calibration.py --full    # 1000 data sets per FWER row
     python benchmarks/calibration.py --only permutation --datasets 200
+    python benchmarks/calibration.py --only banded-bootstrap --n-jobs 1
 
 Every row is seeded: the same command prints the same table.
 """
@@ -277,6 +291,11 @@ def fwer_table(sizes, n_jobs, *, banded=False):
     return lines
 
 
+# Part 2: the AR coefficient of x and of the noise in the autocorrelated
+# coverage rows (autocorrelation below 0.1 only beyond 22 lags: strong).
+AR_PHI = 0.9
+
+
 def ar_regression(seed, n, phi):
     """y = 1 * x + e with x and e independent AR(phi): the OLS slope's
     variance is inflated by the autocorrelation of both."""
@@ -304,6 +323,23 @@ def clustered_regression(seed, n_clusters, size):
     return x[:, None], x + noise, groups
 
 
+def bootstrap_fit(estimator, X, y, groups, seed, sizes, **options):
+    """``BootstrapEstimator(estimator, **options)`` fit with the row's
+    replicates and seed (the resamples depend on the seed and the scheme
+    only, not on the estimator)."""
+    boot = BootstrapEstimator(
+        estimator,
+        n_bootstrap=sizes["replicates"],
+        random_state=seed,
+        device="cpu",
+        **options,
+    )
+    with warnings.catch_warnings():
+        # The [invalid] rows are invalid on purpose: their warning is known.
+        warnings.simplefilter("ignore", AutocorrelationWarning)
+        return boot.fit(X, y, groups=groups)
+
+
 def covers(seed, design, block_size, sizes, block_scheme="moving"):
     groups = None
     if design == "iid":
@@ -311,19 +347,17 @@ def covers(seed, design, block_size, sizes, block_scheme="moving"):
     elif design == "cluster":
         X, y, groups = clustered_regression(seed, 40, 10)
     else:
-        X, y = ar_regression(seed, 400, 0.9)
-    boot = BootstrapEstimator(
+        X, y = ar_regression(seed, 400, AR_PHI)
+    result = bootstrap_fit(
         LinearRegression(),
-        n_bootstrap=sizes["replicates"],
+        X,
+        y,
+        groups,
+        seed,
+        sizes,
         block_size=block_size,
         block_scheme=block_scheme,
-        random_state=seed,
-        device="cpu",
-    )
-    with warnings.catch_warnings():
-        # The [invalid] row is invalid on purpose: its warning is known.
-        warnings.simplefilter("ignore", AutocorrelationWarning)
-        result = boot.fit(X, y, groups=groups).results_["coef_"]
+    ).results_["coef_"]
     return bool(result.ci_lower[0] <= 1.0 <= result.ci_upper[0])
 
 
@@ -361,6 +395,163 @@ def coverage_table(sizes, n_jobs):
         )
         rate, low, high = rate_with_interval(sum(hits), len(hits))
         line = f"| {name} | {rate:.3f} | {low:.3f} - {high:.3f} |"
+        lines.append(line)
+        print(line, f"({time.perf_counter() - start:.0f} s)")
+    return lines
+
+
+# Part 2, BandedRidge (``--only banded-bootstrap``): y = X w + e, the bands of
+# BANDED_LABELS. The alphas and candidates give each band an alpha of at most
+# 1e-4 / 0.2 = 5e-4: against the Gram matrix's n = 500 per column, a
+# shrinkage of about 1e-6 of each coefficient, 1e-5 of its standard error.
+BANDED_COEF = np.array([1.0, -0.5, 0.5, 1.0, -1.0])
+# The columns whose coverage is counted: the first of each band.
+BANDED_CHECKED = [0, 2]
+BANDED_BOOTSTRAP_ALPHAS = [1e-6, 1e-4]
+BANDED_BOOTSTRAP_CANDIDATES = [[0.5, 0.5], [0.2, 0.8], [0.8, 0.2]]
+# Runs of unequal length, each its own AR series (the iid rows: as many).
+BANDED_RUNS = (150, 250, 100)
+# (name, data, block_size, block_scheme, ci_method); groups mark the runs
+# wherever blocks are drawn.
+BANDED_COVERAGE_ROWS = [
+    ("iid data, iid bootstrap", "iid", None, "moving", "percentile"),
+    ("iid data, iid bootstrap, BCa", "iid", None, "moving", "bca"),
+    ("AR(0.9) runs, iid bootstrap [invalid]", "ar", None, "moving", "percentile"),
+    *(
+        (f"AR(0.9) runs, {scheme} blocks, auto", "ar", "auto", scheme, "percentile")
+        for scheme in ("moving", "circular", "stationary")
+    ),
+]
+
+
+def banded_regression(seed, design):
+    """``(X, y, runs)``: five columns, iid or each column and the noise
+    AR(AR_PHI) within each of BANDED_RUNS."""
+    rng = np.random.default_rng(seed)
+    runs = np.repeat(np.arange(len(BANDED_RUNS)), BANDED_RUNS)
+    if design == "iid":
+        X = rng.standard_normal((runs.size, BANDED_COEF.size))
+        noise = rng.standard_normal(runs.size)
+    else:
+        series = [
+            ar_series(rng, length, BANDED_COEF.size + 1, AR_PHI)
+            for length in BANDED_RUNS
+        ]
+        X, noise = np.concatenate(series)[:, :-1], np.concatenate(series)[:, -1]
+    return X, X @ BANDED_COEF + noise, runs
+
+
+def banded_covers(seed, design, block_size, block_scheme, ci_method, sizes):
+    """One data set: the banded bootstrap's intervals and LinearRegression's
+    on the same resamples, at the checked columns.
+
+    Returns a dict of arrays over BANDED_CHECKED: ``covers`` and
+    ``ols_covers`` (whether each 95% interval holds the true coefficient),
+    ``estimate``, ``standard_error``, ``shrinkage`` (BandedRidge's estimate
+    minus least squares', over its standard error), and ``block_size``.
+    """
+    X, y, runs = banded_regression(seed, design)
+    groups = runs if block_size is not None else None
+    with warnings.catch_warnings():
+        # The LOO scores are flat along alphas this small and along the
+        # candidates, so any of them, an edge included, is chosen; the
+        # candidates are few on purpose.
+        warnings.simplefilter("ignore", AlphaEdgeWarning)
+        warnings.filterwarnings("ignore", message=".*candidates look too coarse")
+        banded = bootstrap_fit(
+            BandedRidge(
+                BANDED_LABELS,
+                alphas=BANDED_BOOTSTRAP_ALPHAS,
+                band_weights=BANDED_BOOTSTRAP_CANDIDATES,
+                cv=None,
+            ),
+            X,
+            y,
+            groups,
+            seed,
+            sizes,
+            block_size=block_size,
+            block_scheme=block_scheme,
+            ci_method=ci_method,
+        )
+    # The size "auto" chose, given as is: the same resamples.
+    ols = bootstrap_fit(
+        LinearRegression(),
+        X,
+        y,
+        groups,
+        seed,
+        sizes,
+        block_size=banded.block_size_,
+        block_scheme=block_scheme,
+        ci_method=ci_method,
+    )
+    truth = BANDED_COEF[BANDED_CHECKED]
+    out = {}
+    for prefix, boot in (("", banded), ("ols_", ols)):
+        result = boot.results_["coef_"]
+        lower = result.ci_lower[BANDED_CHECKED]
+        upper = result.ci_upper[BANDED_CHECKED]
+        out[prefix + "covers"] = (lower <= truth) & (truth <= upper)
+    result, ols_result = banded.results_["coef_"], ols.results_["coef_"]
+    out["estimate"] = result.estimate[BANDED_CHECKED]
+    out["standard_error"] = result.standard_error[BANDED_CHECKED]
+    out["shrinkage"] = (result.estimate - ols_result.estimate)[BANDED_CHECKED] / out[
+        "standard_error"
+    ]
+    out["block_size"] = banded.block_size_
+    return out
+
+
+def interval_cell(hits):
+    """``rate (low - high)`` of boolean ``hits``, its Clopper-Pearson interval."""
+    rate, low, high = rate_with_interval(int(np.sum(hits)), len(hits))
+    return f"{rate:.3f} ({low:.3f} - {high:.3f})"
+
+
+def pair(values, spec):
+    """The checked columns' values, one per band, as ``a / b``."""
+    return " / ".join(format(value, spec) for value in values)
+
+
+def banded_coverage_table(sizes, n_jobs):
+    print(
+        f"\nCoverage of 95% intervals of BandedRidge's coefficients, held at "
+        f"their choice: {sizes['coverage_datasets']} data sets per row, "
+        f"{sizes['replicates']} replicates, n={sum(BANDED_RUNS)} (runs of "
+        f"{', '.join(map(str, BANDED_RUNS))}), w={BANDED_COEF.tolist()}, "
+        f"columns {BANDED_CHECKED} (one per band); bias and SE over the SD of "
+        f"the estimates across data sets"
+    )
+    header = (
+        "| data, scheme | block size (median) | coverage, band 0 | "
+        "coverage, band 1 | LinearRegression, same resamples | bias / SD | "
+        "SE / SD | max shrinkage / SE |"
+    )
+    lines = [header, "|---|---|---|---|---|---|---|---|"]
+    print(header)
+    for name, design, block_size, block_scheme, ci_method in BANDED_COVERAGE_ROWS:
+        start = time.perf_counter()
+        results = Parallel(n_jobs=n_jobs)(
+            delayed(banded_covers)(
+                seed, design, block_size, block_scheme, ci_method, sizes
+            )
+            for seed in range(sizes["coverage_datasets"])
+        )
+        column = {key: np.array([r[key] for r in results]) for key in results[0]}
+        spread = column["estimate"].std(axis=0, ddof=1)
+        bias = column["estimate"].mean(axis=0) - BANDED_COEF[BANDED_CHECKED]
+        sizes_used = (
+            "-" if block_size is None else f"{np.median(column['block_size']):g}"
+        )
+        line = (
+            f"| {name} | {sizes_used} | {interval_cell(column['covers'][:, 0])} | "
+            f"{interval_cell(column['covers'][:, 1])} | "
+            f"{pair(column['ols_covers'].mean(axis=0), '.3f')} | "
+            f"{pair(bias / spread, '+.2f')} | "
+            f"{pair(column['standard_error'].mean(axis=0) / spread, '.2f')} | "
+            f"{np.abs(column['shrinkage']).max():.1e} |"
+        )
         lines.append(line)
         print(line, f"({time.perf_counter() - start:.0f} s)")
     return lines
@@ -536,11 +727,7 @@ def bca_table(sizes, n_jobs):
                 for seed in range(sizes["bca_datasets"])
             )
         )
-        cells = []
-        for column in hits.T:
-            rate, low, high = rate_with_interval(int(column.sum()), len(column))
-            cells.append(f"{rate:.3f} ({low:.3f} - {high:.3f})")
-        line = f"| {name} | " + " | ".join(cells) + " |"
+        line = f"| {name} | " + " | ".join(map(interval_cell, hits.T)) + " |"
         lines.append(line)
         print(line, f"({time.perf_counter() - start:.0f} s)")
     return lines
@@ -550,7 +737,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="the full run")
     parser.add_argument(
-        "--only", choices=["permutation", "banded", "fdr", "bootstrap", "bca"]
+        "--only",
+        choices=[
+            "permutation",
+            "banded",
+            "fdr",
+            "bootstrap",
+            "bca",
+            "banded-bootstrap",
+        ],
     )
     parser.add_argument("--datasets", type=int, help="data sets per FWER row")
     parser.add_argument("--n-jobs", type=int, default=-1, help="joblib workers")
@@ -581,6 +776,8 @@ def main():
         coverage_table(sizes, args.n_jobs)
     if args.only in (None, "bootstrap", "bca"):
         bca_table(sizes, args.n_jobs)
+    if args.only in (None, "banded-bootstrap"):
+        banded_coverage_table(sizes, args.n_jobs)
     print(f"\ntotal {time.perf_counter() - start:.0f} s")
 
 
