@@ -537,15 +537,19 @@ def check_search_memory(
     """Refuse, before any SVD, a search whose held memory exceeds the budget.
 
     Held whatever the target batch (:func:`check_held_memory`): every
-    candidate's decompositions (:meth:`RidgeSolver.nbytes`) and the shared
-    factors (:meth:`SharedFactors.nbytes`) on the device, the results of all
-    targets on the host.
+    candidate's decompositions, made side by side with their float64 working
+    set for float32 on the CPU (:meth:`RidgeSolver.nbytes_side_by_side`), and
+    the shared factors (:meth:`SharedFactors.nbytes`) on the device, the
+    results of all targets on the host.
     """
     itemsize = np.dtype(dtype).itemsize
     n_candidates = len(design.candidates)
-    device = sum(
-        RidgeSolver.nbytes(n_samples, design.n_columns(c), scheme, itemsize)
-        for c in range(n_candidates)
+    device = RidgeSolver.nbytes_side_by_side(
+        n_samples,
+        [design.n_columns(c) for c in range(n_candidates)],
+        scheme,
+        itemsize,
+        backend=backend,
     )
     if SharedFactors.applies(n_candidates, n_samples, design.n_features, scheme):
         device += SharedFactors.nbytes(n_samples, design.n_features, scheme, itemsize)

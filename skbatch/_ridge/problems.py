@@ -79,6 +79,13 @@ MAX_BOOTSTRAP_BATCH_BYTES = 256e6
 # replicates of 40 rows, 100,000 of 16) both are as fast at best and side by
 # side faster in median.
 SIDE_BY_SIDE_MIN_FLOPS = 1e7
+# LAPACK's block size for the SVD's bidiagonal reduction (ilaenv for dgebrd:
+# 32 in reference LAPACK and OpenBLAS), by which gesdd's optimal workspace
+# grows per row and column of the matrix (RidgeSolver.svd_workspace).
+LAPACK_BLOCK_SIZE = 32
+# n x rank float64 temporaries of svd_decompose's check of graded columns
+# (X V, U s and their difference).
+GRADED_CHECK_TEMPORARIES = 3
 
 
 class RidgeSolver(Portable):
@@ -155,15 +162,70 @@ class RidgeSolver(Portable):
         self.X_offset, self.U, self.s, self.Vt = full_result
 
     @staticmethod
-    def nbytes(n_samples, n_features, scheme, itemsize):
-        """Device bytes the solver holds, from the shapes, before decomposing.
+    def nbytes(n_samples, n_features, scheme, itemsize, *, backend=None):
+        """Device bytes at the solver's peak, from the shapes, before decomposing
+        (:meth:`nbytes_side_by_side` of one design)."""
+        return RidgeSolver.nbytes_side_by_side(
+            n_samples, [n_features], scheme, itemsize, backend=backend
+        )
 
-        X and its centred copy (2np), the thin SVD (nr + rp) with the rank r
-        at its bound min(n, p), and the scheme's own decompositions.
+    @staticmethod
+    def nbytes_side_by_side(n_samples, widths, scheme, itemsize, *, backend=None):
+        """Device bytes at the peak of solvers of designs of ``widths`` columns
+        built side by side (:func:`skbatch._engine.map_threads`), from the
+        shapes, before decomposing.
+
+        Each holds its X and centred copy (2np), its thin SVD (nr + rp) with
+        the rank r at its bound min(n, p) and the scheme's own decompositions.
+        While they decompose, the float64 working set of the SVDs running at
+        once (:meth:`svd_workspace`, for float32 on the CPU): one per solver,
+        or for a single solver its SVDs of all rows and of each fold, as many
+        as the backend runs side by side. ``backend`` None counts as the CPU
+        with every SVD at once: the larger figure.
         """
-        rank = min(n_samples, n_features)
-        count = 2 * n_samples * n_features + (n_samples + n_features) * rank
-        return itemsize * count + scheme.nbytes(n_features, itemsize)
+        held = 0
+        for p in widths:
+            rank = min(n_samples, p)
+            count = 2 * n_samples * p + (n_samples + p) * rank
+            held += itemsize * count + scheme.nbytes(p, itemsize)
+        n_svds = len(widths)
+        if n_svds == 1:
+            n_svds += len(getattr(scheme, "splits", None) or ())
+        if backend is not None:
+            n_svds = min(n_svds, cpu_workers(backend))
+        workspace = max(
+            RidgeSolver.svd_workspace(n_samples, p, itemsize, backend=backend)
+            for p in widths
+        )
+        return held + n_svds * workspace
+
+    @staticmethod
+    def svd_workspace(n_samples, n_features, itemsize, *, backend=None):
+        """Transient bytes of one SVD of an n x p matrix beyond its input and U,
+        s, Vt in the working dtype: none unless float32 on the CPU, which
+        :func:`skbatch._linalg.svd_decompose` decomposes in float64.
+
+        The larger of its two stages: LAPACK's ``gesdd`` (the float64 copy of
+        X, the Fortran-ordered copy LAPACK overwrites, U and Vt in float64,
+        its workspace, and a column-permuted float32 copy for graded columns)
+        and the graded columns' check (a float64 copy of X, U and Vt, and
+        either their copies of the directions kept or
+        ``GRADED_CHECK_TEMPORARIES`` n x r residuals). ``backend`` None counts
+        as the CPU.
+        """
+        on_gpu = backend is not None and backend.is_gpu
+        if itemsize != np.dtype(np.float32).itemsize or on_gpu:
+            return 0
+        n, p = n_samples, n_features
+        rank = min(n, p)
+        factors = (n + p) * rank
+        # gesdd's optimal workspace for thin U and Vt (LAPACK's dgesdd: at most
+        # 4r^2 + 7r, or a block per row and column), and 8r int32 (4r doubles).
+        workspace = 4 * rank**2 + 11 * rank + LAPACK_BLOCK_SIZE * (n + p)
+        gesdd = 8 * (2 * n * p + factors + workspace) + itemsize * n * p
+        residuals = GRADED_CHECK_TEMPORARIES * n * rank
+        check = 8 * (n * p + factors + max(factors, residuals))
+        return max(gesdd, check)
 
     @property
     def fixed_bytes(self):
@@ -296,7 +358,9 @@ def check_solver_memory(
     device, and the results of all ``n_targets`` on the host
     (:func:`check_held_memory`).
     """
-    needed = RidgeSolver.nbytes(n_samples, n_features, scheme, np.dtype(dtype).itemsize)
+    needed = RidgeSolver.nbytes(
+        n_samples, n_features, scheme, np.dtype(dtype).itemsize, backend=backend
+    )
     results = results_bytes(n_targets, n_features, n_alphas)
     fix = (
         "raise max_memory_gb (or free memory), or reduce n_samples, n_features "
