@@ -168,7 +168,7 @@ def svd_decompose(X, *, n_rows=None, xp=None):
     # The scale of each direction's rounding: the norms of the columns it
     # combines.
     norms = xp.astype(norms, A.dtype, copy=False)
-    floor = xp.sqrt(_column_sq_norms(xp.permute_dims(Vt, (1, 0)) * norms[:, None], xp))
+    floor = xp.sqrt(column_sq_norms(xp.permute_dims(Vt, (1, 0)) * norms[:, None], xp))
     kept = s > floor * (size * eps)
     (kept,) = xp.nonzero(kept)
     U, s, Vt, floor = (
@@ -180,7 +180,7 @@ def svd_decompose(X, *, n_rows=None, xp=None):
     # An entry of the bidiagonal form neglected by LAPACK (a column coupled
     # to the largest one too weakly for its precision) shows as a residual
     # X v - s u far above the rounding of X v.
-    residual = xp.sqrt(_column_sq_norms(A @ xp.permute_dims(Vt, (1, 0)) - U * s, xp))
+    residual = xp.sqrt(column_sq_norms(A @ xp.permute_dims(Vt, (1, 0)) - U * s, xp))
     tolerance = float(xp.finfo(dtype).eps) ** RESIDUAL_EPS_POWER
     if not bool(xp.all(residual <= floor * tolerance)):
         raise ValueError(scale_message(ratio, largest, smallest, A.dtype))
@@ -212,12 +212,12 @@ def decomposition_dtype(X, xp):
 
 def column_norms(A, xp):
     """Euclidean norm of every column, without overflow for entries past 1e154."""
-    norms = xp.sqrt(_column_sq_norms(A, xp))
+    norms = xp.sqrt(column_sq_norms(A, xp))
     if bool(xp.all(xp.isfinite(norms))):
         return norms
     largest = xp.max(xp.abs(A), axis=0)
     safe = xp.where(largest > 0, largest, 1.0)
-    return largest * xp.sqrt(_column_sq_norms(A / safe, xp))
+    return largest * xp.sqrt(column_sq_norms(A / safe, xp))
 
 
 def column_spread(norms, xp):
@@ -296,7 +296,7 @@ def project(U, Y, *, xp=None):
     return U.T @ Y
 
 
-def residual_sq_norm(U, UtY, Y, *, fit_intercept=True, xp=None):
+def residual_sq_norm(U, UtY, Y, *, fit_intercept=True, total=None, xp=None):
     """Squared norm, per target, of the part of ``Y`` outside the span of ``U``.
 
     This is the residual of the least-squares fit, the alpha-free part of the
@@ -315,6 +315,9 @@ def residual_sq_norm(U, UtY, Y, *, fit_intercept=True, xp=None):
         Centred (and weight-scaled) targets.
     fit_intercept : bool, default=True
         Whether ``Y`` was centred.
+    total : array of shape (n_targets,), default=None
+        ``||Y||^2`` per target, when computed once for several bases of the
+        same targets (read in float64 only); None computes it.
 
     Returns
     -------
@@ -329,8 +332,9 @@ def residual_sq_norm(U, UtY, Y, *, fit_intercept=True, xp=None):
         return xp.zeros(Y.shape[1], dtype=dtype, device=array_device(Y))
     if Y.dtype != xp.float64:
         return _explicit_sq_norm(U, UtY, Y, dtype, xp)
-    total = _column_sq_norms(Y, xp)
-    sq_norm = total - _column_sq_norms(UtY, xp)
+    if total is None:
+        total = column_sq_norms(Y, xp)
+    sq_norm = total - column_sq_norms(UtY, xp)
     cancelled = sq_norm <= OUTSIDE_CUTOFF * total
     if not bool(xp.any(cancelled)):
         return sq_norm
@@ -684,7 +688,7 @@ def holdout_scores(
             scores.append(_score_errors(errors, y_true_score, scoring, weight, xp))
             continue
         if weight is None and isinstance(errors, np.ndarray) and errors.dtype == dtype:
-            mse = _column_sq_norms(errors, xp) / errors.shape[0]
+            mse = column_sq_norms(errors, xp) / errors.shape[0]
         else:
             mse = _average(_multiply(errors, errors, square_buffer), weight, xp)
         if scoring == "neg_mean_squared_error":
@@ -873,7 +877,7 @@ def _subtract(A, B):
     return library.subtract(A, B, out=B)
 
 
-def _column_sq_norms(A, xp):
+def column_sq_norms(A, xp):
     """Squared norm of every column, in one pass without a temporary (numpy)."""
     if is_numpy_array(A):
         return np.einsum("ij,ij->j", A, A)

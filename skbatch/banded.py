@@ -416,7 +416,7 @@ default=None
             # Independent factorisations, side by side.
             solvers = map_threads(
                 lambda c: RidgeSolver(
-                    design.design(c),
+                    design.design(c, shape_only=factors is not None),
                     sample_weight,
                     alphas,
                     scheme,
@@ -435,7 +435,9 @@ default=None
                 solvers, targets, store=self.store_cv_results, factors=factors
             )
             plan = run_problem(search, reduce_search, **run_args)
-            refit = BandedRefitProblem(solvers, design, targets, chosen, alphas[best])
+            refit = BandedRefitProblem(
+                solvers, design, targets, chosen, alphas[best], factors=factors
+            )
             run_problem(refit, reduce_refit, **run_args)
         no_model = no_model_scores(
             scheme,

@@ -327,9 +327,16 @@ class BandedDesign:
     def n_columns(self, c):
         return self.kept[c].size
 
-    def design(self, c):
-        """Candidate ``c``'s design matrix; X itself when nothing changes."""
+    def design(self, c, *, shape_only=False):
+        """Candidate ``c``'s design matrix; X itself when nothing changes.
+
+        ``shape_only``: a read-only view of its shape, for a solver given the
+        candidate's decompositions (``RidgeSolver(basis=...)`` reads its
+        design for the shape alone), not a copy of X's columns.
+        """
         kept, scale = self.kept[c], self.scales[c]
+        if shape_only:
+            return np.broadcast_to(self.X[:1, :1], (self.X.shape[0], kept.size))
         if kept.size == self.n_features and np.all(scale == 1.0):
             return self.X
         return self.X[:, kept] * scale.astype(self.X.dtype)
@@ -405,6 +412,7 @@ class SharedFactors(Portable):
             lambda part: part(), parts, backend
         )
         self.fit_intercept = fit_intercept
+        self.reads_norms = scheme.reads_norms
 
     @staticmethod
     def applies(n_candidates, n_samples, n_features, scheme):
@@ -432,11 +440,17 @@ class SharedFactors(Portable):
 
     def project(self, Y_centered, *, full):
         """A batch's shared projections: ``Q'Y`` on all rows when ``full``
-        (else None), and each fold's ``(Q_k'Y[train], training mean)``, or
-        None without folds."""
-        QtY = _linalg.project(self.Q, Y_centered, xp=self.xp) if full else None
+        (else None), and what the scheme's scores read of the batch alike
+        for every candidate: each fold's ``(Q_k'Y[train], training mean)``,
+        the targets' squared norms in float64 for a scheme that reads them
+        (GCV), or None."""
+        xp = self.xp
+        QtY = _linalg.project(self.Q, Y_centered, xp=xp) if full else None
         if not self.folds:
-            return QtY, None
+            norms = None
+            if self.reads_norms and Y_centered.dtype == xp.float64:
+                norms = _linalg.column_sq_norms(Y_centered, xp)
+            return QtY, norms
         return QtY, [
             projector.project(Y_centered, with_mean=self.fit_intercept)
             for projector, *_ in self.folds
@@ -684,13 +698,19 @@ class BandedRefitProblem(TargetProblem):
     candidate : ndarray of int of shape (n_targets,)
     alpha : ndarray of shape (n_targets,)
         The chosen alpha of each target.
+    factors : SharedFactors, default=None
+        The factorisation the solvers were built from, if any: each batch is
+        then centred and projected on it once, and each candidate maps the
+        ``Q'Y`` of its own targets (a product by a p x p matrix) instead of
+        projecting them on its U.
     """
 
     desc = "refit targets"
 
-    def __init__(self, solvers, design, Y, candidate, alpha):
+    def __init__(self, solvers, design, Y, candidate, alpha, *, factors=None):
         super().__init__(solvers[0], Y)
         self.solvers, self.candidate, self.alpha = solvers, candidate, alpha
+        self.factors = factors
         self.kept, self.scales = design.kept, design.scales
         self.n_features = design.n_features
         self.fixed_bytes = sum(s.fixed_bytes for s in solvers)
@@ -709,16 +729,27 @@ class BandedRefitProblem(TargetProblem):
         Y = self._to_device(ids)
         candidate = self.candidate[ids]
         dtype = self.solver.dtype
+        xp = self.solver.xp
         coef = np.zeros((len(ids), self.n_features), dtype=dtype)
         intercept = np.empty(len(ids), dtype=dtype)
+        if self.factors is not None:
+            Y_centered, Y_offset = self.solver.center(Y)
+            QtY = _linalg.project(self.factors.Q, Y_centered, xp=xp)
         for c in np.unique(candidate):
             solver = self.solvers[c]
             (rows,) = np.nonzero(candidate == c)
-            block = Y
-            if rows.size != len(ids):
-                block = solver.xp.take(Y, self.backend.asarray(rows), axis=1)
             alpha = self.backend.asarray(self.alpha[ids][rows], dtype)
-            coef_c, intercept_c = solver.fit_fixed(block, alpha)
+            some = rows.size != len(ids)
+            if self.factors is None:
+                block = xp.take(Y, self.backend.asarray(rows), axis=1) if some else Y
+                coef_c, intercept_c = solver.fit_fixed(block, alpha)
+            else:
+                UtY, offset = QtY, Y_offset
+                if some:
+                    rows_device = self.backend.asarray(rows)
+                    UtY = xp.take(QtY, rows_device, axis=1)
+                    offset = xp.take(Y_offset, rows_device, axis=0)
+                coef_c, intercept_c = solver.refit(solver.coords.T @ UtY, offset, alpha)
             kept, scale = self.kept[c], self.scales[c].astype(dtype)
             coef[np.ix_(rows, kept)] = to_numpy(coef_c) * scale
             intercept[rows] = to_numpy(intercept_c)

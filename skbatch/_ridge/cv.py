@@ -103,6 +103,9 @@ class CVScheme:
     #: Whether :meth:`scores` reads ``UtY``, the targets' coordinates in the
     #: SVD of all rows.
     reads_projection = True
+    #: Whether :meth:`scores` reads the targets' squared norms, the same for
+    #: every design of a shared factorisation (given as ``shared``).
+    reads_norms = False
 
     def decompose(self, X, weight, backend, *, fit_intercept, full, folds=None):
         """``(full(), state)``: the SVD of all rows, and what :meth:`scores` reads.
@@ -191,6 +194,7 @@ class GeneralizedCV(CVScheme):
     """
 
     scorings = (None,)
+    reads_norms = True
 
     def weights(self, sample_weight):
         if sample_weight is None:
@@ -203,7 +207,12 @@ class GeneralizedCV(CVScheme):
     def scores(self, solver, state, Y, Y_centered, Y_offset, UtY, shared=None):
         xp = solver.xp
         sq_norm = _linalg.residual_sq_norm(
-            solver.U, UtY, Y_centered, fit_intercept=solver.fit_intercept, xp=xp
+            solver.U,
+            UtY,
+            Y_centered,
+            fit_intercept=solver.fit_intercept,
+            total=shared,
+            xp=xp,
         )
         return _linalg.gcv_scores(
             solver.s,
