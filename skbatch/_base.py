@@ -129,7 +129,9 @@ class DeviceMixin:
         fitted with ``device="torch"`` and moved to ``"cpu"`` refits with
         numpy, on a host without torch too). A wrapper moves its
         ``estimator_`` as well, and its ``estimator`` parameter is replaced
-        by a clone with that ``device`` (the object given is left as it was).
+        by a clone with that ``device`` (the object given is left as it was);
+        where that estimator is a ``Pipeline`` (or another meta-estimator),
+        so are the skbatch estimators among its steps.
 
         Parameters
         ----------
@@ -150,13 +152,39 @@ class DeviceMixin:
             )
         self.backend_ = resolve_backend(device)
         self.device = device
-        nested = getattr(self, "estimator_", None)
-        if hasattr(nested, "to_device") and hasattr(nested, "backend_"):
-            nested.to_device(device)
+        for _, part in _device_parts(getattr(self, "estimator_", None)):
+            if hasattr(part, "backend_"):
+                part.to_device(device)
         given = getattr(self, "estimator", None)
-        if hasattr(given, "to_device"):
-            self.estimator = clone(given).set_params(device=device)
+        parts = _device_parts(given)
+        if parts:
+            moved = clone(given)
+            moved.set_params(
+                **{f"{key}__device" if key else "device": device for key, _ in parts}
+            )
+            self.estimator = moved
         return self
+
+
+def _device_parts(estimator):
+    """``[(parameter path, estimator), ...]`` of the outermost estimators with
+    a ``to_device`` in ``estimator``: itself (path ""), or those among its
+    nested parameters (the steps of a ``Pipeline``, by name), each of which
+    moves what it holds itself."""
+    if hasattr(estimator, "to_device"):
+        return [("", estimator)]
+    if not hasattr(estimator, "get_params") or isinstance(estimator, type):
+        return []
+    movable = {
+        key: value
+        for key, value in estimator.get_params(deep=True).items()
+        if hasattr(value, "to_device") and not isinstance(value, type)
+    }
+    return [
+        (key, value)
+        for key, value in movable.items()
+        if not any(key.startswith(f"{outer}__") for outer in movable)
+    ]
 
 
 def _estimator_has(attr):

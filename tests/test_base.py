@@ -25,12 +25,15 @@ from sklearn.model_selection import (
     cross_validate,
 )
 from sklearn.neighbors import KNeighborsRegressor
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 from sklearn.svm import SVC
 from sklearn.utils import get_tags
 from sklearn.utils.validation import check_is_fitted
 
 import skbatch
 from skbatch import BatchedRidge, BootstrapEstimator, PermutationScorer, _engine
+from skbatch._base import _device_parts
 from skbatch.random import DEFAULT_RANDOM_STATE
 
 
@@ -265,6 +268,38 @@ def test_to_device_moves_a_wrapper_its_estimator_and_where_they_refit():
     assert given.device == "torch"  # the object given is left as it was
     model.fit(X, Y)
     assert model.backend_.name == model.estimator_.backend_.name == "numpy"
+
+
+def _last_step_coef(pipeline):
+    return pipeline[-1].coef_
+
+
+def test_to_device_reaches_the_skbatch_steps_of_a_wrapped_pipeline():
+    pytest.importorskip("torch")
+    X, Y = _data(5)
+    given = make_pipeline(
+        StandardScaler(), BootstrapEstimator(BatchedRidge(device="torch"))
+    )
+    inner = BatchedRidge(device="torch")
+    model = BootstrapEstimator(
+        make_pipeline(StandardScaler(), inner),
+        n_bootstrap=5,
+        attributes=_last_step_coef,
+        device="torch",
+    ).fit(X, Y)
+    ridge = model.estimator_.steps[-1][1]
+    assert ridge.backend_.name == "torch-cpu"
+    model.to_device("cpu")
+    # The fitted step moved, and the parameter refits there.
+    assert ridge.backend_.name == "numpy" and ridge.device == "cpu"
+    assert model.get_params()["estimator__batchedridge__device"] == "cpu"
+    assert inner.device == "torch"  # the object given is left as it was
+    model.fit(X, Y)
+    assert model.estimator_.steps[-1][1].backend_.name == "numpy"
+    # A wrapper nested as a step is moved as one part: it moves what it holds.
+    parts = _device_parts(given)
+    assert [key for key, _ in parts] == ["bootstrapestimator"]
+    assert parts[0][1] is given[-1]
 
 
 # --- one random_state default ----------------------------------------------
