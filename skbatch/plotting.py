@@ -264,7 +264,14 @@ class PermutationTestDisplay:
 
     @classmethod
     def from_estimator(
-        cls, scorer, *, target=None, ax=None, bins=DEFAULT_BINS, alpha=0.05
+        cls,
+        scorer,
+        *,
+        target=None,
+        metric=None,
+        ax=None,
+        bins=DEFAULT_BINS,
+        alpha=0.05,
     ):
         """Draw the result of a fitted :class:`~skbatch.PermutationScorer`.
 
@@ -276,6 +283,9 @@ class PermutationTestDisplay:
         target : int, default=None
             With ``multioutput="raw_values"``: draw this target's histogram
             instead of the summary of all targets.
+        metric : str, default=None
+            With several metrics in ``scoring``: the name of the one to draw
+            (required then); a fit with one metric takes None.
         ax : matplotlib Axes, default=None
             Axes to draw on; None creates a figure.
         bins : int or sequence, default=30
@@ -292,14 +302,25 @@ class PermutationTestDisplay:
         _check_fitted(
             scorer, ("score_", "pvalue_", "pvalue_fwer_"), "PermutationScorer"
         )
-        if isinstance(scorer.score_, dict):
-            raise ValueError(
-                f"The PermutationScorer was fit with several metrics "
-                f"{list(scorer.score_)}; draw a fit with one metric (the same "
-                f"random_state gives the same permutations)"
-            )
         null = getattr(scorer, "permutation_scores_", None)
         score, pvalue, fwer = scorer.score_, scorer.pvalue_, scorer.pvalue_fwer_
+        score_name = None
+        if isinstance(score, dict):
+            if metric not in score:
+                raise ValueError(
+                    f"The PermutationScorer was fit with several metrics "
+                    f"{list(score)}: pass metric, one of them, to choose the one "
+                    f"to draw, got metric={metric!r}"
+                )
+            score, pvalue, fwer = score[metric], pvalue[metric], fwer[metric]
+            null = None if null is None else null[metric]
+            score_name = metric
+        elif metric is not None:
+            raise ValueError(
+                f"metric applies to a PermutationScorer fit with several "
+                f"metrics; this one has one score, got metric={metric!r}"
+            )
+        one_statistic = np.ndim(score) == 0
         per_target = np.ndim(score) > 0
         if target is not None:
             if not per_target:
@@ -322,17 +343,17 @@ class PermutationTestDisplay:
                 "The histogram of a permutation test needs the permuted scores: "
                 "fit the PermutationScorer with return_null=True."
             )
-        scoring = getattr(scorer, "scoring", None)
-        if scoring is None:
-            score_name = "R\u00b2"
-        else:
-            score_name = scoring if isinstance(scoring, str) else "score"
+        if score_name is None:
+            scoring = getattr(scorer, "scoring", None)
+            score_name = "R\u00b2" if scoring is None else "score"
+            if isinstance(scoring, str):
+                score_name = scoring
         display = cls(
             score,
             pvalue,
             null_scores=None if per_target else null,
             # One statistic has no family to correct for.
-            pvalue_fwer=None if np.ndim(scorer.score_) == 0 else fwer,
+            pvalue_fwer=None if one_statistic else fwer,
             target=target,
             score_name=score_name,
         )

@@ -120,13 +120,26 @@ def test_summary_needs_no_null(data):
     assert sum(len(s.get_offsets()) for s in display.scatter_) == 3
 
 
-def test_several_metrics_are_a_clear_error(data):
+def test_several_metrics_draw_the_one_named_as_a_fit_with_it_alone(data):
     X, Y = data
-    scorer = PermutationScorer(
-        Ridge(), n_permutations=9, scoring=["r2", "correlation"], random_state=0
-    ).fit(X, Y)
-    with pytest.raises(ValueError, match="several metrics"):
+    kwargs = dict(n_permutations=9, return_null=True, random_state=0)
+    scorer = PermutationScorer(Ridge(), scoring=["r2", "correlation"], **kwargs).fit(
+        X, Y[:, 0]
+    )
+    with pytest.raises(ValueError, match="several metrics.*'r2', 'correlation'"):
         PermutationTestDisplay.from_estimator(scorer)
+    with pytest.raises(ValueError, match="got metric='mse'"):
+        PermutationTestDisplay.from_estimator(scorer, metric="mse")
+    display = PermutationTestDisplay.from_estimator(scorer, metric="correlation")
+    alone = PermutationScorer(Ridge(), scoring="correlation", **kwargs).fit(X, Y[:, 0])
+    reference = PermutationTestDisplay.from_estimator(alone)
+    assert display.score_name == reference.score_name == "correlation"
+    assert display.score == reference.score
+    assert display.pvalue == reference.pvalue
+    np.testing.assert_array_equal(display.null_scores, reference.null_scores)
+    one = PermutationScorer(Ridge(), **kwargs).fit(X, Y[:, 0])
+    with pytest.raises(ValueError, match="has one score"):
+        PermutationTestDisplay.from_estimator(one, metric="r2")
 
 
 def test_missing_null_is_a_clear_error(data):
