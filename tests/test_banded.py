@@ -424,6 +424,47 @@ def test_shared_factors_give_the_model_of_separate_svds(
     assert_allclose(shared.intercept_, separate.intercept_, rtol=1e-7, atol=1e-9)
 
 
+@pytest.mark.parametrize("maps_test_rows", [True, False])
+def test_kfold_on_shared_factors_either_mapping_equals_separate_svds(
+    maps_test_rows, monkeypatch
+):
+    """K-fold on shared factors maps each alpha's test rows into Q's
+    coordinates or Q'Y into U's, whichever costs less for the batch: both
+    give the scores and the model of separate SVDs, on runs of unequal
+    length left out one at a time."""
+    from sklearn.model_selection import LeaveOneGroupOut
+
+    from skbatch._ridge import cv as cv_module
+
+    X, Y, runs = make_banded(seed=24, t=12, n=90)
+    X[:, 5] = X[:, 1]  # rank-deficient: rank below the columns of Q
+    groups = np.repeat(np.arange(len(runs)), runs)
+    params = dict(
+        bands=LABELS,
+        alphas=np.logspace(-4, 4, 5),
+        band_weights=CANDIDATES,
+        cv=LeaveOneGroupOut(),
+        store_cv_results=True,
+    )
+    calls = []
+
+    def forced(*args):
+        calls.append(True)
+        return maps_test_rows
+
+    monkeypatch.setattr(cv_module, "_maps_test_rows", forced)
+    shared = BandedRidge(**params).fit(X, Y, groups=groups)
+    assert calls
+    _without_shared_factors(monkeypatch)
+    separate = BandedRidge(**params).fit(X, Y, groups=groups)
+    assert_allclose(
+        shared.cv_results_["scores"], separate.cv_results_["scores"], rtol=1e-9
+    )
+    assert_array_equal(shared.band_weights_, separate.band_weights_)
+    assert_array_equal(shared.alpha_, separate.alpha_)
+    assert_allclose(shared.coef_, separate.coef_, rtol=1e-7, atol=1e-9)
+
+
 @pytest.mark.parametrize("cv", [None, 3])
 def test_permutations_on_shared_factors_equal_those_on_separate_svds(cv, monkeypatch):
     """PermutationScorer's fast path factorises each outer fold's training

@@ -299,7 +299,9 @@ class KFold(CVScheme):
                 # coordinates, or the test rows to Q's where that is cheaper.
                 UtY_fold, train_mean = shared[k]
                 coords = fold.coords
-                if not _maps_test_rows(coords, fold.X_test_V, len(solver.alphas)):
+                if not _maps_test_rows(
+                    coords, fold.X_test_V, len(solver.alphas), Y.shape[1]
+                ):
                     UtY_fold, coords = coords.T @ UtY_fold, None
             # Offset first, then the small training mean: in float32 their sum
             # would round the mean away on targets far from zero.
@@ -345,14 +347,18 @@ class KFold(CVScheme):
         return total / len(self.splits)
 
 
-def _maps_test_rows(coords, X_test_V, n_alphas):
-    """Whether mapping each alpha's test rows into Q's coordinates costs
-    fewer products per target (n_test x n_columns per alpha) than mapping
-    Q'Y into U's (rank x n_columns, then n_test x rank per alpha); the
-    mapping of the rows themselves does not grow with the targets."""
+def _maps_test_rows(coords, X_test_V, n_alphas, n_targets):
+    """Whether mapping each alpha's filtered test rows into Q's coordinates
+    (n_test x rank x n_columns per alpha, then n_test x n_columns per alpha
+    and target) costs fewer products for a batch of ``n_targets`` than
+    mapping Q'Y into U's (rank x n_columns per target, then n_test x rank
+    per alpha and target). The first does not grow with the batch; the
+    second does."""
     n_columns, rank = coords.shape
     n_test = X_test_V.shape[0]
-    return n_alphas * n_test * (n_columns - rank) < n_columns * rank
+    rows = n_alphas * n_test * (rank * n_columns + n_columns * n_targets)
+    projection = rank * n_columns * n_targets + n_alphas * n_test * rank * n_targets
+    return rows < projection
 
 
 # ``cv`` values that name a scheme; any other value is K-fold.
