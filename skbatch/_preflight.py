@@ -6,9 +6,11 @@ The functions here add those up against the budgets of :mod:`skbatch.memory`
 (the full budget decides whether the run fits at all; the batching cap
 bounds one batch) and give the budget left for the batches, so that the
 estimator does no memory arithmetic. ``PermutationScorer``'s refits on its
-generic path are checked by :func:`refit_window` too. ``refuse(need,
-budget_gb, where, parts)`` is the estimator's error: it raises, naming what
-to lower.
+generic path are checked by :func:`refit_window` too. A BCa interval's
+summaries are counted at their peak (:func:`bca_summary_bytes`) and its
+closed-form jackknife after the replicates by :func:`check_jackknife`.
+``refuse(need, budget_gb, where, parts)`` is the estimator's error: it
+raises, naming what to lower.
 """
 
 import math
@@ -20,6 +22,7 @@ from scipy import sparse
 
 from ._engine import cpu_workers
 from .memory import GB, memory_budget
+from .streaming import BCA_FOLD, BCA_SLICE, BCA_SPACING, BCaAccumulator
 
 # Copies of X and y that fitting a model makes besides its input, for the
 # fit on all data and, on the generic path, for each refit, whose true
@@ -35,6 +38,34 @@ RESULT_COPIES = 4
 # Python objects of a fit besides its arrays (estimator clones, joblib's task
 # records, the engine's queues): tracemalloc measures 50-150 kB.
 INTERPRETER_BYTES = 200e3
+# Bytes per element and bound of the BCa second pass besides its window
+# (skbatch.streaming.OrderStatistics, _pivots): its counts below and inside,
+# the pivots, window, flags, ranks and fraction, ten 8-byte values.
+BCA_BOUND_BYTES = 80
+# Values of a bound's window past its two slacks, for distinct replicates:
+# the pivots' rounding to the summary's spacing, BCA_SPACING on either side
+# (the window is at most 2 slack + 8: 104 for n_bootstrap=1000, measured 104).
+BCA_WINDOW_PAD = 2 * BCA_SPACING
+# Bytes per element of the temporaries of building the second pass (levels,
+# pivots) and of reading the interval (ranks, order statistics): tracemalloc
+# measures 350 at most, for n_bootstrap=20.
+BCA_TEMPORARY_BYTES = 512
+# Arrays of n_samples x (n_features + 1) float64 that the closed-form
+# jackknife holds at once (skbatch.bootstrap._linear_jackknife_sums): Z and
+# the centred X it is built from, A^-1 Z', its map to the uncentred
+# intercept, the gains G, their power and its signed copy.
+JACKKNIFE_COLUMN_ARRAYS = 7
+# Arrays of n_samples x n_targets: the targets' columns, weighted or fitted,
+# the residuals and their power (tracemalloc: 3.3 of them at most).
+JACKKNIFE_TARGET_ARRAYS = 4
+# Arrays of (n_features + 1) x n_targets (its power sums, their copies in the
+# result, a product) and of (n_features + 1)^2 (the Gram matrix, penalised,
+# its Cholesky factor, the condition number's SVD).
+JACKKNIFE_SMALL_ARRAYS = 6
+# Arrays of the largest group's rows that a leave-one-group-out update holds:
+# g x g (its system, the identity, the local products) and g x n_targets
+# (the weighted residuals, their solve, the rows of the residuals).
+JACKKNIFE_GROUP_ARRAYS = 3
 
 
 def gb_up(nbytes):
@@ -194,6 +225,82 @@ def refit_window(max_memory_gb, n_jobs, data, summaries, n_samples, size, refuse
         item_bytes,
     )
     return window_gb, item_bytes
+
+
+def bca_summary_bytes(
+    shape, n_bootstrap, confidence_level, *, keep_samples, copy_samples
+):
+    """Host bytes that the BCa summaries of one attribute reach at their peak.
+
+    Kept samples (:class:`~skbatch.streaming.BCaAccumulator`'s first pass with
+    ``keep_samples``), the levels' temporaries and, with ``copy_samples``
+    (samples returned in replicate order), the sorted copy the interval
+    reads. Otherwise the larger of building the second pass (the first pass,
+    a flag per value of its summary, temporaries) and running it: the first
+    pass's moments and counts, per bound a window of at most ``2 slack +
+    BCA_WINDOW_PAD`` replicates (``slack``: ``BCA_SPACING - 1`` per fold of
+    ``BCA_FOLD``) and ``BCA_SLICE`` incoming ones, then the interval's
+    sorted copy of both windows. The window holds for distinct replicates:
+    ties at a pivot widen it, up to ``n_bootstrap``.
+    """
+    size = math.prod(shape)
+    first = BCaAccumulator.nbytes_needed(
+        shape, n_bootstrap, confidence_level, keep_samples=keep_samples
+    )
+    if keep_samples:
+        copy = 8.0 * n_bootstrap if copy_samples else 0.0
+        return first + size * (copy + BCA_TEMPORARY_BYTES)
+    summary = BCA_FOLD + n_bootstrap // BCA_SPACING
+    build = first + size * (n_bootstrap // BCA_SPACING + BCA_TEMPORARY_BYTES)
+    slack = (BCA_SPACING - 1) * math.ceil(n_bootstrap / BCA_FOLD)
+    window = min(n_bootstrap, 2 * slack + BCA_WINDOW_PAD)
+    bound = 8 * (window + BCA_SLICE) + BCA_BOUND_BYTES
+    second = first - 8.0 * size * summary + 2 * size * bound
+    read = second + size * (2 * 8 * window + BCA_TEMPORARY_BYTES)
+    return float(max(build, read))
+
+
+def linear_jackknife_bytes(
+    n_samples, n_features, n_targets, *, largest_group=None, copies=0, banded=False
+):
+    """Host bytes of the closed-form jackknife of ridge at fixed alphas.
+
+    The arrays :func:`skbatch.bootstrap._linear_jackknife_sums` holds at once
+    (``JACKKNIFE_*_ARRAYS``, the ones column counted), or with groups those
+    of the largest group's update if more; ``copies`` float64 values made of
+    a design or targets not given in float64; and for a banded ridge
+    (``_banded_jackknife_sums``) a candidate's rescaled design, its targets'
+    columns and the power sums over all features.
+    """
+    n, c, t = n_samples, n_features + 1, n_targets
+    count = JACKKNIFE_COLUMN_ARRAYS * n * c + JACKKNIFE_TARGET_ARRAYS * n * t
+    if largest_group is not None:
+        # After the fit on all data, one group at a time beside Z, A^-1 Z',
+        # its map and the residuals.
+        g = largest_group
+        group = 3 * n * c + n * t + JACKKNIFE_GROUP_ARRAYS * (g * g + g * t)
+        count = max(count, group)
+    count += JACKKNIFE_SMALL_ARRAYS * (c * t + c * c) + copies
+    if banded:
+        count += n * n_features + n * t + 3 * t * c
+    return 8.0 * count
+
+
+def check_jackknife(max_memory_gb, data, summaries, jackknife, refuse):
+    """Check that a closed-form jackknife after the replicates fits the host
+    budget beside the data and the summaries (the replicates' data on the
+    device is freed by then)."""
+    budget = memory_budget(None, max_memory_gb)
+    need = data.held + summaries + jackknife
+    if need > budget * GB:
+        refuse(
+            need,
+            budget,
+            "of host memory",
+            f"{summaries / GB:.3g} GB of summaries, {data.held / GB:.3g} GB of "
+            f"data copies, {jackknife / GB:.3g} GB for the BCa jackknife after "
+            f"the replicates",
+        )
 
 
 def _nbytes(array):

@@ -52,7 +52,16 @@ from ._base import (
     refit_params,
 )
 from ._engine import _say, run_parallel, run_problem
-from ._preflight import DataBytes, batched_budget, gb_up, refit_window, refuse
+from ._preflight import (
+    DataBytes,
+    batched_budget,
+    bca_summary_bytes,
+    check_jackknife,
+    gb_up,
+    linear_jackknife_bytes,
+    refit_window,
+    refuse,
+)
 from ._ridge import problems as _problems
 from ._ridge.banded_bootstrap import (
     BandedBootstrapProblem,
@@ -347,7 +356,11 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
     batches only. For linear estimators the check comes before anything is
     fit; for others, after the single fit on all data that gives the
     shapes of the attributes (a request that cannot fit even one element
-    is refused before it).
+    is refused before it). With ``ci_method="bca"`` the summaries count at
+    the peak of both passes and of reading the interval, and on the linear
+    path the jackknife after the replicates is checked with them: its
+    closed form, and the refits it falls back on when a leave-one-out fit
+    is ill-defined.
 
     An iid bootstrap of rows (neither ``block_size`` nor ``groups``) warns
     when the residuals of ``estimator_`` on the training data are clearly
@@ -599,14 +612,20 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
                         backend, n_samples, n_features + 1, n_targets
                     ),
                 )
+            summaries = self._accumulator_bytes(shapes)
             batched_budget(
-                backend,
-                self.max_memory_gb,
-                data,
-                self._accumulator_bytes(shapes),
-                *planned,
-                self._refuse,
+                backend, self.max_memory_gb, data, summaries, *planned, self._refuse
             )
+            if self.ci_method == "bca":
+                self._check_linear_jackknife(
+                    X_checked,
+                    y_checked,
+                    groups,
+                    data,
+                    summaries,
+                    shapes,
+                    banded=isinstance(estimator, BandedRidge),
+                )
             check_column_scales(
                 X_checked, np.float64, backend, fit_intercept=fit_intercept
             )
@@ -793,8 +812,12 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         if self.ci_method == "bca":
             keep = self._bca_keeps_samples(shapes)
             return sum(
-                BCaAccumulator.nbytes_needed(
-                    shape, self.n_bootstrap, self.confidence_level, keep_samples=keep
+                bca_summary_bytes(
+                    shape,
+                    self.n_bootstrap,
+                    self.confidence_level,
+                    keep_samples=keep,
+                    copy_samples=bool(self.return_samples),
                 )
                 for shape in shapes.values()
             )
@@ -859,6 +882,38 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
                 f"n_bootstrap, use fewer targets, set return_samples=False, or "
                 f"raise max_memory_gb."
             )
+
+    def _check_linear_jackknife(self, X, y, groups, data, summaries, shapes, banded):
+        """Refuse, before any replicate, a BCa jackknife of the linear path that
+        the budget cannot hold after them: its closed form, and the refits
+        it falls back on when a leave-one-out fit is ill-defined."""
+        n_samples, n_features = X.shape
+        n_targets = 1 if y.ndim == 1 else y.shape[1]
+        copies = (X.dtype != np.float64) * X.size + (y.dtype != np.float64) * y.size
+        largest_group = None
+        if groups is not None:
+            largest_group = int(np.unique(groups, return_counts=True)[1].max())
+        jackknife = linear_jackknife_bytes(
+            n_samples,
+            n_features,
+            n_targets,
+            largest_group=largest_group,
+            copies=copies,
+            banded=banded,
+        )
+        check_jackknife(
+            self.max_memory_gb, data, summaries, jackknife, self._refuse_bca
+        )
+        size = sum(math.prod(shape) for shape in shapes.values())
+        refit_window(
+            self.max_memory_gb,
+            self.n_jobs,
+            data,
+            summaries,
+            n_samples,
+            size,
+            self._refuse_bca,
+        )
 
     def _jackknife_acceleration(
         self,
@@ -964,6 +1019,18 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
             self.max_memory_gb,
             "Lower n_bootstrap, set return_samples=False, use fewer targets or "
             "samples, or raise max_memory_gb.",
+            need,
+            budget,
+            where,
+            parts,
+        )
+
+    def _refuse_bca(self, need, budget, where, parts):
+        refuse(
+            "BootstrapEstimator",
+            self.max_memory_gb,
+            "Use fewer targets or samples, lower n_bootstrap, use "
+            "ci_method='percentile', or raise max_memory_gb.",
             need,
             budget,
             where,

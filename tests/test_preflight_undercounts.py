@@ -12,8 +12,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from skbatch import BatchedRidge, BootstrapEstimator
+from skbatch._preflight import bca_summary_bytes, linear_jackknife_bytes
 from skbatch._ridge import RidgeSolver, cv_scheme
+from skbatch._ridge.banded_bootstrap import HeldBands
 from skbatch.backend import Backend
+from skbatch.bootstrap import _banded_jackknife_sums, _linear_jackknife_sums
+from skbatch.memory import GB
+from skbatch.streaming import BCaAccumulator
 
 
 def _traced_peak(fn):
@@ -72,3 +78,167 @@ def test_float64_and_gpu_solvers_charge_no_float64_copy():
     # A GPU decomposes float32 in float32: only is_gpu is read.
     gpu = SimpleNamespace(is_gpu=True)
     assert RidgeSolver.svd_workspace(n, p, 4, backend=gpu) == 0
+
+
+# The BCa interval's second pass -----------------------------------------------
+
+
+def _jackknife_data(n, p, t, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, p)).astype(dtype)
+    Y = (X @ rng.standard_normal((p, t)) + rng.standard_normal((n, t))).astype(dtype)
+    return X, Y
+
+
+@pytest.mark.parametrize(
+    "n, p, t, fit_intercept, n_groups, dtype",
+    [
+        (400, 10, 300, True, None, np.float64),
+        (400, 10, 300, False, None, np.float64),
+        (400, 50, 3, True, None, np.float64),
+        (400, 10, 300, True, None, np.float32),
+        # Runs of unequal length, left out one at a time.
+        (300, 10, 200, True, [50, 100, 150], np.float64),
+    ],
+)
+def test_linear_jackknife_charge_covers_its_peak(
+    n, p, t, fit_intercept, n_groups, dtype
+):
+    X, Y = _jackknife_data(n, p, t, dtype)
+    units, largest = None, None
+    if n_groups is not None:
+        units = np.repeat(np.arange(len(n_groups)), n_groups)
+        largest = max(n_groups)
+    shapes = {"coef_": (t, p), "intercept_": (t,)}
+    sums, peak = _traced_peak(
+        lambda: _linear_jackknife_sums(X, Y, 1.0, fit_intercept, None, units, shapes)
+    )
+    assert sums is not None, "the closed form refused; this test measures it"
+    copies = 0 if dtype == np.float64 else X.size + Y.size
+    charged = linear_jackknife_bytes(n, p, t, largest_group=largest, copies=copies)
+    assert peak <= charged <= 3 * peak
+
+
+def test_banded_jackknife_charge_covers_its_peak():
+    n, t = 400, 200
+    X, Y = _jackknife_data(n, 8, t, np.float64)
+    columns = [np.arange(0, 8, 2), np.arange(1, 8, 2)]
+    weights = np.array([[0.5, 0.5], [1.0, 0.0], [0.2, 0.8]])[np.arange(t) % 3]
+    held = HeldBands(columns, weights, np.linspace(0.5, 3.0, t))
+    shapes = {"coef_": (t, 8), "intercept_": (t,)}
+    sums, peak = _traced_peak(
+        lambda: _banded_jackknife_sums(X, Y, held, None, None, shapes)
+    )
+    assert sums is not None
+    assert peak <= linear_jackknife_bytes(n, 8, t, banded=True)
+
+
+@pytest.mark.parametrize("n_bootstrap", [20, 300, 3000])
+def test_bca_summary_charge_covers_both_passes_and_the_interval(n_bootstrap):
+    # The second pass's windows (skbatch.streaming.OrderStatistics) outgrow
+    # the first pass's summary for few replicates, and the interval's sorted
+    # copies of them for many: the charge is the peak of all stages.
+    size = 500
+    replicates = np.random.default_rng(1).gamma(2.0, size=(n_bootstrap, size))
+    estimate = np.full(size, 2.0)
+
+    def both_passes():
+        first = BCaAccumulator((size,), n_bootstrap, 0.95, estimate)
+        for block in np.array_split(replicates, max(1, n_bootstrap // 8)):
+            first.update(block)
+        second = first.second_pass(np.full(size, 0.05))
+        for block in np.array_split(replicates, max(1, n_bootstrap // 8)):
+            second.update(block)
+        return first.interval(second)
+
+    (lower, upper), peak = _traced_peak(both_passes)
+    # NaN where every replicate fell on one side of the estimate.
+    defined = np.isfinite(lower) & np.isfinite(upper)
+    assert defined.any() and np.all(lower[defined] < upper[defined])
+    first_pass = BCaAccumulator.nbytes_needed((size,), n_bootstrap, 0.95)
+    charged = bca_summary_bytes(
+        (size,), n_bootstrap, 0.95, keep_samples=False, copy_samples=False
+    )
+    # Blocks of 8 replicates: their temporaries are a small part of the peak.
+    assert peak <= charged <= 2 * peak
+    if n_bootstrap != 300:
+        assert peak > first_pass, "the stage this test guards fits the first pass"
+
+
+def test_bca_kept_samples_charge_their_sorted_copy():
+    size, n_bootstrap = 500, 400
+    replicates = np.random.default_rng(2).gamma(2.0, size=(n_bootstrap, size))
+
+    def kept():
+        acc = BCaAccumulator(
+            (size,), n_bootstrap, 0.95, np.full(size, 2.0), keep_samples=True
+        )
+        for block in np.array_split(replicates, n_bootstrap // 8):
+            acc.update(block)
+        acc.second_pass(np.zeros(size))
+        return acc.interval(overwrite_samples=False)
+
+    _, peak = _traced_peak(kept)
+    charged = bca_summary_bytes(
+        (size,), n_bootstrap, 0.95, keep_samples=True, copy_samples=True
+    )
+    assert peak > BCaAccumulator.nbytes_needed(
+        (size,), n_bootstrap, 0.95, keep_samples=True
+    )
+    assert peak <= charged
+
+
+def _many_targets(n=1000, p=5, t=1000):
+    return _jackknife_data(n, p, t, np.float64, seed=3)
+
+
+# Runs of unequal length, left out one at a time by the jackknife.
+RUNS = np.repeat([0, 1], [900, 100])
+
+
+@pytest.mark.parametrize(
+    "groups, n_bootstrap",
+    # Traced, the BCa fits of these peak at 47 and 55 MB, above the 45 MB
+    # budget that holds the percentile fits (25 and 16 MB).
+    [(None, 460), (RUNS, 400)],
+)
+def test_bca_jackknife_refused_before_any_replicate(monkeypatch, groups, n_bootstrap):
+    X, Y = _many_targets()
+    budget_gb = 0.045
+    estimator = BatchedRidge(alphas=1.0)
+    BootstrapEstimator(estimator, n_bootstrap=n_bootstrap, max_memory_gb=budget_gb).fit(
+        X, Y, groups=groups
+    )
+    calls = []
+    monkeypatch.setattr(
+        "skbatch.bootstrap.run_problem", lambda *a, **k: calls.append(a)
+    )
+    boot = BootstrapEstimator(
+        estimator,
+        n_bootstrap=n_bootstrap,
+        ci_method="bca",
+        max_memory_gb=budget_gb,
+    )
+    with pytest.raises(ValueError, match=f"max_memory_gb={budget_gb}") as info:
+        boot.fit(X, Y, groups=groups)
+    message = str(info.value)
+    assert "BCa jackknife" in message and "ci_method='percentile'" in message
+    # Refused by the preflight: no replicate, not even the fit on all data.
+    assert not calls
+    assert not hasattr(boot, "estimator_")
+
+
+def test_bca_runs_within_a_budget_that_holds_its_jackknife():
+    X, Y = _many_targets()
+    budget_gb = 0.075
+    boot = BootstrapEstimator(
+        BatchedRidge(alphas=1.0),
+        n_bootstrap=400,
+        ci_method="bca",
+        max_memory_gb=budget_gb,
+    )
+    boot, peak = _traced_peak(lambda: boot.fit(X, Y, groups=RUNS))
+    assert peak <= budget_gb * GB
+    coef = boot.results_["coef_"]
+    assert coef.ci_lower.shape == (1000, 5)
+    assert np.isfinite(coef.standard_error).all()
