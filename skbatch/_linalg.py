@@ -180,7 +180,10 @@ def svd_decompose(X, *, n_rows=None, xp=None):
     # An entry of the bidiagonal form neglected by LAPACK (a column coupled
     # to the largest one too weakly for its precision) shows as a residual
     # X v - s u far above the rounding of X v.
-    residual = xp.sqrt(column_sq_norms(A @ xp.permute_dims(Vt, (1, 0)) - U * s, xp))
+    # The difference written into U s: two n x rank temporaries, not three.
+    residual = xp.sqrt(
+        column_sq_norms(_subtract(A @ xp.permute_dims(Vt, (1, 0)), U * s), xp)
+    )
     tolerance = float(xp.finfo(dtype).eps) ** RESIDUAL_EPS_POWER
     if not bool(xp.all(residual <= floor * tolerance)):
         raise ValueError(scale_message(ratio, largest, smallest, A.dtype))

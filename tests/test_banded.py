@@ -370,7 +370,7 @@ def test_budget_oom_and_batch_size_do_not_change_the_result():
     ref = BandedRidge(**params).fit(X, Y)
     fits = [
         BandedRidge(**params, n_targets_batch=7).fit(X, Y),
-        BandedRidge(**params, max_memory_gb=4e-4).fit(X, Y),
+        BandedRidge(**params, max_memory_gb=5e-4).fit(X, Y),
     ]
     with simulate_oom(max_items=5):
         fits.append(BandedRidge(**params).fit(X, Y))

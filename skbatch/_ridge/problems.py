@@ -84,8 +84,8 @@ SIDE_BY_SIDE_MIN_FLOPS = 1e7
 # grows per row and column of the matrix (RidgeSolver.svd_workspace).
 LAPACK_BLOCK_SIZE = 32
 # n x rank float64 temporaries of svd_decompose's check of graded columns
-# (X V, U s and their difference).
-GRADED_CHECK_TEMPORARIES = 3
+# (X V, and U s that receives their difference).
+GRADED_CHECK_TEMPORARIES = 2
 
 
 class RidgeSolver(Portable):
@@ -177,11 +177,12 @@ class RidgeSolver(Portable):
 
         Each holds its X and centred copy (2np), its thin SVD (nr + rp) with
         the rank r at its bound min(n, p) and the scheme's own decompositions.
-        While they decompose, the float64 working set of the SVDs running at
-        once (:meth:`svd_workspace`, for float32 on the CPU): one per solver,
-        or for a single solver its SVDs of all rows and of each fold, as many
-        as the backend runs side by side. ``backend`` None counts as the CPU
-        with every SVD at once: the larger figure.
+        While they decompose, the working set of the SVDs running at once
+        (:meth:`svd_workspace`, and for a fold its copies of the training and
+        test rows and the centred training rows, at most 2np): one per
+        solver, or for a single solver its SVDs of all rows and of each fold,
+        as many as the backend runs side by side. ``backend`` None counts as
+        the CPU with every SVD at once: the larger figure.
         """
         held = 0
         for p in widths:
@@ -193,28 +194,29 @@ class RidgeSolver(Portable):
             n_svds += len(getattr(scheme, "splits", None) or ())
         if backend is not None:
             n_svds = min(n_svds, cpu_workers(backend))
+        folds = bool(getattr(scheme, "splits", None))
         workspace = max(
             RidgeSolver.svd_workspace(n_samples, p, itemsize, backend=backend)
+            + folds * itemsize * 2 * n_samples * p
             for p in widths
         )
         return held + n_svds * workspace
 
     @staticmethod
     def svd_workspace(n_samples, n_features, itemsize, *, backend=None):
-        """Transient bytes of one SVD of an n x p matrix beyond its input and U,
-        s, Vt in the working dtype: none unless float32 on the CPU, which
-        :func:`skbatch._linalg.svd_decompose` decomposes in float64.
+        """Transient bytes of one SVD of an n x p matrix on the CPU beyond its
+        input and U, s, Vt in the working dtype (0 on a GPU, whose library
+        allocator the budget's overhead covers).
 
-        The larger of its two stages: LAPACK's ``gesdd`` (the float64 copy of
-        X, the Fortran-ordered copy LAPACK overwrites, U and Vt in float64,
-        its workspace, and a column-permuted float32 copy for graded columns)
-        and the graded columns' check (a float64 copy of X, U and Vt, and
-        either their copies of the directions kept or
-        ``GRADED_CHECK_TEMPORARIES`` n x r residuals). ``backend`` None counts
-        as the CPU.
+        The larger of its two stages: LAPACK's ``gesdd`` (the Fortran-ordered
+        copy it overwrites, its workspace and a column-permuted copy for
+        graded columns) and the graded columns' check (copies of the
+        directions kept or ``GRADED_CHECK_TEMPORARIES`` n x r residuals).
+        float32 is decomposed in float64 (:func:`skbatch._linalg.svd_decompose`):
+        add the float64 copy of X, and U and Vt in float64, to both.
+        ``backend`` None counts as the CPU.
         """
-        on_gpu = backend is not None and backend.is_gpu
-        if itemsize != np.dtype(np.float32).itemsize or on_gpu:
+        if backend is not None and backend.is_gpu:
             return 0
         n, p = n_samples, n_features
         rank = min(n, p)
@@ -222,9 +224,12 @@ class RidgeSolver(Portable):
         # gesdd's optimal workspace for thin U and Vt (LAPACK's dgesdd: at most
         # 4r^2 + 7r, or a block per row and column), and 8r int32 (4r doubles).
         workspace = 4 * rank**2 + 11 * rank + LAPACK_BLOCK_SIZE * (n + p)
-        gesdd = 8 * (2 * n * p + factors + workspace) + itemsize * n * p
         residuals = GRADED_CHECK_TEMPORARIES * n * rank
-        check = 8 * (n * p + factors + max(factors, residuals))
+        gesdd = 8 * (n * p + workspace) + itemsize * n * p
+        check = 8 * max(factors, residuals)
+        if itemsize == np.dtype(np.float32).itemsize:
+            widened = 8 * (n * p + factors)
+            gesdd, check = gesdd + widened, check + widened
         return max(gesdd, check)
 
     @property
