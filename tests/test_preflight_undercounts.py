@@ -67,10 +67,12 @@ def test_solver_charges_its_decomposition_workspace(shape, cv, graded, dtype):
     charged = RidgeSolver.nbytes(n, p, scheme, itemsize, backend=backend)
     rank = min(n, p)
     held = itemsize * (2 * n * p + (n + p) * rank) + scheme.nbytes(p, itemsize)
-    if cv is None:
-        # One SVD, nothing side by side: its transient is all there is.
-        floor = 2 * held if dtype == np.float32 else 1.15 * held
-        assert peak > floor, "the transient this test guards is gone"
+    if cv is None and dtype == np.float32:
+        # One SVD, nothing side by side: the float64 copy of X and the float64
+        # U and Vt are numpy arrays, traced (numpy's LAPACK copy and workspace
+        # are allocated outside Python's tracked allocator, so a float64
+        # solver's transient is charged from LAPACK's sizes, not traced).
+        assert peak > 2 * held, "the transient this test guards is gone"
     assert charged >= peak
     # The default (no backend) charges as the CPU does, every SVD at once.
     assert RidgeSolver.nbytes(n, p, scheme, itemsize) >= charged

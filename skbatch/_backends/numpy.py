@@ -123,18 +123,18 @@ def solves_by_cholesky(device):
 
 
 def svd(A):
-    """Thin SVD of a matrix, by scipy's LAPACK ``gesdd``.
+    """Thin SVD of a matrix, by LAPACK's ``gesdd`` through numpy.
 
-    numpy's wrapper of the same routine took 34 ms for a 1000 x 300 float64
-    matrix on one thread against scipy's 28 ms, and as long in float32 as in
-    float64 (scipy: 17 ms; 2000 x 500: 142 ms against 68 ms,
-    benchmarks/RESULTS.md). U and Vt are returned C-ordered, as numpy's are:
-    LAPACK writes them Fortran-ordered, and the products with a Fortran U
-    rounded a target's results differently by batch size.
+    numpy's wrapper releases the GIL; scipy's (f2py) holds it, so SVDs run
+    side by side in threads (``skbatch._engine.map_threads``: the folds of
+    a K-fold scheme, the candidates of a banded search) ran one at a time
+    through scipy: 20 SVDs of 240 x 240 took 0.32 s on one thread or two
+    through scipy, 0.16 s on two through numpy, whose one-thread SVD is as
+    fast here (numpy 2.4, benchmarks/RESULTS.md). U and Vt are returned
+    C-ordered: LAPACK writes them Fortran-ordered, and the products with a
+    Fortran U rounded a target's results differently by batch size.
     """
-    from scipy.linalg import svd as scipy_svd
-
-    U, s, Vt = scipy_svd(A, full_matrices=False, check_finite=False)
+    U, s, Vt = np.linalg.svd(A, full_matrices=False)
     return np.ascontiguousarray(U), s, np.ascontiguousarray(Vt)
 
 
