@@ -551,10 +551,13 @@ def check_search_memory(
     """Refuse, before any SVD, a search whose held memory exceeds the budget.
 
     Held whatever the target batch (:func:`check_held_memory`): every
-    candidate's decompositions, made side by side with their float64 working
-    set for float32 on the CPU (:meth:`RidgeSolver.nbytes_side_by_side`), and
+    candidate's decompositions, made side by side with the working set of
+    the SVDs running at once (:meth:`RidgeSolver.nbytes_side_by_side`), and
     the shared factors (:meth:`SharedFactors.nbytes`) on the device, the
-    results of all targets on the host.
+    results of all targets on the host. The QR of the shared factors runs
+    before the candidates' SVDs: its transient (a few n x p copies) is
+    below what their charge counts per candidate (2np, for an X and its
+    centred copy that solvers on shared factors do not hold).
     """
     itemsize = np.dtype(dtype).itemsize
     n_candidates = len(design.candidates)
