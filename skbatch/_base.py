@@ -131,7 +131,8 @@ class DeviceMixin:
         ``estimator_`` as well, and its ``estimator`` parameter is replaced
         by a clone with that ``device`` (the object given is left as it was);
         where that estimator is a ``Pipeline`` (or another meta-estimator),
-        so are the skbatch estimators among its steps.
+        so are the skbatch estimators among its steps, and the
+        ``best_estimator_`` of a fitted hyperparameter search.
 
         Parameters
         ----------
@@ -152,9 +153,8 @@ class DeviceMixin:
             )
         self.backend_ = resolve_backend(device)
         self.device = device
-        for _, part in _device_parts(getattr(self, "estimator_", None)):
-            if hasattr(part, "backend_"):
-                part.to_device(device)
+        for part in _fitted_device_parts(getattr(self, "estimator_", None)):
+            part.to_device(device)
         given = getattr(self, "estimator", None)
         parts = _device_parts(given)
         if parts:
@@ -185,6 +185,23 @@ def _device_parts(estimator):
         for key, value in movable.items()
         if not any(key.startswith(f"{outer}__") for outer in movable)
     ]
+
+
+def _fitted_device_parts(estimator):
+    """The fitted movable estimators of :func:`_device_parts` in a fitted
+    ``estimator``, and those of the ``best_estimator_`` of any search among
+    it and its nested parameters (a refit ``GridSearchCV``)."""
+    if estimator is None:
+        return []
+    parts = [part for _, part in _device_parts(estimator) if hasattr(part, "backend_")]
+    nested = []
+    if hasattr(estimator, "get_params") and not isinstance(estimator, type):
+        nested = list(estimator.get_params(deep=True).values())
+    for value in [estimator, *nested]:
+        best = getattr(value, "best_estimator_", None)
+        if best is not None and not isinstance(value, type):
+            parts += _fitted_device_parts(best)
+    return parts
 
 
 def _estimator_has(attr):

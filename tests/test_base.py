@@ -18,6 +18,7 @@ from sklearn.ensemble import RandomForestRegressor
 from sklearn.exceptions import NotFittedError, UnsetMetadataPassedError
 from sklearn.linear_model import LinearRegression, LogisticRegression, Ridge
 from sklearn.model_selection import (
+    GridSearchCV,
     KFold,
     StratifiedKFold,
     check_cv,
@@ -300,6 +301,21 @@ def test_to_device_reaches_the_skbatch_steps_of_a_wrapped_pipeline():
     parts = _device_parts(given)
     assert [key for key, _ in parts] == ["bootstrapestimator"]
     assert parts[0][1] is given[-1]
+
+
+def test_to_device_reaches_the_best_estimator_of_a_wrapped_search():
+    pytest.importorskip("torch")
+    X, Y = _data(5)
+    search = GridSearchCV(
+        BatchedRidge(device="torch"), {"fit_intercept": [True, False]}, cv=3
+    )
+    model = BootstrapEstimator(search, n_bootstrap=3, device="torch").fit(X, Y)
+    best = model.estimator_.best_estimator_
+    assert best.backend_.name == "torch-cpu"
+    model.to_device("cpu")
+    assert best.backend_.name == "numpy" and best.device == "cpu"
+    assert model.get_params()["estimator__estimator__device"] == "cpu"
+    assert search.estimator.device == "torch"  # the object given is left as it was
 
 
 # --- one random_state default ----------------------------------------------
