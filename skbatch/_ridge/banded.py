@@ -413,6 +413,9 @@ class SharedFactors(Portable):
         )
         self.fit_intercept = fit_intercept
         self.reads_norms = scheme.reads_norms
+        # A scheme that scores from the folds alone (K-fold) never reads a
+        # candidate's U on all rows: the refit maps Q'Y.
+        self.forms_basis = scheme.reads_projection
 
     @staticmethod
     def applies(n_candidates, n_samples, n_features, scheme):
@@ -495,7 +498,9 @@ class CandidateBasis:
     """One candidate's decompositions from :class:`SharedFactors`.
 
     Given as ``basis`` to :class:`~skbatch._ridge.problems.RidgeSolver`:
-    ``full()`` gives ``(X_offset, U, s, Vt)`` of the candidate's design,
+    ``full()`` gives ``(X_offset, U, s, Vt)`` of the candidate's design (U
+    None for a scheme that does not read it, K-fold: n x rank values per
+    candidate not held),
     ``folds`` a callable per fold giving ``(None, s, X_test_V, coords)``
     (the fold's U is ``Q_k coords``, never formed: it is scored from the
     projections of :meth:`SharedFactors.project` only), and
@@ -526,7 +531,8 @@ class CandidateBasis:
         coords, s, Vt = self._svd(factors.R, factors.n_samples)
         self.coords = coords
         X_offset = xp.take(factors.X_offset, self.kept, axis=0) * self.scale
-        return X_offset, factors.Q @ coords, s, Vt
+        U = factors.Q @ coords if factors.forms_basis else None
+        return X_offset, U, s, Vt
 
     def _fold(self, projector, R, X_test, n_train):
         xp = self._xp

@@ -234,9 +234,10 @@ class RidgeSolver(Portable):
 
     @property
     def fixed_bytes(self):
-        """Device bytes held once decomposed: X, its SVD and the folds' bases."""
+        """Device bytes held once decomposed: X, its SVD (U unless a shared
+        basis left it out) and the folds' bases."""
         n, p, r = self.n_samples, self.n_features, self.s.shape[0]
-        count = 2 * n * p + n * r + r * p
+        count = 2 * n * p + (0 if self.U is None else n * r) + r * p
         for fold in self.state or ():
             basis = fold.coords if fold.U is None else fold.U
             count += (basis.shape[0] + fold.X_test_V.shape[0]) * r
@@ -793,7 +794,7 @@ class PermutedRidgeProblem(Portable):
         """Device bytes held whatever the batch: targets and decompositions."""
         arrays = [self.Y]
         for solver, X_test_V in self._held_solvers():
-            arrays += [solver.U, solver.Vt, X_test_V]
+            arrays += [a for a in (solver.U, solver.Vt, X_test_V) if a is not None]
             for fold in solver.state or ():
                 # A fold of shared factors holds its coordinates, not U.
                 arrays += [fold.coords if fold.U is None else fold.U, fold.X_test_V]
