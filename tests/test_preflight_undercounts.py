@@ -248,3 +248,84 @@ def test_bca_runs_within_a_budget_that_holds_its_jackknife():
     coef = boot.results_["coef_"]
     assert coef.ci_lower.shape == (1000, 5)
     assert np.isfinite(coef.standard_error).all()
+
+
+# The banded search on shared factors ------------------------------------------
+
+
+@pytest.mark.parametrize("cv", [None, "gcv", 4])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_banded_search_charge_covers_its_shared_factors_and_candidates(
+    cv, dtype, monkeypatch
+):
+    # On shared factors a candidate holds the SVD of the small R, not a copy
+    # of X: the charge covers the traced peak of the factorisations and is
+    # below the charge of decomposing every candidate's rescaled X.
+    from skbatch._engine import map_threads
+    from skbatch._ridge import banded
+
+    n, p = 400, 60
+    itemsize = np.dtype(dtype).itemsize
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((n, p)).astype(dtype)
+    candidates = banded._floored(
+        np.array([[0.5, 0.5], [0.9, 0.1], [1e-4, 1 - 1e-4], [1.0, 0.0], [0.3, 0.7]])
+    )
+    design = banded.BandedDesign(X, [np.arange(10), np.arange(10, p)], candidates)
+    scheme = cv_scheme(cv).split(X, X[:, :1])
+    backend = Backend("numpy")
+    charged = {}
+    check = banded.check_held_memory
+
+    def spy(name, device, host, *args, **kwargs):
+        charged["device"] = device
+        return check(name, device, host, *args, **kwargs)
+
+    monkeypatch.setattr(banded, "check_held_memory", spy)
+    banded.check_search_memory(
+        design,
+        n,
+        scheme,
+        dtype,
+        backend,
+        None,
+        n_targets=1,
+        n_alphas=5,
+        store_cv_results=False,
+    )
+
+    def build():
+        factors = banded.SharedFactors(
+            X, None, scheme, backend, dtype, fit_intercept=True
+        )
+        return factors, map_threads(
+            lambda c: RidgeSolver(
+                design.design(c, shape_only=True),
+                None,
+                np.logspace(-1, 3, 5),
+                scheme,
+                backend,
+                dtype,
+                fit_intercept=True,
+                scoring=None,
+                basis=factors.basis(design.kept[c], design.scales[c]),
+            ),
+            range(len(candidates)),
+            backend,
+        )
+
+    (factors, solvers), peak = _traced_peak(build)
+    assert charged["device"] >= peak
+    widths = [design.n_columns(c) for c in range(len(candidates))]
+    separate = RidgeSolver.nbytes_side_by_side(
+        n, widths, scheme, itemsize, backend=backend
+    )
+    assert charged["device"] < separate
+    # What the engine plans batches beside: the solvers hold no X.
+    held = sum(s.fixed_bytes for s in solvers)
+    assert held < sum(RidgeSolver.nbytes(n, k, scheme, itemsize) for k in widths)
+    if scheme.reads_projection:
+        assert all(s.U is not None for s in solvers)
+    else:
+        # K-fold scores from the folds and refits from Q'Y: no U on all rows.
+        assert all(s.U is None for s in solvers)

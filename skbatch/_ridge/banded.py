@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import _linalg
-from .._engine import Portable, map_threads
+from .._engine import Portable, cpu_workers, map_threads
 from ..backend import to_numpy
 from ..random import resolve_entropy
 from .cv import _Fold
@@ -436,6 +436,21 @@ class SharedFactors(Portable):
         return itemsize * (count + p) + 8 * n_factors * p * p
 
     @staticmethod
+    def workspace(n_samples, n_features, scheme, itemsize, backend=None):
+        """Transient device bytes of the QRs running at once (all rows and
+        each fold's training rows, as many as the backend runs side by side;
+        ``backend`` None: all at once): each a centred copy of the rows,
+        their float64 copy for float32 on the CPU, and LAPACK's copy and Q
+        in float64, at most n x p each."""
+        n_factors = 1 + len(_splits(scheme))
+        if backend is not None:
+            n_factors = min(n_factors, cpu_workers(backend))
+        on_gpu = backend is not None and backend.is_gpu
+        widened = 8 if itemsize != 8 and not on_gpu else 0
+        per_factor = (itemsize + widened + 2 * 8) * n_samples * n_features
+        return n_factors * per_factor
+
+    @staticmethod
     def bytes_per_target(n_features, scheme):
         """Device values per target of :meth:`project`'s results."""
         n_folds = len(_splits(scheme))
@@ -507,6 +522,35 @@ class CandidateBasis:
     ``coords`` (set by ``full()``) maps the shared ``Q'Y`` to ``U'Y``.
     """
 
+    @staticmethod
+    def nbytes(n_samples, n_features, n_columns, scheme, itemsize):
+        """Device bytes a candidate of ``n_columns`` holds on shared factors
+        of X's ``n_features`` columns, from the shapes, its rank at its bound:
+        Vt, s and ``coords`` (Q's coordinates of U), U itself where the
+        scheme reads it, and per fold its coordinates and test rows in its
+        basis. No copy of X: its SVDs are of the small R."""
+        rank = min(n_features, n_columns)
+        count = rank * (n_columns + n_features + 1)
+        if scheme.reads_projection:
+            count += n_samples * rank
+        for _, test in _splits(scheme):
+            count += rank * (n_features + len(test) + 1)
+        return itemsize * count
+
+    @staticmethod
+    def workspace(n_features, n_columns, itemsize, backend=None):
+        """Transient bytes of one candidate's SVD of its p x k rescaled R:
+        the rescaled copy (in float64, R's dtype) and the SVD's own
+        (:meth:`RidgeSolver.svd_workspace` of a float64 p x k matrix), and
+        its factors in float64 before they are cast to ``itemsize``."""
+        rank = min(n_features, n_columns)
+        factors = 8 * rank * (n_features + n_columns) if itemsize != 8 else 0
+        return (
+            8 * n_features * n_columns
+            + RidgeSolver.svd_workspace(n_features, n_columns, 8, backend=backend)
+            + factors
+        )
+
     def __init__(self, factors, kept, scale):
         self.factors = factors
         backend, xp = factors.backend, factors.xp
@@ -558,24 +602,35 @@ def check_search_memory(
 
     Held whatever the target batch (:func:`check_held_memory`): every
     candidate's decompositions, made side by side with the working set of
-    the SVDs running at once (:meth:`RidgeSolver.nbytes_side_by_side`), and
-    the shared factors (:meth:`SharedFactors.nbytes`) on the device, the
-    results of all targets on the host. The QR of the shared factors runs
-    before the candidates' SVDs: its transient (a few n x p copies) is
-    below what their charge counts per candidate (2np, for an X and its
-    centred copy that solvers on shared factors do not hold).
+    the SVDs running at once (:meth:`RidgeSolver.nbytes_side_by_side`), on
+    the device, the results of all targets on the host. On shared factors, the factors
+    (:meth:`SharedFactors.nbytes`) and the larger of the QRs' transient
+    (:meth:`SharedFactors.workspace`) and what the candidates then hold
+    (:meth:`CandidateBasis.nbytes`) beside their SVDs' transient
+    (:meth:`CandidateBasis.workspace`).
     """
     itemsize = np.dtype(dtype).itemsize
     n_candidates = len(design.candidates)
-    device = RidgeSolver.nbytes_side_by_side(
-        n_samples,
-        [design.n_columns(c) for c in range(n_candidates)],
-        scheme,
-        itemsize,
-        backend=backend,
-    )
-    if SharedFactors.applies(n_candidates, n_samples, design.n_features, scheme):
-        device += SharedFactors.nbytes(n_samples, design.n_features, scheme, itemsize)
+    widths = [design.n_columns(c) for c in range(n_candidates)]
+    p = design.n_features
+    if SharedFactors.applies(n_candidates, n_samples, p, scheme):
+        # The QRs first, then the candidates' SVDs of the small R side by
+        # side, beside the factors held throughout.
+        candidates = sum(
+            CandidateBasis.nbytes(n_samples, p, k, scheme, itemsize) for k in widths
+        )
+        n_svds = min(n_candidates, cpu_workers(backend))
+        svds = n_svds * max(
+            CandidateBasis.workspace(p, k, itemsize, backend) for k in widths
+        )
+        qr = SharedFactors.workspace(n_samples, p, scheme, itemsize, backend)
+        device = SharedFactors.nbytes(n_samples, p, scheme, itemsize) + max(
+            qr, candidates + svds
+        )
+    else:
+        device = RidgeSolver.nbytes_side_by_side(
+            n_samples, widths, scheme, itemsize, backend=backend
+        )
     host = results_bytes(
         n_targets,
         design.n_features,

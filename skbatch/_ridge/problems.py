@@ -235,9 +235,12 @@ class RidgeSolver(Portable):
     @property
     def fixed_bytes(self):
         """Device bytes held once decomposed: X, its SVD (U unless a shared
-        basis left it out) and the folds' bases."""
+        basis left it out) and the folds' bases; no X on a shared basis."""
         n, p, r = self.n_samples, self.n_features, self.s.shape[0]
-        count = 2 * n * p + (0 if self.U is None else n * r) + r * p
+        design = 0 if self.coords is not None else 2 * n * p
+        count = design + (0 if self.U is None else n * r) + r * p
+        if self.coords is not None:
+            count += math.prod(self.coords.shape)
         for fold in self.state or ():
             basis = fold.coords if fold.U is None else fold.U
             count += (basis.shape[0] + fold.X_test_V.shape[0]) * r
