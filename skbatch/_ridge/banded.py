@@ -804,15 +804,15 @@ class BandedRefitProblem(TargetProblem):
             (rows,) = np.nonzero(candidate == c)
             alpha = self.backend.asarray(self.alpha[ids][rows], dtype)
             some = rows.size != len(ids)
+            picked = self.backend.asarray(rows) if some else None
             if self.factors is None:
-                block = xp.take(Y, self.backend.asarray(rows), axis=1) if some else Y
+                block = xp.take(Y, picked, axis=1) if some else Y
                 coef_c, intercept_c = solver.fit_fixed(block, alpha)
             else:
                 UtY, offset = QtY, Y_offset
                 if some:
-                    rows_device = self.backend.asarray(rows)
-                    UtY = xp.take(QtY, rows_device, axis=1)
-                    offset = xp.take(Y_offset, rows_device, axis=0)
+                    UtY = xp.take(QtY, picked, axis=1)
+                    offset = xp.take(Y_offset, picked, axis=0)
                 coef_c, intercept_c = solver.refit(solver.coords.T @ UtY, offset, alpha)
             kept, scale = self.kept[c], self.scales[c].astype(dtype)
             coef[np.ix_(rows, kept)] = to_numpy(coef_c) * scale

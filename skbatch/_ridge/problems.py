@@ -234,17 +234,20 @@ class RidgeSolver(Portable):
 
     @property
     def fixed_bytes(self):
-        """Device bytes held once decomposed: X, its SVD (U unless a shared
-        basis left it out) and the folds' bases; no X on a shared basis."""
-        n, p, r = self.n_samples, self.n_features, self.s.shape[0]
-        design = 0 if self.coords is not None else 2 * n * p
-        count = design + (0 if self.U is None else n * r) + r * p
-        if self.coords is not None:
-            count += math.prod(self.coords.shape)
-        for fold in self.state or ():
-            basis = fold.coords if fold.U is None else fold.U
-            count += (basis.shape[0] + fold.X_test_V.shape[0]) * r
+        """Device bytes held once decomposed: X and its centred copy (none on
+        a shared basis) and :meth:`held_arrays`."""
+        design = 0 if self.coords is not None else 2 * self.n_samples * self.n_features
+        count = design + sum(math.prod(a.shape) for a in self.held_arrays())
         return np.dtype(self.dtype).itemsize * count
+
+    def held_arrays(self):
+        """The decompositions the solver holds: U (unless a shared basis left
+        it out), Vt, the coordinates of U in a shared basis, and each fold's
+        basis (its coordinates on shared factors) and test rows in it."""
+        arrays = [a for a in (self.U, self.Vt, self.coords) if a is not None]
+        for fold in self.state or ():
+            arrays += [fold.coords if fold.U is None else fold.U, fold.X_test_V]
+        return arrays
 
     def center(self, Y):
         """Device targets ``Y`` (n_samples, m) centred (and weight-scaled) as X
@@ -797,10 +800,7 @@ class PermutedRidgeProblem(Portable):
         """Device bytes held whatever the batch: targets and decompositions."""
         arrays = [self.Y]
         for solver, X_test_V in self._held_solvers():
-            arrays += [a for a in (solver.U, solver.Vt, X_test_V) if a is not None]
-            for fold in solver.state or ():
-                # A fold of shared factors holds its coordinates, not U.
-                arrays += [fold.coords if fold.U is None else fold.U, fold.X_test_V]
+            arrays += [*solver.held_arrays(), X_test_V]
         itemsize = np.dtype(self.dtype).itemsize
         return itemsize * sum(math.prod(a.shape) for a in arrays)
 
