@@ -299,7 +299,9 @@ def project(U, Y, *, xp=None):
     return U.T @ Y
 
 
-def residual_sq_norm(U, UtY, Y, *, fit_intercept=True, total=None, xp=None):
+def residual_sq_norm(
+    U, UtY, Y, *, fit_intercept=True, total=None, coords=None, xp=None
+):
     """Squared norm, per target, of the part of ``Y`` outside the span of ``U``.
 
     This is the residual of the least-squares fit, the alpha-free part of the
@@ -313,6 +315,8 @@ def residual_sq_norm(U, UtY, Y, *, fit_intercept=True, total=None, xp=None):
     Parameters
     ----------
     U : array of shape (n_samples, rank)
+        The orthonormal basis; with ``coords``, the orthonormal Q of shape
+        (n_samples, k) of which U is ``Q @ coords``.
     UtY : array of shape (rank, n_targets)
     Y : array of shape (n_samples, n_targets)
         Centred (and weight-scaled) targets.
@@ -321,6 +325,9 @@ def residual_sq_norm(U, UtY, Y, *, fit_intercept=True, total=None, xp=None):
     total : array of shape (n_targets,), default=None
         ``||Y||^2`` per target, when computed once for several bases of the
         same targets (read in float64 only); None computes it.
+    coords : array of shape (k, rank), default=None
+        U's coordinates in ``U`` given as Q (orthonormal columns): U is then
+        never formed, its residuals are ``Y - Q (coords U'Y)``.
 
     Returns
     -------
@@ -329,12 +336,12 @@ def residual_sq_norm(U, UtY, Y, *, fit_intercept=True, total=None, xp=None):
     """
     xp = _namespace(xp, U, UtY, Y)
     dtype = _criterion_dtype(Y, xp)
-    if _spans_centered_targets(U, fit_intercept):
+    if _spans_centered_targets(Y.shape[0], UtY.shape[0], fit_intercept):
         # Forming a residual known to be zero would only add rounding noise,
         # enough to swamp small-alpha residuals in float32.
         return xp.zeros(Y.shape[1], dtype=dtype, device=array_device(Y))
     if Y.dtype != xp.float64:
-        return _explicit_sq_norm(U, UtY, Y, dtype, xp)
+        return _explicit_sq_norm(U, UtY, Y, dtype, xp, coords)
     if total is None:
         total = column_sq_norms(Y, xp)
     sq_norm = total - column_sq_norms(UtY, xp)
@@ -343,7 +350,12 @@ def residual_sq_norm(U, UtY, Y, *, fit_intercept=True, total=None, xp=None):
         return sq_norm
     (columns,) = xp.nonzero(cancelled)
     explicit = _explicit_sq_norm(
-        U, xp.take(UtY, columns, axis=1), xp.take(Y, columns, axis=1), dtype, xp
+        U,
+        xp.take(UtY, columns, axis=1),
+        xp.take(Y, columns, axis=1),
+        dtype,
+        xp,
+        coords,
     )
     if hasattr(sq_norm, "at"):  # jax: immutable arrays
         return sq_norm.at[columns].set(explicit)
@@ -351,8 +363,11 @@ def residual_sq_norm(U, UtY, Y, *, fit_intercept=True, total=None, xp=None):
     return sq_norm
 
 
-def _explicit_sq_norm(U, UtY, Y, dtype, xp):
-    """``||Y - U U'Y||^2`` per column, the residual formed, squared in ``dtype``."""
+def _explicit_sq_norm(U, UtY, Y, dtype, xp, coords=None):
+    """``||Y - U U'Y||^2`` per column, the residual formed, squared in ``dtype``
+    (U given as ``Q`` and ``coords``: ``Q (coords U'Y)``)."""
+    if coords is not None:
+        UtY = coords @ UtY
     residual = _subtract(Y, _matmul(U, UtY, _scratch(Y.shape, Y.dtype, Y, xp)))
     squares = _multiply(residual, residual, _scratch(Y.shape, dtype, Y, xp))
     return xp.sum(squares, axis=0)
@@ -457,7 +472,7 @@ def loo_scores(
     alphas = _as_float_array(alphas, s, xp)
     dtype = _criterion_dtype(Y, xp)
     shrinkage, kept, _ = _ridge_factors(s, alphas[:, None], xp)
-    spans = _spans_centered_targets(U, fit_intercept)
+    spans = _spans_centered_targets(*U.shape, fit_intercept)
     # Where U spans the targets the residual is exactly U diag(shrinkage) U'Y;
     # elsewhere Y - U diag(s^2 / (s^2 + alpha)) U'Y, one product per alpha.
     factors = shrinkage if spans else kept
@@ -805,13 +820,14 @@ def _average(A, sample_weight, xp):
     return sample_weight @ A / xp.sum(sample_weight)
 
 
-def _spans_centered_targets(U, fit_intercept):
-    """Whether the basis spans every centred (weight-scaled) target.
+def _spans_centered_targets(n_samples, rank, fit_intercept):
+    """Whether a basis of ``rank`` columns spans every centred (weight-scaled)
+    target of ``n_samples`` rows.
 
     True at rank n, or n - 1 after centring: the direction centring removes,
     sqrt(w), is orthogonal to both X and Y.
     """
-    return U.shape[1] + int(fit_intercept) == U.shape[0]
+    return rank + int(fit_intercept) == n_samples
 
 
 def _loo_denominators(U, shrinkage, fit_intercept, sample_weight, xp):
@@ -823,7 +839,7 @@ def _loo_denominators(U, shrinkage, fit_intercept, sample_weight, xp):
     """
     U_sq = U**2
     shrunk_leverage = U_sq @ shrinkage.T
-    if _spans_centered_targets(U, fit_intercept):
+    if _spans_centered_targets(*U.shape, fit_intercept):
         return shrunk_leverage
     if not fit_intercept:
         intercept_leverage = 0.0

@@ -142,6 +142,29 @@ def test_kfold_and_gcv_equal_a_loop_of_batched_ridge(cv, fit_intercept):
     assert_allclose(model.best_score_, score, rtol=1e-12)
 
 
+def test_gcv_of_nearly_exact_fits_equals_a_loop_of_batched_ridge():
+    # Targets in X's span to 1e-7 cancel ||Y||^2 - ||U'Y||^2: their residual
+    # is formed explicitly, on shared factors as Q (coords U'Y), U never
+    # formed; the same choices and scores as each candidate's own SVD.
+    X, Y, _ = make_banded(seed=3)
+    rng = np.random.default_rng(3)
+    exact = X @ rng.standard_normal((X.shape[1], 4)) + 1e-7 * ar1(rng, X.shape[0], 4)
+    Y = np.hstack([Y, exact])
+
+    def batched(Z, Y):
+        ref = BatchedRidge(alphas=ALPHAS, cv="gcv").fit(Z, Y)
+        return ref.best_score_, ref.alpha_, ref.coef_, ref.intercept_
+
+    chosen, alpha, coef, _, score = brute_force(X, Y, CANDIDATES, batched)
+    model = BandedRidge(LABELS, alphas=ALPHAS, band_weights=CANDIDATES, cv="gcv").fit(
+        X, Y
+    )
+    assert_array_equal(model.band_weights_, CANDIDATES[chosen])
+    assert_array_equal(model.alpha_, alpha)
+    assert_allclose(model.best_score_, score, rtol=1e-6)
+    assert_allclose(model.coef_, coef, rtol=1e-9, atol=1e-12)
+
+
 def test_kfold_over_runs_of_a_time_series():
     # Whole runs held out (runs of unequal length), given as explicit splits.
     X, Y, runs = make_banded(seed=2)

@@ -435,6 +435,31 @@ def test_residual_sq_norm_of_nearly_exact_fits_equals_lstsq(library):
     np.testing.assert_allclose(got, expected, rtol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_residual_sq_norm_of_a_basis_given_by_coordinates_equals_lstsq(dtype):
+    """U given as Q and its coordinates (U = Q coords, never formed): the same
+    norms as lstsq on the candidate's design, nearly exact fits included
+    (their residual formed explicitly) and in float32 (every residual)."""
+    rng = np.random.default_rng(2)
+    X, Y = make_data(80, 12, 5)
+    # The candidate: X's first 8 columns rescaled, a subspace of span(X).
+    Z = X[:, :8] * rng.uniform(0.5, 2.0, 8)
+    exact = Z @ rng.standard_normal((8, 2)) * 100 + 1e-6 * rng.standard_normal((80, 2))
+    Y = np.hstack([Y, exact])
+    Zc, Yc = Z - Z.mean(0), Y - Y.mean(0)
+    expected = np.sum((Yc - Zc @ np.linalg.lstsq(Zc, Yc, rcond=None)[0]) ** 2, axis=0)
+    Q = np.linalg.qr(X - X.mean(0))[0]
+    # Zc = Q (Q'Zc): U of Zc's SVD is Q times the left vectors of Q'Zc.
+    coords = np.linalg.svd(Q.T @ Zc, full_matrices=False)[0]
+    Q, coords, Y_centered = (a.astype(dtype) for a in (Q, coords, Yc))
+    UtY = coords.T @ (Q.T @ Y_centered)
+    got = residual_sq_norm(Q, UtY, Y_centered, coords=coords)
+    rtol = 1e-6 if dtype == np.float64 else 1e-3
+    np.testing.assert_allclose(got[:-2], expected[:-2], rtol=rtol)
+    if dtype == np.float64:
+        np.testing.assert_allclose(got[-2:], expected[-2:], rtol=1e-6)
+
+
 def weighted_corrcoef(y, p, weights):
     """Pearson's r of every column pair, from numpy's weighted covariance."""
     covariances = [

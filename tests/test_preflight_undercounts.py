@@ -324,8 +324,63 @@ def test_banded_search_charge_covers_its_shared_factors_and_candidates(
     # What the engine plans batches beside: the solvers hold no X.
     held = sum(s.fixed_bytes for s in solvers)
     assert held < sum(RidgeSolver.nbytes(n, k, scheme, itemsize) for k in widths)
-    if scheme.reads_projection:
-        assert all(s.U is not None for s in solvers)
-    else:
-        # K-fold scores from the folds and refits from Q'Y: no U on all rows.
-        assert all(s.U is None for s in solvers)
+    # LOO reads U on every batch; GCV only to form float32 residuals (once
+    # per candidate, not per batch); K-fold scores from the folds and refits
+    # from Q'Y: no U on all rows.
+    forms_U = cv is None or (cv == "gcv" and itemsize == 4)
+    assert all((s.U is not None) == forms_U for s in solvers)
+
+
+@pytest.mark.parametrize("cv", [None, "gcv", 3])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_banded_permutation_charge_is_what_its_folds_hold(cv, dtype):
+    # The permutation fast path's preflight charges, from the shapes, what
+    # the problem then holds: each outer fold's shared factors and every
+    # candidate's decompositions on them. Where the candidates form no U on
+    # all rows (K-fold, GCV in float64) that is well below the old charge of
+    # n_candidates + 1 full SVDs per fold.
+    from skbatch import BandedRidge
+    from skbatch._ridge.banded import (
+        BandedPermutedProblem,
+        SharedFactors,
+        banded_spec,
+    )
+    from skbatch._ridge.problems import PermutedRidgeProblem
+
+    rng = np.random.default_rng(0)
+    n, p, t = 240, 30, 3
+    X = rng.standard_normal((n, p))
+    Y = rng.standard_normal((n, t))
+    labels = np.repeat([0, 1], [10, 20])
+    estimator = BandedRidge(
+        labels,
+        alphas=np.logspace(-1, 3, 4),
+        band_weights=np.array([[0.5, 0.5], [1.0, 0.0], [0.2, 0.8], [0.7, 0.3]]),
+        cv=cv,
+    )
+    spec = banded_spec(estimator)
+    rows = np.arange(n)
+    splits = [(rows[rows % 4 != k], rows[rows % 4 == k]) for k in range(4)]
+    schemes = [cv_scheme(cv).split(X[train], Y[train]) for train, _ in splits]
+    itemsize = np.dtype(dtype).itemsize
+    held, _ = BandedPermutedProblem.held_bytes(X, splits, spec, schemes, itemsize)
+    problem = BandedPermutedProblem(
+        X,
+        Y,
+        splits,
+        spec,
+        lambda X_train, Y_train, train: cv_scheme(cv).split(X_train, Y_train),
+        Backend("numpy"),
+        dtype,
+        None,
+        n_permutations=5,
+        permutation=dict(entropy=0, groups=None, permutation_type="rows"),
+    )
+    holds = problem.fixed_bytes - itemsize * Y.size
+    assert holds <= held <= 1.25 * holds
+    if not SharedFactors.holds_basis(schemes[0], itemsize):
+        copies = 4 + 1
+        old, _ = PermutedRidgeProblem.held_bytes(
+            X, splits * copies, spec, schemes * copies, itemsize
+        )
+        assert held < 0.8 * old

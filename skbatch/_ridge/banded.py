@@ -413,9 +413,7 @@ class SharedFactors(Portable):
         )
         self.fit_intercept = fit_intercept
         self.reads_norms = scheme.reads_norms
-        # A scheme that scores from the folds alone (K-fold) never reads a
-        # candidate's U on all rows: the refit maps Q'Y.
-        self.forms_basis = scheme.reads_projection
+        self.forms_basis = self.holds_basis(scheme, np.dtype(dtype).itemsize)
 
     @staticmethod
     def applies(n_candidates, n_samples, n_features, scheme):
@@ -449,6 +447,14 @@ class SharedFactors(Portable):
         widened = 8 if itemsize != 8 and not on_gpu else 0
         per_factor = (itemsize + widened + 2 * 8) * n_samples * n_features
         return n_factors * per_factor
+
+    @staticmethod
+    def holds_basis(scheme, itemsize):
+        """Whether each candidate forms its U on all rows (``Q @ coords``),
+        for a scheme that reads it on every batch (LOO), or that forms every
+        float32 batch's residual with it (GCV: once, not per batch). K-fold
+        scores from the folds alone, and the refit maps Q'Y: no U."""
+        return scheme.reads_basis or (scheme.reads_projection and itemsize != 8)
 
     @staticmethod
     def bytes_per_target(n_features, scheme):
@@ -514,8 +520,8 @@ class CandidateBasis:
 
     Given as ``basis`` to :class:`~skbatch._ridge.problems.RidgeSolver`:
     ``full()`` gives ``(X_offset, U, s, Vt)`` of the candidate's design (U
-    None for a scheme that does not read it, K-fold: n x rank values per
-    candidate not held),
+    None where :meth:`SharedFactors.holds_basis` says so: n x rank values
+    per candidate not held),
     ``folds`` a callable per fold giving ``(None, s, X_test_V, coords)``
     (the fold's U is ``Q_k coords``, never formed: it is scored from the
     projections of :meth:`SharedFactors.project` only), and
@@ -526,12 +532,13 @@ class CandidateBasis:
     def nbytes(n_samples, n_features, n_columns, scheme, itemsize):
         """Device bytes a candidate of ``n_columns`` holds on shared factors
         of X's ``n_features`` columns, from the shapes, its rank at its bound:
-        Vt, s and ``coords`` (Q's coordinates of U), U itself where the
-        scheme reads it, and per fold its coordinates and test rows in its
-        basis. No copy of X: its SVDs are of the small R."""
+        Vt, s and ``coords`` (Q's coordinates of U), U itself where it is
+        formed (:meth:`SharedFactors.holds_basis`), and per fold its
+        coordinates and test rows in its basis. No copy of X: its SVDs are of
+        the small R."""
         rank = min(n_features, n_columns)
         count = rank * (n_columns + n_features + 1)
-        if scheme.reads_projection:
+        if SharedFactors.holds_basis(scheme, itemsize):
             count += n_samples * rank
         for _, test in _splits(scheme):
             count += rank * (n_features + len(test) + 1)
@@ -960,16 +967,35 @@ class BandedPermutedProblem(PermutedRidgeProblem):
             )
 
     @classmethod
-    def check_memory(cls, X, Y, splits, spec, schemes, *args, **kwargs):
-        """:meth:`PermutedRidgeProblem.check_memory` with every fold's
-        decompositions held once per candidate, and once more for the
-        fold's shared factors (:class:`SharedFactors`, at most the size of
-        a candidate's decompositions)."""
-        n_candidates = len(spec.design(X[:1]).candidates)
-        copies = n_candidates + int(n_candidates > 1)
-        super().check_memory(
-            X, Y, splits * copies, spec, schemes * copies, *args, **kwargs
-        )
+    def held_bytes(cls, X, splits, spec, schemes, itemsize):
+        """Every outer fold's decompositions, once per candidate: on the
+        fold's shared factors (as :meth:`__init__` builds them) the factors
+        (:meth:`SharedFactors.nbytes`) and each candidate's
+        :meth:`CandidateBasis.nbytes`, with the factors' projections of every
+        permuted target (:meth:`SharedFactors.bytes_per_target`); else each
+        candidate's own SVD of its rescaled training rows. Every candidate
+        holds its test rows in its basis. Ranks at their bounds."""
+        design = spec.design(X[:1])
+        n_candidates = len(design.candidates)
+        widths = [design.n_columns(c) for c in range(n_candidates)]
+        p = X.shape[1]
+        held = per_target = 0
+        for (train, test), scheme in zip(splits, schemes):
+            n_train = len(train)
+            for k in widths:
+                held += itemsize * len(test) * min(n_train, k)
+            if SharedFactors.applies(n_candidates, n_train, p, scheme):
+                held += SharedFactors.nbytes(n_train, p, scheme, itemsize)
+                held += sum(
+                    CandidateBasis.nbytes(n_train, p, k, scheme, itemsize)
+                    for k in widths
+                )
+                per_target = max(per_target, SharedFactors.bytes_per_target(p, scheme))
+                continue
+            for k in widths:
+                rank = min(n_train, k)
+                held += itemsize * (n_train + k) * rank + scheme.nbytes(k, itemsize)
+        return held, per_target
 
     def _held_solvers(self):
         """``(solver, test rows in its basis)`` of every candidate of every

@@ -106,6 +106,9 @@ class CVScheme:
     #: Whether :meth:`scores` reads the targets' squared norms, the same for
     #: every design of a shared factorisation (given as ``shared``).
     reads_norms = False
+    #: Whether :meth:`scores` reads U itself on every batch, not only
+    #: ``UtY``: a design of a shared factorisation then forms it once.
+    reads_basis = True
 
     def decompose(self, X, weight, backend, *, fit_intercept, full, folds=None):
         """``(full(), state)``: the SVD of all rows, and what :meth:`scores` reads.
@@ -195,6 +198,9 @@ class GeneralizedCV(CVScheme):
 
     scorings = (None,)
     reads_norms = True
+    # U only forms the residual of a float32 batch or of targets whose norm
+    # cancels (residual_sq_norm): Q coords serves that, formed per use.
+    reads_basis = False
 
     def weights(self, sample_weight):
         if sample_weight is None:
@@ -206,12 +212,14 @@ class GeneralizedCV(CVScheme):
 
     def scores(self, solver, state, Y, Y_centered, Y_offset, UtY, shared=None):
         xp = solver.xp
+        basis, coords = solver.factored_U()
         sq_norm = _linalg.residual_sq_norm(
-            solver.U,
+            basis,
             UtY,
             Y_centered,
             fit_intercept=solver.fit_intercept,
             total=shared,
+            coords=coords,
             xp=xp,
         )
         return _linalg.gcv_scores(
@@ -262,6 +270,7 @@ class KFold(CVScheme):
         )
 
     reads_projection = False
+    reads_basis = False
 
     def decompose(self, X, weight, backend, *, fit_intercept, full, folds=None):
         bases = [None] * len(self.splits) if folds is None else folds

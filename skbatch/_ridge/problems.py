@@ -135,7 +135,7 @@ class RidgeSolver(Portable):
             None if sample_weight is None else backend.asarray(sample_weight, dtype)
         )
         self.sample_weight = weight
-        self.coords = None
+        self.coords = self._Q = None
         if basis is not None:
             full_result, self.state = scheme.decompose(
                 X,
@@ -146,7 +146,7 @@ class RidgeSolver(Portable):
                 folds=basis.folds,
             )
             self.X_offset, self.U, self.s, self.Vt = full_result
-            self.coords = basis.coords
+            self.coords, self._Q = basis.coords, basis.factors.Q
             return
         X = backend.asarray(X, dtype)
 
@@ -248,6 +248,14 @@ class RidgeSolver(Portable):
         for fold in self.state or ():
             arrays += [fold.coords if fold.U is None else fold.U, fold.X_test_V]
         return arrays
+
+    def factored_U(self):
+        """``(B, coords)``: U itself and None, or, on a shared basis that left
+        U out (a scheme that does not read it whole), the shared Q and U's
+        coordinates in it: U is ``Q @ coords``."""
+        if self.U is not None:
+            return self.U, None
+        return self._Q, self.coords
 
     def center(self, Y):
         """Device targets ``Y`` (n_samples, m) centred (and weight-scaled) as X
@@ -773,11 +781,7 @@ class PermutedRidgeProblem(Portable):
         """
         n_samples, n_features = X.shape
         itemsize = np.dtype(dtype).itemsize
-        fixed = itemsize * Y.size
-        for (train, test), scheme in zip(splits, schemes):
-            rank = min(len(train), n_features)
-            fixed += itemsize * (len(train) + n_features + len(test)) * rank
-            fixed += scheme.nbytes(n_features, itemsize)
+        held, per_target = cls.held_bytes(X, splits, spec, schemes, itemsize)
         n_alphas = 1 if spec.fixed_per_target else spec.alphas.size
         device, host = cls.item_bytes(
             n_samples, Y.shape[1], min(n_samples, n_features), n_alphas, dtype
@@ -785,11 +789,27 @@ class PermutedRidgeProblem(Portable):
         plan_batches(
             n_permutations,
             backend=backend,
-            device_bytes_per_item=device,
+            device_bytes_per_item=device
+            + CV_WORKSPACE_OVERHEAD * itemsize * Y.shape[1] * per_target,
             host_bytes_per_item=host,
-            fixed_bytes=fixed,
+            fixed_bytes=itemsize * Y.size + held,
             max_memory_gb=max_memory_gb,
         )
+
+    @classmethod
+    def held_bytes(cls, X, splits, spec, schemes, itemsize):
+        """``(bytes, values)``: the device bytes of every outer fold's
+        decompositions, from the shapes, every rank at its bound (the thin
+        SVD of its training rows, the bases of its inner ``scheme`` and its
+        test rows in the basis), and the device values per target and
+        permutation held beyond :meth:`item_bytes` (none here)."""
+        n_features = X.shape[1]
+        held = 0
+        for (train, test), scheme in zip(splits, schemes):
+            rank = min(len(train), n_features)
+            held += itemsize * (len(train) + n_features + len(test)) * rank
+            held += scheme.nbytes(n_features, itemsize)
+        return held, 0
 
     def _held_solvers(self):
         """``(solver, test rows in its basis)`` of every outer fold."""
