@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 from sklearn.base import BaseEstimator, MultiOutputMixin, RegressorMixin
 from sklearn.linear_model import Ridge
+from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from . import _linalg
@@ -28,6 +29,7 @@ from ._ridge.banded import (
     band_candidates,
     check_band_weights,
     check_bands,
+    check_candidate_scales,
     check_concentration,
     check_search_memory,
 )
@@ -41,6 +43,7 @@ from .ridge import (
     DEFAULT_ALPHAS,
     BatchedRidge,
     LinearPredictMixin,
+    _score_weights,
     checked_targets,
     fit_data,
     no_model_scores,
@@ -109,10 +112,14 @@ class BandedRidge(
     ----------
     bands : None, array-like of shape (n_features,) or list of array-like, \
 default=None
-        A label (int or str) per column of X, columns of one band possibly
-        interleaved, or a list of arrays of column indices, one per band,
-        disjoint and covering every column. None: one band, which is
-        :class:`BatchedRidge`.
+        A label (int >= 0 or str) per column of X, columns of one band
+        possibly interleaved, or a list of arrays of column indices, one per
+        band, disjoint and covering every column. None: one band, which is
+        :class:`BatchedRidge`. Labels are ordered as ``np.unique`` sorts
+        them (himalaya's order of ``groups``), index arrays as listed: that
+        order is ``band_names_``, and band b is column b of
+        ``band_weights``. A mapping or a set is refused (its order is not
+        that of X's columns).
     alphas : float or array-like of shape (n_alphas,), default=DEFAULT_ALPHAS
         Positive values of the overall alpha to choose from, as for
         :class:`BatchedRidge`.
@@ -179,7 +186,9 @@ default=None
     candidates_ : ndarray of shape (n_candidates, n_bands)
         The candidates searched, rows summing to 1.
     band_names_ : ndarray of shape (n_bands,)
-        The labels of ``bands`` in order of first appearance, or 0 .. k-1.
+        The labels of ``bands`` sorted, or 0 .. k-1 for index arrays and
+        None: the order of the columns of ``band_weights``, ``candidates_``
+        and ``band_alphas_``.
     cv_results_ : dict
         With ``store_cv_results=True``: ``"alphas"``, ``"candidates"`` and
         ``"scores"`` of shape (n_targets, n_candidates, n_alphas) (or
@@ -277,7 +286,14 @@ default=None
         "bands": "no_validation",
         "band_weights": "no_validation",
         "concentration": "no_validation",
-        "random_state": ["random_state"],
+        # As resolve_entropy reads it (skbatch.random), the other
+        # estimators' seeds: any int >= 0, a RandomState or a Generator.
+        "random_state": [
+            Interval(numbers.Integral, 0, None, closed="left"),
+            np.random.RandomState,
+            np.random.Generator,
+            None,
+        ],
     }
 
     # Under metadata routing, groups given to a meta-estimator reach fit
@@ -363,6 +379,15 @@ default=None
         )
         self.backend_ = resolve_backend(self.device, flops=flops)
         self.dtype_ = resolve_dtype(self.dtype, self.backend_, X.dtype)
+        check_candidate_scales(
+            X,
+            columns,
+            candidates,
+            self.dtype_,
+            self.backend_,
+            fit_intercept=self.fit_intercept,
+            sample_weight=sample_weight,
+        )
         targets = checked_targets(X, Y, self.dtype_, out_of_core)
         design = BandedDesign(X, columns, candidates)
         check_search_memory(
@@ -526,7 +551,7 @@ default=None
         )
         return parts[:, :, 0] if np.ndim(self.coef_) == 1 else parts
 
-    def score_per_band(self, X, y):
+    def score_per_band(self, X, y, sample_weight=None):
         """Each band's share of the R^2 of every target; shares sum to R^2.
 
         The product measure (himalaya's ``r2_score_split``): with ``y_c``
@@ -543,15 +568,23 @@ default=None
         target (``S`` = 0) has ``c_b = 0``: its R^2 (1 or 0, as
         :meth:`score_per_target` gives it) is split by ``pi_b``.
 
+        With ``sample_weight``, every mean, inner product and norm above is
+        weighted (``sum_i w_i ...``; ``n`` becomes the total weight), as
+        ``r2_score(sample_weight=...)`` weighs R^2: the shares then sum to
+        the weighted R^2, and integer weights equal repeated rows.
+
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weights of the rows in every target's R^2.
 
         Returns
         -------
         scores : ndarray of shape (n_bands, n_targets)
-            Summed over bands, ``score_per_target(X, y)`` (to rounding).
+            Summed over bands, ``score_per_target(X, y, sample_weight)`` (to
+            rounding).
 
         Examples
         --------
@@ -577,6 +610,7 @@ default=None
                 f"y must have one row per sample of X and one column per target, "
                 f"shape {(X.shape[0], coef.shape[0])}, got {y.shape}"
             )
+        weight = _score_weights(sample_weight, X)
         intercept = np.atleast_1d(np.asarray(self.intercept_, dtype=np.float64))
         shares = np.empty((len(self._band_columns), coef.shape[0]))
         for start in range(0, coef.shape[0], SCORE_BLOCK):
@@ -587,23 +621,27 @@ default=None
                     for cols in self._band_columns
                 ]
             )
-            shares[:, block] = _product_measure(parts, Y[:, block], intercept[block])
+            shares[:, block] = _product_measure(
+                parts, Y[:, block], intercept[block], weight
+            )
         return shares
 
 
-def _product_measure(parts, Y, intercept):
-    """Shares (n_bands, t) of R^2 from band predictions (n_bands, n, t)."""
+def _product_measure(parts, Y, intercept, weight=None):
+    """Shares (n_bands, t) of R^2 from band predictions (n_bands, n, t), the
+    rows weighted by ``weight`` (n,) or not."""
     predictions = parts.sum(axis=0) + intercept
-    r2 = _linalg.score_per_target(Y, predictions, "r2", xp=np)
-    Y_c = Y - Y.mean(axis=0)
-    P_b = parts - parts.mean(axis=1, keepdims=True)
+    r2 = _linalg.score_per_target(Y, predictions, "r2", sample_weight=weight, xp=np)
+    w = np.ones((Y.shape[0], 1)) if weight is None else weight[:, None]
+    Y_c = Y - np.average(Y, axis=0, weights=weight)
+    P_b = parts - np.average(parts, axis=1, weights=weight)[:, None, :]
     P = P_b.sum(axis=0)
-    S = np.sum(Y_c**2, axis=0)
+    S = np.sum(w * Y_c**2, axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        centred = np.sum(P_b * (2 * Y_c - P), axis=1) / S
+        centred = np.sum(w * P_b * (2 * Y_c - P), axis=1) / S
         centred = np.where(S > 0, centred, 0.0)
-        power = np.sum(P**2, axis=0)
-        pi = np.sum(P_b * P, axis=1) / power
+        power = np.sum(w * P**2, axis=0)
+        pi = np.sum(w * P_b * P, axis=1) / power
         pi = np.where(power > 0, pi, 1.0 / parts.shape[0])
     return centred + pi * (r2 - centred.sum(axis=0))
 
@@ -623,10 +661,14 @@ class HeldBandedRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
 
     Parameters
     ----------
-    bands : list of ndarray
-        The columns of each band.
-    band_weights : ndarray of shape (n_targets, n_bands)
-    alphas : ndarray of shape (n_targets,)
+    bands : array-like of shape (n_features,) or list of ndarray
+        A band label per column, or the columns of each band, as
+        :class:`BandedRidge` takes them.
+    band_weights : array-like of shape (n_targets, n_bands)
+        Each target's weights (non-negative, no row all zero; rows are
+        divided by their sums), band b in column b.
+    alphas : array-like of shape (n_targets,)
+        Each target's overall alpha, positive.
     fit_intercept : bool, default=True
 
     Examples
@@ -650,15 +692,29 @@ class HeldBandedRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         self.alphas = alphas
         self.fit_intercept = fit_intercept
 
-    def __skbatch_held_bands__(self):
-        """The fixed problem ``fit`` solves, for the bootstrap's batched path
-        (:class:`skbatch._ridge.banded_bootstrap.HeldBands`)."""
-        return HeldBands(
-            list(self.bands),
-            np.atleast_2d(np.asarray(self.band_weights, dtype=np.float64)),
-            np.atleast_1d(np.asarray(self.alphas, dtype=np.float64)),
-            fit_intercept=self.fit_intercept,
-        )
+    def __skbatch_held_bands__(self, n_features, n_targets):
+        """The fixed problem ``fit`` solves on X of ``n_features`` columns and
+        ``n_targets`` targets, for the bootstrap's batched path
+        (:class:`skbatch._ridge.banded_bootstrap.HeldBands`), checked: bands a
+        partition of the columns (:func:`check_bands`), a row of band weights
+        (:func:`check_band_weights`, none all zero) and a positive alpha per
+        target."""
+        columns, _ = check_bands(self.bands, n_features)
+        if isinstance(self.band_weights, numbers.Integral):
+            raise TypeError(
+                f"band_weights of HeldBandedRidge must be an array of shape "
+                f"(n_targets, {len(columns)}), one row per target, got "
+                f"{self.band_weights!r}"
+            )
+        weights = check_band_weights(self.band_weights, len(columns))
+        alphas = check_alphas(self.alphas)
+        for name, size in (("band_weights", weights.shape[0]), ("alphas", alphas.size)):
+            if size != n_targets:
+                raise ValueError(
+                    f"{name} has {size} row(s) or value(s), one per target is "
+                    f"needed ({n_targets} targets)"
+                )
+        return HeldBands(columns, weights, alphas, fit_intercept=self.fit_intercept)
 
     def fit(self, X, y, sample_weight=None):
         """Fit every target at its band weights and alpha.
@@ -675,7 +731,7 @@ class HeldBandedRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         """
         X, y = validate_data(self, X, y, multi_output=True, y_numeric=True)
         Y = y.reshape(X.shape[0], -1)
-        held = self.__skbatch_held_bands__()
+        held = self.__skbatch_held_bands__(X.shape[1], Y.shape[1])
         alphas = held.alphas
         design, chosen = held.design(X)
         coef = np.zeros((Y.shape[1], X.shape[1]))

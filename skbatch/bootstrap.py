@@ -1585,7 +1585,7 @@ def _linear_model(estimator, names, X, y, fit_params):
         return None
     held = getattr(estimator, "__skbatch_held_bands__", None)
     if held is not None:
-        held = held()
+        held = held(X.shape[1], 1 if y.ndim == 1 else y.shape[1])
         return held, held.dtype
     spec = ridge_spec(estimator)
     if spec is None or spec.tunes:

@@ -752,3 +752,114 @@ def test_targets_on_disk_give_the_in_memory_model(tmp_path):
     )
     assert_array_equal(ours.band_weights_, ref.band_weights_)
     assert_allclose(ours.coef_, ref.coef_, rtol=1e-12, atol=1e-14)
+
+
+def test_int_labels_out_of_order_give_himalayas_model():
+    # Bands are ordered by sorted label, as himalaya orders its groups: the
+    # same labels and candidates give the same model even when the first
+    # column's label is not the smallest.
+    pytest.importorskip("himalaya")
+    from himalaya.backend import set_backend
+    from himalaya.ridge import BandedRidgeCV
+
+    set_backend("numpy")
+    candidates = np.array([[0.9, 0.1], [0.3, 0.7], [0.05, 0.95]])
+    X, Y, _ = make_banded(n=80, seed=23)
+    X, Y = X - X.mean(0), Y - Y.mean(0)
+    groups = np.where(LABELS == LABELS[0], 1, 0)
+    assert groups[0] == 1
+    ours = BandedRidge(
+        groups,
+        alphas=ALPHAS,
+        band_weights=candidates,
+        cv=4,
+        fit_intercept=False,
+        scoring="neg_mean_squared_error",
+    ).fit(X, Y)
+    ref = BandedRidgeCV(
+        groups=groups,
+        solver_params=dict(n_iter=candidates, alphas=ALPHAS, progress_bar=False),
+        cv=4,
+    ).fit(X, Y)
+    assert ours.band_names_.tolist() == [0, 1]
+    assert np.unique(ours.band_weights_, axis=0).shape[0] >= 2
+    assert_allclose(ours.band_alphas_, np.exp(-np.asarray(ref.deltas_)).T, rtol=1e-9)
+    order = np.concatenate([np.flatnonzero(groups == 0), np.flatnonzero(groups == 1)])
+    assert_allclose(ours.coef_[:, order], np.asarray(ref.coef_).T, atol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "bands, error, match",
+    [
+        ({"a": "m", "b": "m", "c": "s"}, TypeError, "got dict"),
+        ({0, 1}, TypeError, "got set"),
+        ([], ValueError, "bands is empty"),
+        ([0, [1, 2]], TypeError, r"bands\[0\] is 0"),
+        ([np.array([[0, 1]]), np.array([2])], TypeError, r"bands\[0\]"),
+        ([[0, 0, 1], [2]], ValueError, r"bands\[0\] lists column 0 more than once"),
+        ([-1, 0, 0], ValueError, "negative label -1"),
+    ],
+)
+def test_bands_that_are_not_a_labelling_or_a_partition_are_refused(bands, error, match):
+    rng = np.random.default_rng(24)
+    X, Y = rng.standard_normal((20, 3)), rng.standard_normal((20, 2))
+    with pytest.raises(error, match=match):
+        BandedRidge(bands, band_weights=3).fit(X, Y)
+
+
+def test_random_state_takes_a_generator_and_large_seeds():
+    # As the other estimators take them (skbatch.random.resolve_entropy): a
+    # Generator is advanced once per fit, so two generators of one seed draw
+    # the same candidates, and any int >= 0 is a seed.
+    X, Y, _ = make_banded(seed=25)
+    first = BandedRidge(LABELS, band_weights=6, random_state=np.random.default_rng(3))
+    second = BandedRidge(LABELS, band_weights=6, random_state=np.random.default_rng(3))
+    assert_array_equal(first.fit(X, Y).candidates_, second.fit(X, Y).candidates_)
+    big = BandedRidge(LABELS, band_weights=6, random_state=2**40).fit(X, Y)
+    assert not np.array_equal(big.candidates_, first.candidates_)
+    with pytest.raises(ValueError, match="random_state"):
+        BandedRidge(LABELS, band_weights=6, random_state=-1).fit(X, Y)
+
+
+def test_a_candidate_beyond_the_svds_resolution_is_refused_before_any_work(
+    monkeypatch,
+):
+    # X's spread (1e9) is solvable, but a weight of 1e-12 shrinks a band's
+    # columns another 1e6: the error names band_weights and the candidate,
+    # before any decomposition.
+    rng = np.random.default_rng(26)
+    X, Y = rng.standard_normal((40, 6)), rng.standard_normal((40, 2))
+    X[:, :3] *= 1e9
+    labels = [0, 0, 0, 1, 1, 1]
+    BatchedRidge().fit(X, Y)
+
+    def no_svd(*args, **kwargs):
+        raise AssertionError("decomposed before refusing")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(skbatch._linalg, "svd_decompose", no_svd)
+        patch.setattr(skbatch._linalg, "qr_factor", no_svd)
+        with pytest.raises(ValueError, match=r"band_weights: candidate 1 .*X's own"):
+            BandedRidge(labels, band_weights=[[0.5, 0.5], [1.0, 1e-12]]).fit(X, Y)
+    model = BandedRidge(labels, band_weights=[[0.5, 0.5], [0.9, 0.1]]).fit(X, Y)
+    assert np.all(np.isfinite(model.coef_))
+
+
+def test_weighted_band_shares_are_those_of_repeated_rows():
+    # Integer weights are repeated rows, and the shares sum to the weighted
+    # R^2 of scikit-learn's r2_score.
+    from sklearn.metrics import r2_score
+
+    X, Y, _ = make_banded(seed=27)
+    model = BandedRidge(LABELS, alphas=ALPHAS, band_weights=CANDIDATES).fit(X, Y)
+    X_test, Y_test, _ = make_banded(seed=28)
+    weight = np.random.default_rng(28).integers(0, 4, X_test.shape[0])
+    shares = model.score_per_band(X_test, Y_test, sample_weight=weight)
+    rows = np.repeat(np.arange(X_test.shape[0]), weight)
+    repeated = model.score_per_band(X_test[rows], Y_test[rows])
+    assert_allclose(shares, repeated, atol=1e-12)
+    r2 = r2_score(
+        Y_test, model.predict(X_test), sample_weight=weight, multioutput="raw_values"
+    )
+    assert_allclose(shares.sum(axis=0), r2, atol=1e-12)
+    assert not np.allclose(shares, model.score_per_band(X_test, Y_test))

@@ -372,3 +372,28 @@ def test_problem_pickles_for_a_cluster():
     again = pickle.loads(pickle.dumps(problem))
     for ours, theirs in zip(problem(ids), again(ids)):
         assert_array_equal(ours, theirs)
+
+
+@pytest.mark.parametrize(
+    "bands, weights, alphas, match",
+    [
+        (None, [[0.5, 0.5], [1.0, 0.0]], [1.0, 2.0], "band_weights has 2 row"),
+        (None, [[0.5, 0.5]] * 3, [1.0, 2.0], "alphas has 2"),
+        (None, [[0.5, 0.5]] * 3, [-1.0, 1.0, 1.0], "alphas must be positive"),
+        (None, [[0.0, 0.0]] * 3, [1.0] * 3, "band_weights row 0 is all zero"),
+        ([[0, 1], [2]], [[0.5, 0.5]] * 3, [1.0] * 3, "cover every column"),
+        (None, 3, [1.0] * 3, "one row per target"),
+    ],
+)
+def test_held_banded_ridge_refuses_what_does_not_fit_its_targets(
+    bands, weights, alphas, match
+):
+    # Checked before any solve, in fit and on the bootstrap's batched path:
+    # a row of weights and an alpha per target, bands partitioning X.
+    rng = np.random.default_rng(12)
+    X, Y = rng.standard_normal((30, 4)), rng.standard_normal((30, 3))
+    bands = [[0, 1], [2, 3]] if bands is None else bands
+    held = HeldBandedRidge(bands, weights, alphas)
+    for fit in (held.fit, BootstrapEstimator(held, n_bootstrap=3).fit):
+        with pytest.raises((ValueError, TypeError), match=match):
+            fit(X, Y)

@@ -22,6 +22,7 @@ dask cluster as its tasks) and state their memory to the engine.
 """
 
 import numbers
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,7 +40,7 @@ from .problems import (
     check_held_memory,
     device_scores,
 )
-from .spec import RidgeSpec
+from .spec import RidgeSpec, centred_column_norms, decomposed_dtype
 
 # Band weights below this share of their candidate's largest are 0 (drawn or
 # given: himalaya's draws hold weights of 1e-15): such a band's alpha is
@@ -61,6 +62,7 @@ __all__ = [
     "banded_spec",
     "check_band_weights",
     "check_bands",
+    "check_candidate_scales",
     "check_concentration",
     "check_search_memory",
     "permuted_problem",
@@ -73,9 +75,9 @@ def check_bands(bands, n_features):
     Parameters
     ----------
     bands : None, array-like of shape (n_features,) or list of array-like
-        A label (int or str) per column, in any order (columns of one band
-        may be interleaved), or one array of column indices per band. None:
-        one band of every column.
+        A label (int >= 0 or str) per column, in any order (columns of one
+        band may be interleaved), or one array of column indices per band.
+        None: one band of every column.
     n_features : int
 
     Returns
@@ -83,8 +85,9 @@ def check_bands(bands, n_features):
     columns : list of ndarray of int
         The columns of each band, increasing.
     names : ndarray of shape (n_bands,)
-        The labels in order of first appearance, or 0 .. n_bands - 1 for
-        index arrays and None.
+        The labels sorted (as ``np.unique`` sorts them, and himalaya orders
+        its groups), or 0 .. n_bands - 1 for index arrays and None. Band b
+        is column b of ``band_weights``.
 
     Raises
     ------
@@ -93,13 +96,25 @@ def check_bands(bands, n_features):
     """
     if bands is None:
         return [np.arange(n_features)], np.arange(1)
-    if isinstance(bands, str) or np.isscalar(bands):
+    if isinstance(bands, str | Mapping | Set) or np.isscalar(bands):
         raise TypeError(
             f"bands must be None, a label per column of X or a list of column "
             f"index arrays, got {type(bands).__name__}: {bands!r}"
         )
     items = list(bands)
-    if items and all(np.ndim(item) == 1 for item in items):
+    if not items:
+        raise ValueError(
+            "bands is empty: give a label per column of X or a list of column "
+            "index arrays, or None for one band"
+        )
+    if any(np.ndim(item) != 0 for item in items):
+        for b, item in enumerate(items):
+            if isinstance(item, str) or np.ndim(item) != 1:
+                raise TypeError(
+                    f"bands as a list of column index arrays needs a 1-D array "
+                    f"per band; bands[{b}] is {item!r} (shape {np.shape(item)}). "
+                    f"For a label per column, give scalar labels only."
+                )
         return _bands_from_indices(items, n_features), np.arange(len(items))
     strings = [isinstance(item, str) for item in items]
     if any(strings) and not all(strings):
@@ -109,11 +124,10 @@ def check_bands(bands, n_features):
             f"{sorted({type(item).__name__ for item in items})}"
         )
     labels = np.asarray(items)
-    if labels.ndim != 1 or labels.dtype.kind not in "iuUSO":
+    if labels.dtype.kind not in "iuUSO":
         raise TypeError(
-            f"bands must be a 1-D array of int or str labels (one per column of "
-            f"X) or a list of 1-D column index arrays, got an array of shape "
-            f"{labels.shape} and dtype {labels.dtype}"
+            f"bands must be int or str labels (one per column of X) or a list "
+            f"of 1-D column index arrays, got labels of dtype {labels.dtype}"
         )
     if labels.dtype.kind == "O" and not all(isinstance(v, str) for v in labels):
         raise TypeError(
@@ -125,13 +139,16 @@ def check_bands(bands, n_features):
             f"bands must have one label per column of X ({n_features} columns), "
             f"got {labels.size} labels"
         )
-    names, first, inverse = np.unique(labels, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.size)
-    band_of_column = rank[inverse.ravel()]
-    columns = [np.flatnonzero(band_of_column == b) for b in range(order.size)]
-    return columns, names[order]
+    if labels.dtype.kind == "i" and np.any(labels < 0):
+        raise ValueError(
+            f"bands has negative label {int(labels[labels < 0][0])}: labels are "
+            f"ints >= 0 or strings. Every column is in a band (in himalaya a "
+            f"negative label leaves a column out: drop those columns from X)"
+        )
+    names, inverse = np.unique(labels, return_inverse=True)
+    inverse = inverse.ravel()
+    columns = [np.flatnonzero(inverse == b) for b in range(names.size)]
+    return columns, names
 
 
 def _bands_from_indices(items, n_features):
@@ -152,17 +169,18 @@ def _bands_from_indices(items, n_features):
                 f"bands[{b}] has column index {int(outside[0])}, out of range "
                 f"for X of {n_features} columns (0 to {n_features - 1})"
             )
-        taken = owner[indices] >= 0
-        if taken.any() or np.unique(indices).size != indices.size:
-            column = int(indices[taken][0]) if taken.any() else None
-            if column is None:
-                values, counts = np.unique(indices, return_counts=True)
-                column, other = int(values[counts > 1][0]), b
-            else:
-                other = int(owner[column])
+        values, counts = np.unique(indices, return_counts=True)
+        if np.any(counts > 1):
             raise ValueError(
-                f"bands: column {column} is in bands[{other}] and bands[{b}]; "
-                f"bands must be disjoint"
+                f"bands[{b}] lists column {int(values[counts > 1][0])} more than "
+                f"once; each column is in one band, once"
+            )
+        taken = owner[indices] >= 0
+        if taken.any():
+            column = int(indices[taken][0])
+            raise ValueError(
+                f"bands: column {column} is in bands[{int(owner[column])}] and "
+                f"bands[{b}]; bands must be disjoint"
             )
         owner[indices] = b
         columns.append(np.sort(indices).astype(np.intp))
@@ -282,6 +300,42 @@ def band_candidates(band_weights, n_bands, concentration, random_state):
             draw = np.eye(n_bands)[rng.integers(n_bands)]
         candidates[i] = draw / draw.sum()
     return _floored(candidates)
+
+
+def check_candidate_scales(
+    X, columns, candidates, dtype, backend, *, fit_intercept, sample_weight=None
+):
+    """Refuse, before any work, X or a candidate whose rescaled columns are on
+    scales too far apart for the SVD (:func:`skbatch._linalg.
+    max_column_spread`): X's own spread first, as every ridge refuses it,
+    then each candidate's, its bands' columns times the square roots of
+    their weights. The second names ``band_weights``, the candidate and both
+    spreads: a weight small beside X's spread makes a design that the weight
+    alone does not explain.
+    """
+    norms = centred_column_norms(X, fit_intercept, sample_weight)
+    if norms is None:
+        # The estimator's own check of X refuses NaN and inf, naming them.
+        return
+    decomposed = decomposed_dtype(dtype, backend)
+    spread = _linalg.column_spread(norms, np)
+    _linalg.check_column_spread(*spread, decomposed)
+    limit = _linalg.max_column_spread(decomposed)
+    for c, gamma in enumerate(candidates):
+        scaled = np.concatenate(
+            [norms[cols] * np.sqrt(gamma[b]) for b, cols in enumerate(columns)]
+        )
+        ratio = _linalg.column_spread(scaled, np)[0]
+        if ratio > limit:
+            raise ValueError(
+                f"band_weights: candidate {c} ({np.array2string(gamma, precision=3)}) "
+                f"rescales X's columns to norms {ratio:.3g} times apart (X's own: "
+                f"{spread[0]:.3g}), beyond the {limit:.2g} a ridge solve in "
+                f"{decomposed} resolves. Rescale the bands to similar scales "
+                f"(e.g. sklearn.preprocessing.StandardScaler), or give "
+                f"band_weights without weights that small (drawn candidates: a "
+                f"larger concentration)."
+            )
 
 
 def _floored(candidates):

@@ -166,24 +166,39 @@ def check_column_scales(X, dtype, backend, *, fit_intercept=True, sample_weight=
     ...
     ValueError: X's feature 1 has a norm (once centred) 1.03e+15 times that of ...
     """
-    decomposed = np.dtype(dtype)
+    norms = centred_column_norms(X, fit_intercept, sample_weight)
+    if norms is None:
+        # The estimator's own check of X refuses NaN and inf, naming them.
+        return
+    # array_api_compat's numpy namespace: numpy 1.x has no astype function.
+    spread = _linalg.column_spread(norms, array_namespace(norms))
+    _linalg.check_column_spread(*spread, decomposed_dtype(dtype, backend))
+
+
+def decomposed_dtype(dtype, backend):
+    """The dtype the SVDs of a ``dtype`` problem run in on ``backend``:
+    float64 on the CPU, ``dtype`` on a GPU and on MPS."""
     if not backend.is_gpu and backend.device != "mps":
-        decomposed = np.dtype(np.float64)
+        return np.dtype(np.float64)
+    return np.dtype(dtype)
+
+
+def centred_column_norms(X, fit_intercept, sample_weight=None):
+    """The norm of each column of host ``X``, centred (with the intercept)
+    and weight-scaled as the solvers decompose it, in float64, a block of
+    columns at a time; None where X holds NaN or inf."""
     norms = np.empty(X.shape[1])
     root = None if sample_weight is None else np.sqrt(sample_weight)[:, None]
     for start in range(0, X.shape[1], SCALE_CHECK_COLUMNS):
         block = np.asarray(X[:, start : start + SCALE_CHECK_COLUMNS], np.float64)
         if not np.isfinite(block).all():
-            # The estimator's own check of X refuses NaN and inf, naming them.
-            return
+            return None
         if fit_intercept:
             block = block - np.average(block, axis=0, weights=sample_weight)
         if root is not None:
             block = block * root
         norms[start : start + block.shape[1]] = _linalg.column_norms(block, np)
-    # array_api_compat's numpy namespace: numpy 1.x has no astype function.
-    spread = _linalg.column_spread(norms, array_namespace(norms))
-    _linalg.check_column_spread(*spread, decomposed)
+    return norms
 
 
 def _valid_alphas(alphas):
