@@ -170,7 +170,8 @@ default=None
     ----------
     coef_ : ndarray of shape (n_targets, n_features) or (n_features,)
         Coefficients over X's columns, in ``dtype_``; exactly 0 in a band of
-        weight 0.
+        weight 0. 1-D for 1-D ``y``; a 2-D ``y`` of one column keeps 2-D
+        attributes, as for :class:`BatchedRidge`.
     intercept_ : ndarray of shape (n_targets,) or float
         Intercepts (0.0 without ``fit_intercept``).
     alpha_ : ndarray of shape (n_targets,) or float

@@ -703,6 +703,8 @@ default=None
     ----------
     coef_ : ndarray of shape (n_targets, n_features) or (n_features,)
         Coefficients at the chosen alphas, in ``dtype_``; 1-D for 1-D ``y``.
+        A 2-D ``y`` of one column keeps 2-D attributes and predictions, as
+        ``LinearRegression`` does (scikit-learn's ``Ridge`` ravels it).
     intercept_ : ndarray of shape (n_targets,) or float
         Intercepts, in ``dtype_`` (0.0 when ``fit_intercept=False``).
     alpha_ : ndarray of shape (n_targets,) or float
