@@ -43,10 +43,10 @@ from .ridge import (
     DEFAULT_ALPHAS,
     BatchedRidge,
     LinearPredictMixin,
-    _score_weights,
     checked_targets,
     fit_data,
     no_model_scores,
+    score_weights,
     warn_at_grid_edges,
     warn_if_autocorrelated,
 )
@@ -611,7 +611,7 @@ default=None
                 f"y must have one row per sample of X and one column per target, "
                 f"shape {(X.shape[0], coef.shape[0])}, got {y.shape}"
             )
-        weight = _score_weights(sample_weight, X)
+        weight = score_weights(sample_weight, X)
         intercept = np.atleast_1d(np.asarray(self.intercept_, dtype=np.float64))
         shares = np.empty((len(self._band_columns), coef.shape[0]))
         for start in range(0, coef.shape[0], SCORE_BLOCK):

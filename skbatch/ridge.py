@@ -396,7 +396,7 @@ def no_model_scores(scheme, Y, targets, sample_weight, scoring, fit_intercept, b
     return no_model
 
 
-def _score_weights(sample_weight, rows):
+def score_weights(sample_weight, rows):
     """Weights of the rows of ``rows`` in a score, checked; None stays None."""
     if sample_weight is None:
         return None
@@ -594,7 +594,7 @@ class LinearPredictMixin:
                 f"shape {predictions.shape} (or ({n_samples},) for one target), "
                 f"got {y.shape}"
             )
-        sample_weight = _score_weights(sample_weight, Y)
+        sample_weight = score_weights(sample_weight, Y)
         return _linalg.score_per_target(
             Y, predictions, scoring, sample_weight=sample_weight
         )
@@ -610,7 +610,7 @@ class LinearPredictMixin:
                 f"y must have one column per target, shape ({n_samples}, "
                 f"{n_targets}), got {tuple(y.shape)}"
             )
-        sample_weight = _score_weights(sample_weight, X)
+        sample_weight = score_weights(sample_weight, X)
         targets = TargetColumns(y)
         scores = np.empty(n_targets)
 
