@@ -708,7 +708,12 @@ def test_tiny_weights_are_zero():
     assert_array_equal(model.candidates_[0], [1.0, 0.0])
 
 
-def test_same_choices_as_himalaya():
+@pytest.mark.parametrize("first", ["a", "b"])
+def test_same_choices_as_himalaya(first):
+    # himalaya's groups are 0 for band `first`, 1 for the other. BandedRidge
+    # orders bands by sorted label as himalaya does: given LABELS (band "a"
+    # first) or the int groups themselves (whose first column may be 1),
+    # the same candidates weigh the same bands.
     pytest.importorskip("himalaya")
     from himalaya.backend import set_backend
     from himalaya.ridge import BandedRidgeCV
@@ -718,8 +723,9 @@ def test_same_choices_as_himalaya():
     candidates = np.array([[0.5, 0.5], [0.99, 0.01], [0.01, 0.99], [0.8, 0.2]])
     X, Y, _ = make_banded(n=80, seed=19)
     X, Y = X - X.mean(0), Y - Y.mean(0)
+    groups = (LABELS != first).astype(int)
     ours = BandedRidge(
-        LABELS,
+        LABELS if first == "a" else groups,
         alphas=ALPHAS,
         band_weights=candidates,
         cv=4,
@@ -727,16 +733,17 @@ def test_same_choices_as_himalaya():
         scoring="neg_mean_squared_error",
     ).fit(X, Y)
     ref = BandedRidgeCV(
-        groups=(LABELS == "b").astype(int),
+        groups=groups,
         solver_params=dict(n_iter=candidates, alphas=ALPHAS, progress_bar=False),
         cv=4,
     ).fit(X, Y)
     with np.errstate(over="ignore"):
         band_alphas = np.exp(-np.asarray(ref.deltas_)).T
+    assert groups[0] == int(first != LABELS[0])
     assert np.unique(ours.band_weights_, axis=0).shape[0] >= 2
     assert_allclose(ours.band_alphas_, band_alphas, rtol=1e-9)
     # himalaya orders the coefficients band by band.
-    order = np.concatenate(band_columns(LABELS))
+    order = np.concatenate([np.flatnonzero(groups == 0), np.flatnonzero(groups == 1)])
     assert_allclose(ours.coef_[:, order], np.asarray(ref.coef_).T, atol=1e-9)
 
 
@@ -752,40 +759,6 @@ def test_targets_on_disk_give_the_in_memory_model(tmp_path):
     )
     assert_array_equal(ours.band_weights_, ref.band_weights_)
     assert_allclose(ours.coef_, ref.coef_, rtol=1e-12, atol=1e-14)
-
-
-def test_int_labels_out_of_order_give_himalayas_model():
-    # Bands are ordered by sorted label, as himalaya orders its groups: the
-    # same labels and candidates give the same model even when the first
-    # column's label is not the smallest.
-    pytest.importorskip("himalaya")
-    from himalaya.backend import set_backend
-    from himalaya.ridge import BandedRidgeCV
-
-    set_backend("numpy")
-    candidates = np.array([[0.9, 0.1], [0.3, 0.7], [0.05, 0.95]])
-    X, Y, _ = make_banded(n=80, seed=23)
-    X, Y = X - X.mean(0), Y - Y.mean(0)
-    groups = np.where(LABELS == LABELS[0], 1, 0)
-    assert groups[0] == 1
-    ours = BandedRidge(
-        groups,
-        alphas=ALPHAS,
-        band_weights=candidates,
-        cv=4,
-        fit_intercept=False,
-        scoring="neg_mean_squared_error",
-    ).fit(X, Y)
-    ref = BandedRidgeCV(
-        groups=groups,
-        solver_params=dict(n_iter=candidates, alphas=ALPHAS, progress_bar=False),
-        cv=4,
-    ).fit(X, Y)
-    assert ours.band_names_.tolist() == [0, 1]
-    assert np.unique(ours.band_weights_, axis=0).shape[0] >= 2
-    assert_allclose(ours.band_alphas_, np.exp(-np.asarray(ref.deltas_)).T, rtol=1e-9)
-    order = np.concatenate([np.flatnonzero(groups == 0), np.flatnonzero(groups == 1)])
-    assert_allclose(ours.coef_[:, order], np.asarray(ref.coef_).T, atol=1e-9)
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,7 @@ from sklearn.model_selection import (
     TimeSeriesSplit,
     cross_val_score,
 )
+from test_banded import ar1
 
 import skbatch._ridge.banded as solver_layer
 from skbatch import BandedRidge, BootstrapEstimator, PermutationScorer
@@ -62,15 +63,6 @@ def _quiet():
         # data: not what is tested here.
         warnings.simplefilter("ignore", UserWarning)
         yield
-
-
-def ar1(rng, n, size, phi=0.8):
-    """An AR(1) series per column."""
-    out = np.empty((n, size))
-    out[0] = rng.standard_normal(size)
-    for i in range(1, n):
-        out[i] = phi * out[i - 1] + np.sqrt(1 - phi**2) * rng.standard_normal(size)
-    return out
 
 
 def make_data(n=60, t=9, seed=0, labels=LABELS, runs=None):
