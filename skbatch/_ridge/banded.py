@@ -26,6 +26,7 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
 import numpy as np
+from array_api_compat import array_namespace
 
 from .. import _linalg
 from .._engine import Portable, cpu_workers, map_threads
@@ -318,14 +319,16 @@ def check_candidate_scales(
         # The estimator's own check of X refuses NaN and inf, naming them.
         return
     decomposed = decomposed_dtype(dtype, backend)
-    spread = _linalg.column_spread(norms, np)
+    # array_api_compat's numpy namespace: numpy 1.x has no astype function.
+    xp = array_namespace(norms)
+    spread = _linalg.column_spread(norms, xp)
     _linalg.check_column_spread(*spread, decomposed)
     limit = _linalg.max_column_spread(decomposed)
     for c, gamma in enumerate(candidates):
         scaled = np.concatenate(
             [norms[cols] * np.sqrt(gamma[b]) for b, cols in enumerate(columns)]
         )
-        ratio = _linalg.column_spread(scaled, np)[0]
+        ratio = _linalg.column_spread(scaled, xp)[0]
         if ratio > limit:
             raise ValueError(
                 f"band_weights: candidate {c} ({np.array2string(gamma, precision=3)}) "
