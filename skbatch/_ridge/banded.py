@@ -1003,25 +1003,18 @@ class BandedPermutedProblem(PermutedRidgeProblem):
         ]
         rank = max(s.s.shape[0] for fold in solvers for s in fold)
         self._plan_items(rank, spec.alphas.size)
-        # The shared factors, held, and their projections of each batch.
+        # The shared factors, held, and their projections of each batch (as
+        # check_memory charges them).
         itemsize = np.dtype(dtype).itemsize
-        shared = [
-            (len(train), scheme)
+        self.fixed_bytes += sum(
+            SharedFactors.nbytes(len(train), X.shape[1], scheme, itemsize)
             for (train, _), scheme, fold_factors in zip(splits, schemes, factors)
             if fold_factors is not None
-        ]
-        if shared:
-            p = X.shape[1]
-            self.fixed_bytes += sum(
-                SharedFactors.nbytes(n_train, p, scheme, itemsize)
-                for n_train, scheme in shared
-            )
-            self.device_bytes_per_item += (
-                CV_WORKSPACE_OVERHEAD
-                * itemsize
-                * self.n_targets
-                * max(SharedFactors.bytes_per_target(p, scheme) for _, scheme in shared)
-            )
+        )
+        _, per_target = self.held_bytes(X, splits, spec, schemes, itemsize)
+        self.device_bytes_per_item += (
+            CV_WORKSPACE_OVERHEAD * itemsize * self.n_targets * per_target
+        )
 
     @classmethod
     def held_bytes(cls, X, splits, spec, schemes, itemsize):
@@ -1038,20 +1031,18 @@ class BandedPermutedProblem(PermutedRidgeProblem):
         p = X.shape[1]
         held = per_target = 0
         for (train, test), scheme in zip(splits, schemes):
-            n_train = len(train)
-            for k in widths:
-                held += itemsize * len(test) * min(n_train, k)
-            if SharedFactors.applies(n_candidates, n_train, p, scheme):
-                held += SharedFactors.nbytes(n_train, p, scheme, itemsize)
+            n_train, n_test = len(train), len(test)
+            if not SharedFactors.applies(n_candidates, n_train, p, scheme):
                 held += sum(
-                    CandidateBasis.nbytes(n_train, p, k, scheme, itemsize)
+                    cls.solver_bytes(n_train, n_test, k, scheme, itemsize)
                     for k in widths
                 )
-                per_target = max(per_target, SharedFactors.bytes_per_target(p, scheme))
                 continue
+            held += SharedFactors.nbytes(n_train, p, scheme, itemsize)
             for k in widths:
-                rank = min(n_train, k)
-                held += itemsize * (n_train + k) * rank + scheme.nbytes(k, itemsize)
+                held += CandidateBasis.nbytes(n_train, p, k, scheme, itemsize)
+                held += itemsize * n_test * min(n_train, k)
+            per_target = max(per_target, SharedFactors.bytes_per_target(p, scheme))
         return held, per_target
 
     def _held_solvers(self):

@@ -803,13 +803,21 @@ class PermutedRidgeProblem(Portable):
         SVD of its training rows, the bases of its inner ``scheme`` and its
         test rows in the basis), and the device values per target and
         permutation held beyond :meth:`item_bytes` (none here)."""
-        n_features = X.shape[1]
-        held = 0
-        for (train, test), scheme in zip(splits, schemes):
-            rank = min(len(train), n_features)
-            held += itemsize * (len(train) + n_features + len(test)) * rank
-            held += scheme.nbytes(n_features, itemsize)
+        held = sum(
+            cls.solver_bytes(len(train), len(test), X.shape[1], scheme, itemsize)
+            for (train, test), scheme in zip(splits, schemes)
+        )
         return held, 0
+
+    @staticmethod
+    def solver_bytes(n_train, n_test, n_features, scheme, itemsize):
+        """Device bytes of one outer fold's solver of ``n_features`` columns,
+        its rank at its bound: the thin SVD of the training rows, the bases
+        of its inner ``scheme`` and its test rows in the basis."""
+        rank = min(n_train, n_features)
+        return itemsize * (n_train + n_features + n_test) * rank + scheme.nbytes(
+            n_features, itemsize
+        )
 
     def _held_solvers(self):
         """``(solver, test rows in its basis)`` of every outer fold."""
