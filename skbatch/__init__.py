@@ -10,6 +10,7 @@ from .backend import Backend, check_gpu_available, resolve_backend
 from .banded import BandedRidge
 from .bootstrap import BootstrapEstimator, BootstrapResult
 from .delays import Delayer
+from .exceptions import DegenerateDataWarning
 from .memory import (
     auto_batch_size,
     auto_n_jobs,
@@ -32,6 +33,7 @@ __all__ = [
     "BatchedRidge",
     "BootstrapEstimator",
     "BootstrapResult",
+    "DegenerateDataWarning",
     "Delayer",
     "FitReport",
     "FitStage",
