@@ -201,7 +201,11 @@ class TargetColumns:
 
     def _read(self, start, stop):
         if self.kind == "memmap":
-            return _read_mapped(self.Y, start, stop)
+            _check_mapped_size(self.Y, "y")
+            block = _read_mapped(self.Y, start, stop)
+            # A file cut inside its last page is read as zeros there.
+            _check_mapped_size(self.Y, "y")
+            return block
         if self.kind == "dask":
             return np.asarray(self.Y[:, start:stop].compute())
         return np.asarray(self.Y[:, start:stop])
@@ -272,7 +276,10 @@ class ColumnWriter:
         if len(self.out.shape) == 1:
             self.out[:] = block[:, 0]
         elif self._mapped:
+            _check_mapped_size(self.out, "out")
             _write_mapped(self.out, start, block)
+            # What was written beyond the end of a cut file is lost.
+            _check_mapped_size(self.out, "out")
         else:
             self.out[:, start : start + block.shape[1]] = block
 
@@ -399,6 +406,35 @@ def _release(mapping, piece):
     start = max(0, low - FAULT_AROUND_BYTES) // mmap.PAGESIZE * mmap.PAGESIZE
     stop = min(len(mapping), high + piece.itemsize + FAULT_AROUND_BYTES)
     mapping.madvise(mmap.MADV_DONTNEED, start, stop - start)
+
+
+def _check_mapped_size(array, name):
+    """Refuse memmap ``array`` once its file no longer holds the whole array.
+
+    A mapping reads the part of its last page past the end of a shrunk file
+    as zeros, and faults (SIGBUS) on a page wholly past it: checked before
+    each block touches the mapping, and after, for a file cut meanwhile. The
+    size is that of the file mapped, through the mapping's own descriptor,
+    even once another file took its name. Raises ``OSError`` naming the file
+    and both sizes.
+    """
+    root = _memmap_root(array)
+    if root is None:
+        return
+    try:
+        size = root.base.size()
+    except (OSError, ValueError):
+        # A mapping without a file descriptor to ask: nothing to compare.
+        return
+    needed = root.offset + root.nbytes
+    if size < needed:
+        raise OSError(
+            f"{root.filename or 'The file mapped under ' + name} shrank to {size} "
+            f"bytes while {name} was read from or written to it, but the "
+            f"numpy.memmap {name} needs {needed} bytes of it (the part past the "
+            f"end reads as zeros or faults). Keep the file whole until skbatch "
+            f"is done with {name}."
+        )
 
 
 def _read_mapped(Y, start, stop):

@@ -1,6 +1,7 @@
 """Delayer: time-delayed copies of the features, each run delayed on its own."""
 
 import numbers
+import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
@@ -19,6 +20,15 @@ from ._base import as_output, host_input
 from .random import check_groups
 
 __all__ = ["Delayer"]
+
+# What the rows a delay reaches before (or after) a run hold: 0, or the mean
+# of each feature over the rows given to fit.
+FILLS = ("zero", "mean")
+# Zero fill warns for a feature whose mean lies more than this many standard
+# deviations from 0: by Chebyshev at most 1/9 of its own rows are that far
+# from its mean, so zeros at the run edges are outliers a fit explains by
+# spreading weight over the delays.
+ZERO_FILL_WARN_RATIO = 3.0
 
 
 def _check_delays(delays):
@@ -51,6 +61,49 @@ def _check_delays(delays):
     return values
 
 
+def _check_fill(fill):
+    """``fill`` as one of ``FILLS``, or an error naming it."""
+    if not isinstance(fill, str) or fill not in FILLS:
+        raise ValueError(
+            f"fill must be one of {', '.join(map(repr, FILLS))}, got "
+            f"{type(fill).__name__}: {fill!r}"
+        )
+    return fill
+
+
+def _feature_means(X):
+    """Mean of each column of ``X`` over its non-NaN rows, float64.
+
+    NaN for a column of NaN only: its delayed copies are NaN anyway.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(X, axis=0, dtype=np.float64)
+
+
+def _warn_uncentred(X, means):
+    """Warn when zeros filled at the run edges are far from a feature's values."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        spreads = np.nanstd(X, axis=0, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = np.abs(means) / spreads
+    far = np.flatnonzero(ratios > ZERO_FILL_WARN_RATIO)
+    if far.size == 0:
+        return
+    j = int(far[0])
+    warnings.warn(
+        f"Delayer(fill='zero') fills the edges of each run with 0, but {far.size} "
+        f"of {means.size} features have a mean more than {ZERO_FILL_WARN_RATIO:g} "
+        f"standard deviations from 0 (feature {j}: mean {means[j]:.4g}, standard "
+        f"deviation {spreads[j]:.4g}): the zero rows are outliers that spread a "
+        f"model's weights over the delays. Pass fill='mean' to fill with each "
+        f"feature's mean, or centre the features first.",
+        UserWarning,
+        stacklevel=3,
+    )
+
+
 def _runs(groups, n_samples):
     """Row indices of each run, every run's rows in their order in X."""
     if groups is None:
@@ -75,8 +128,8 @@ class Delayer(TransformerMixin, BaseEstimator):
     ``d`` of ``delays``, the features shifted ``d`` samples later, so that
     row t of the block of delay ``d`` is row ``t - d`` of the input. Delay 0
     is the input itself; where a delay reaches before the start of a run
-    the block holds zeros; a negative delay shifts the other way (zeros at
-    the end of each run).
+    the block holds the fill (zeros by default, or each feature's mean); a
+    negative delay shifts the other way (the fill at the end of each run).
 
     With ``groups`` (runs), each run is delayed on its own: no row receives
     values from another run. A run's rows are taken in their order in
@@ -87,11 +140,23 @@ class Delayer(TransformerMixin, BaseEstimator):
     delays : sequence of int, default=(1, 2, 3, 4)
         Distinct delays, in samples. The output has one block of
         ``n_features`` columns per delay, in the order of ``delays``.
+    fill : {"zero", "mean"}, default="zero"
+        What the rows a delay reaches outside a run hold. "zero": zeros,
+        right for centred features; fitting it on features whose mean lies
+        more than 3 standard deviations from 0 warns
+        (``UserWarning``), since those zeros are outliers that spread a
+        model's weights over the delays. "mean": each feature's mean over
+        the rows given to :meth:`fit` (all runs together): the filled rows
+        sit at the centre of the feature's values, as zeros do for a
+        centred feature.
 
     Attributes
     ----------
     delays_ : tuple of int
         The validated delays.
+    fill_values_ : ndarray of shape (n_features_in_,)
+        The value filled in for each feature, float64: zeros, or the means
+        of the features seen in fit (NaN values left out).
     n_features_in_ : int
         Number of features seen in fit.
     feature_names_in_ : ndarray of shape (n_features_in_,)
@@ -115,6 +180,17 @@ class Delayer(TransformerMixin, BaseEstimator):
     ``set_transform_request(groups=False)`` turn that off). Without
     routing, pass ``delayer__groups=runs`` to ``Pipeline.fit``; its
     ``predict`` then delays the test rows as one run.
+
+    **Mean fill, and MNE.** ``fill="mean"`` fills with the value MNE's
+    ``ReceptiveField(fit_intercept=True)`` fills with when it delays its
+    training data (``_delay_time_series(fill_mean=True)``): each feature's
+    mean over every sample of every epoch, not per run. Two differences:
+    the mean is learnt at :meth:`fit` and applied by :meth:`transform` to
+    any data, as scikit-learn's transformers apply their fitted statistics
+    (MNE takes the mean of whatever it delays, so its predictions on new
+    data are filled with that data's mean); and the delayed values are
+    those of the input, where MNE also shifts each delayed segment of an
+    epoch so that its mean is the fill value.
 
     **Bands of delayed features.** :meth:`delayed_bands` maps the bands of
     the input columns (a label per column, or index arrays) to the output
@@ -141,13 +217,16 @@ class Delayer(TransformerMixin, BaseEstimator):
     array([0., 1., 2., 0., 4.])
     >>> Delayer(delays=(1, 2)).fit(X).get_feature_names_out()
     array(['x0_delay1', 'x0_delay2'], dtype=object)
+    >>> Delayer(delays=(2,), fill="mean").fit_transform(X).ravel()
+    array([3., 3., 1., 2., 3.])
     """
 
     __metadata_request__fit = {"groups": True}
     __metadata_request__transform = {"groups": True}
 
-    def __init__(self, delays=(1, 2, 3, 4)):
+    def __init__(self, delays=(1, 2, 3, 4), *, fill="zero"):
         self.delays = delays
+        self.fill = fill
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -157,7 +236,7 @@ class Delayer(TransformerMixin, BaseEstimator):
         return tags
 
     def fit(self, X, y=None, groups=None):
-        """Check the delays and record the features of ``X``.
+        """Check the delays and learn the fill of each feature of ``X``.
 
         Parameters
         ----------
@@ -166,7 +245,8 @@ class Delayer(TransformerMixin, BaseEstimator):
         y : None
             Ignored.
         groups : array-like of shape (n_samples,), default=None
-            Runs; checked against ``X``, nothing is learnt from them.
+            Runs; checked against ``X``, nothing is learnt from them (the
+            mean of ``fill="mean"`` is over all rows).
 
         Returns
         -------
@@ -174,10 +254,20 @@ class Delayer(TransformerMixin, BaseEstimator):
             Fitted transformer.
         """
         delays = _check_delays(self.delays)
+        fill = _check_fill(self.fill)
         X, _ = host_input(X)
         X = validate_data(self, X, dtype="numeric", ensure_all_finite=False)
         check_groups(groups, X.shape[0])
-        self.delays_ = delays
+        means = _feature_means(X)
+        if fill == "mean":
+            fill_values = means
+        else:
+            fill_values = np.zeros(X.shape[1])
+            if any(delays):
+                _warn_uncentred(X, means)
+        self.delays_, self.fill_values_ = delays, fill_values
+        # Integers filled with means come out as floats, whatever the means.
+        self._fills_means = fill == "mean"
         return self
 
     def transform(self, X, groups=None):
@@ -194,8 +284,9 @@ class Delayer(TransformerMixin, BaseEstimator):
         -------
         X_delayed : array of shape (n_samples, n_features * len(delays))
             Column ``k * n_features + j`` is feature j delayed by
-            ``delays[k]``. numpy for numpy input (in X's dtype), or the
-            input's library, on its device.
+            ``delays[k]``. numpy for numpy input (in X's dtype; float64 for
+            integers filled with their means), or the input's library, on
+            its device.
         """
         check_is_fitted(self)
         X, source = host_input(X)
@@ -204,19 +295,24 @@ class Delayer(TransformerMixin, BaseEstimator):
         )
         n_samples, n_features = X.shape
         groups = check_groups(groups, n_samples)
-        out = np.zeros((n_samples, n_features * len(self.delays_)), dtype=X.dtype)
+        dtype = X.dtype
+        if dtype.kind != "f" and self._fills_means:
+            dtype = np.dtype(np.float64)
+        fill = self.fill_values_.astype(dtype)
+        out = np.empty((n_samples, n_features * len(self.delays_)), dtype=dtype)
         for rows in _runs(groups, n_samples):
             run = X[rows]
             length = run.shape[0]
-            delayed = np.zeros((length, out.shape[1]), dtype=X.dtype)
+            delayed = np.empty((length, out.shape[1]), dtype=dtype)
             for k, delay in enumerate(self.delays_):
-                columns = slice(k * n_features, (k + 1) * n_features)
-                if abs(delay) >= length:
-                    continue
+                block = delayed[:, k * n_features : (k + 1) * n_features]
+                kept = max(length - abs(delay), 0)
                 if delay >= 0:
-                    delayed[delay:, columns] = run[: length - delay]
+                    block[: length - kept] = fill
+                    block[length - kept :] = run[:kept]
                 else:
-                    delayed[: length + delay, columns] = run[-delay:]
+                    block[kept:] = fill
+                    block[:kept] = run[length - kept :]
             out[rows] = delayed
         return as_output(out, source)
 

@@ -96,6 +96,12 @@ def explainable_variance(Y_repeats, bias_correction=True):
     Y = Y.astype(np.float64, copy=False)
     if not np.all(np.isfinite(Y)):
         raise ValueError("Y_repeats must be finite, got NaN or infinity")
+    # The z-score of a series does not change when it is scaled: each repeat
+    # of a target is divided by its largest magnitude first, so that squares
+    # neither overflow (above 1e154) nor underflow (below 1e-162), and a
+    # power-of-2 scale of Y leaves every bit of the result as it is.
+    scale = np.abs(Y).max(axis=1, keepdims=True)
+    Y = Y / np.where(scale > 0, scale, 1.0)
     centred = Y - Y.mean(axis=1, keepdims=True)
     std = np.sqrt(np.mean(centred**2, axis=1, keepdims=True))
     # A repeat of a target constant to round-off: its spread is that of the

@@ -1,5 +1,7 @@
 """Delayer against hand-built delays; runs never crossed; routing in pipelines."""
 
+import warnings
+
 import numpy as np
 import pytest
 import sklearn
@@ -223,3 +225,178 @@ def test_delayed_bands_drive_banded_ridge():
     hand.fit(delayed, Y)
     np.testing.assert_allclose(pipe[-1].coef_, hand.coef_, rtol=1e-10)
     np.testing.assert_array_equal(pipe[-1].band_names_, ["motion", "words"])
+
+
+# Runs of unequal length for the fill tests: edges of every length of run.
+_FILL_RUN_LENGTHS = (140, 230, 95)
+_TRUE_DELAY = 2
+_FILL_DELAYS = (0, 1, 2, 3, 4)
+_FEATURE_OFFSET = 100.0
+
+
+def _ar1_runs(rng, lengths, n_features, phi=0.8):
+    """Autocorrelated features, one AR(1) series per run, offset far from 0."""
+    parts = []
+    for length in lengths:
+        series = np.zeros((length, n_features))
+        noise = rng.standard_normal((length, n_features))
+        series[0] = noise[0]
+        for t in range(1, length):
+            series[t] = phi * series[t - 1] + noise[t]
+        parts.append(series)
+    runs = np.repeat(np.arange(len(lengths)), lengths)
+    return np.vstack(parts) + _FEATURE_OFFSET, runs
+
+
+def _hand_delays_filled(X, delays, runs, fill):
+    """A naive loop over runs and delays, edges set to ``fill`` per feature."""
+    n_features = X.shape[1]
+    out = np.empty((X.shape[0], n_features * len(delays)))
+    for run in np.unique(runs):
+        rows = np.flatnonzero(runs == run)
+        length = rows.size
+        for k, d in enumerate(delays):
+            block = np.tile(fill, (length, 1))
+            for t in range(length):
+                if 0 <= t - d < length:
+                    block[t] = X[rows[t - d]]
+            out[rows, k * n_features : (k + 1) * n_features] = block
+    return out
+
+
+def _delayed_response(X, runs, weights, rng):
+    """y[t] = X[t - _TRUE_DELAY] @ weights within each run, plus a little noise."""
+    y = np.zeros(X.shape[0])
+    for run in np.unique(runs):
+        rows = np.flatnonzero(runs == run)
+        y[rows[_TRUE_DELAY:]] = X[rows[:-_TRUE_DELAY]] @ weights
+        # The first rows of a run respond to the stimulus before it, at its mean.
+        y[rows[:_TRUE_DELAY]] = X[rows].mean(axis=0) @ weights
+    return y + 0.01 * rng.standard_normal(y.size)
+
+
+def test_mean_fill_equals_a_loop_filling_with_the_fit_mean():
+    rng = np.random.default_rng(3)
+    X, runs = _ar1_runs(rng, _FILL_RUN_LENGTHS, 2)
+    delayer = Delayer(delays=(0, 3, -2, 1), fill="mean")
+    out = delayer.fit_transform(X, groups=runs)
+    np.testing.assert_allclose(delayer.fill_values_, X.mean(axis=0), rtol=1e-12)
+    expected = _hand_delays_filled(X, (0, 3, -2, 1), runs, X.mean(axis=0))
+    np.testing.assert_array_equal(out, expected)
+    # New data is filled with the mean learnt at fit, as scikit-learn's
+    # transformers apply their fitted statistics.
+    X_new, runs_new = _ar1_runs(rng, (40, 25), 2)
+    X_new += 7.0
+    np.testing.assert_array_equal(
+        delayer.transform(X_new, groups=runs_new),
+        _hand_delays_filled(X_new, (0, 3, -2, 1), runs_new, X.mean(axis=0)),
+    )
+
+
+def test_mean_fill_puts_the_receptive_field_at_the_true_delay():
+    from sklearn.linear_model import Ridge
+
+    rng = np.random.default_rng(4)
+    X, runs = _ar1_runs(rng, _FILL_RUN_LENGTHS, 2)
+    weights = np.array([1.5, -0.7])
+    y = _delayed_response(X, runs, weights, rng)
+
+    def coefficients(fill):
+        X_delayed = Delayer(delays=_FILL_DELAYS, fill=fill).fit_transform(
+            X, groups=runs
+        )
+        ridge = Ridge(alpha=1e-6).fit(X_delayed, y)
+        return ridge.coef_.reshape(len(_FILL_DELAYS), X.shape[1])
+
+    # Least squares with an intercept on delays built by hand, edges at the mean.
+    design = _hand_delays_filled(X, _FILL_DELAYS, runs, X.mean(axis=0))
+    design = np.column_stack([design, np.ones(X.shape[0])])
+    reference = np.linalg.lstsq(design, y, rcond=None)[0][:-1]
+    reference = reference.reshape(len(_FILL_DELAYS), X.shape[1])
+    mean_filled = coefficients("mean")
+    np.testing.assert_allclose(mean_filled, reference, atol=1e-4)
+    true = np.zeros_like(reference)
+    true[_FILL_DELAYS.index(_TRUE_DELAY)] = weights
+    np.testing.assert_allclose(mean_filled, true, atol=0.01)
+    # Zero at the edges of features around 100 spreads the weights over delays.
+    with pytest.warns(UserWarning, match="fill='mean'"):
+        zero_filled = coefficients("zero")
+    assert np.abs(zero_filled - true).max() > 0.1
+
+
+def test_batched_ridge_after_mean_fill_finds_the_true_delay():
+    rng = np.random.default_rng(5)
+    X, runs = _ar1_runs(rng, _FILL_RUN_LENGTHS, 2)
+    weights = np.array([0.9, 1.2])
+    y = _delayed_response(X, runs, weights, rng)
+    model = make_pipeline(
+        Delayer(delays=_FILL_DELAYS, fill="mean"), BatchedRidge(alphas=[1e-6])
+    )
+    model.fit(X, y, delayer__groups=runs)
+    coef = np.asarray(model[-1].coef_).reshape(len(_FILL_DELAYS), X.shape[1])
+    true = np.zeros_like(coef)
+    true[_FILL_DELAYS.index(_TRUE_DELAY)] = weights
+    np.testing.assert_allclose(coef, true, atol=0.01)
+
+
+def test_zero_fill_warns_on_uncentred_features_only():
+    rng = np.random.default_rng(6)
+    X, runs = _ar1_runs(rng, _FILL_RUN_LENGTHS, 3)
+    with pytest.warns(UserWarning, match=r"fill='zero'.*feature 0.*fill='mean'"):
+        Delayer(delays=(1, 2)).fit(X, groups=runs)
+    centred = X - X.mean(axis=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Delayer(delays=(1, 2)).fit(centred, groups=runs)
+        # Nothing is filled without a non-zero delay, nor with the mean.
+        Delayer(delays=(0,)).fit(X, groups=runs)
+        Delayer(delays=(1, 2), fill="mean").fit(X, groups=runs)
+
+
+@pytest.mark.parametrize("fill", ["median", "Mean", 0, None])
+def test_bad_fill_is_refused(fill):
+    with pytest.raises(ValueError, match="fill") as info:
+        Delayer(fill=fill).fit(np.zeros((5, 2)))
+    assert repr(fill) in str(info.value)
+    assert "'zero'" in str(info.value) and "'mean'" in str(info.value)
+
+
+def test_fill_is_a_parameter():
+    from sklearn.base import clone
+
+    delayer = Delayer(delays=(1,), fill="mean")
+    assert delayer.get_params()["fill"] == "mean"
+    assert clone(delayer).fill == "mean"
+    check_estimator(
+        Delayer(fill="mean"),
+        expected_failed_checks={
+            "check_methods_sample_order_invariance": "delays shift rows",
+            "check_methods_subset_invariance": "delays shift rows",
+        },
+    )
+
+
+def test_mean_fill_of_float32_stays_float32():
+    X = np.arange(1.0, 7.0, dtype=np.float32)[:, None] + 1000
+    out = Delayer(delays=(2,), fill="mean").fit_transform(X)
+    assert out.dtype == np.float32
+    np.testing.assert_array_equal(out[:2, 0], np.float32(1003.5))
+
+
+def test_nan_groups_are_refused():
+    X = np.arange(8.0).reshape(4, 2)
+    groups = np.array([0.0, 0.0, np.nan, np.nan])
+    with pytest.raises(ValueError, match="groups"):
+        Delayer(delays=(1,)).fit(X, groups=groups)
+    delayer = Delayer(delays=(1,)).fit(X)
+    with pytest.raises(ValueError, match="groups"):
+        delayer.transform(X, groups=groups)
+
+
+def test_mean_fill_of_integers_gives_floats():
+    X = np.array([[1, 2], [2, 4], [4, 9]])
+    out = Delayer(delays=(1,), fill="mean").fit_transform(X)
+    assert out.dtype == np.float64
+    np.testing.assert_array_equal(out, [[7 / 3, 5], [1, 2], [2, 4]])
+    # Zero fill keeps the integers, as before.
+    assert Delayer(delays=(1,)).fit_transform(X).dtype == X.dtype

@@ -1,0 +1,140 @@
+"""A memmap whose file shrinks during a fit is refused, never read as zeros.
+
+A mapping reads the part of its last page beyond the end of a shrunk file as
+zeros (and a whole page beyond it as SIGBUS): the reader compares the file's
+size with the array's end before and after every block.
+"""
+
+import mmap
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from sklearn.exceptions import NotFittedError
+from sklearn.utils.validation import check_is_fitted
+
+import skbatch._targets
+from skbatch import BatchedRidge
+
+ALPHAS = [0.1, 1.0, 10.0, 100.0]
+# Small enough that 300 targets take several batches.
+BUDGET_GB = 5e-4
+
+
+def _cut_within_last_page(path):
+    """Bytes to cut so that the file still ends inside its last page: the
+    mapping reads the cut bytes as zeros, where a whole page cut faults."""
+    cut = os.path.getsize(path) % mmap.PAGESIZE // 2
+    assert cut > 0
+    return cut
+
+
+def _data(n=60, p=5, t=300, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, p))
+    Y = X @ rng.standard_normal((p, t)) + rng.standard_normal((n, t))
+    return X, Y
+
+
+def _on_disk(kind, Y, tmp_path):
+    """``Y`` as a numpy.memmap of a raw file, or np.load of a .npy file."""
+    if kind == "memmap":
+        path = tmp_path / "y.dat"
+        Y.tofile(path)
+        return path, np.memmap(path, dtype=Y.dtype, mode="r", shape=Y.shape)
+    path = tmp_path / "y.npy"
+    np.save(path, Y)
+    return path, np.load(path, mmap_mode="r")
+
+
+def _truncate_after_first_read(monkeypatch, path, cut):
+    """Patch the mapped reader so that the file loses ``cut`` bytes once the
+    first block is read; returns the list of blocks read."""
+    read = skbatch._targets._read_mapped
+    blocks = []
+
+    def reading_then_truncating(Y, start, stop):
+        block = read(Y, start, stop)
+        blocks.append((start, stop))
+        if len(blocks) == 1:
+            os.truncate(path, os.path.getsize(path) - cut)
+        return block
+
+    monkeypatch.setattr(skbatch._targets, "_read_mapped", reading_then_truncating)
+    return blocks
+
+
+@pytest.mark.parametrize("kind", ["memmap", "npy"])
+def test_a_file_truncated_between_batches_is_refused(kind, tmp_path, monkeypatch):
+    X, Y = _data()
+    path, on_disk = _on_disk(kind, Y, tmp_path)
+    size, cut = os.path.getsize(path), _cut_within_last_page(path)
+    blocks = _truncate_after_first_read(monkeypatch, path, cut)
+    model = BatchedRidge(alphas=ALPHAS, max_memory_gb=BUDGET_GB)
+    with pytest.raises(OSError, match="shrank") as info:
+        model.fit(X, on_disk)
+    message = str(info.value)
+    assert str(path) in message
+    assert f"{size - cut} bytes" in message and f"{size} bytes" in message
+    assert len(blocks) >= 1
+    with pytest.raises(NotFittedError):
+        check_is_fitted(model)
+
+
+def test_a_file_truncated_by_pages_is_refused_before_any_page_is_read(tmp_path):
+    # Pages wholly beyond the end of the file fault (SIGBUS) when touched, so
+    # the size is checked before a block is copied; in a child process, which
+    # such a fault would kill.
+    path = tmp_path / "y.dat"
+    np.arange(200 * 300, dtype=np.float64).tofile(path)
+    script = textwrap.dedent(
+        f"""
+        import os
+        import numpy as np
+        from skbatch._targets import TargetColumns
+        Y = np.memmap({str(path)!r}, dtype=np.float64, mode="r", shape=(200, 300))
+        columns = TargetColumns(Y)
+        assert columns.read(0, 10)[5, 3] == 5 * 300 + 3
+        os.truncate({str(path)!r}, os.path.getsize({str(path)!r}) // 2)
+        try:
+            columns.read(290, 300)
+        except OSError as error:
+            print("refused:", error)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "refused:" in done.stdout and "shrank" in done.stdout
+
+
+def test_a_whole_file_fits_as_in_memory(tmp_path):
+    X, Y = _data()
+    _, on_disk = _on_disk("npy", Y, tmp_path)
+    model = BatchedRidge(alphas=ALPHAS, max_memory_gb=BUDGET_GB).fit(X, on_disk)
+    reference = BatchedRidge(alphas=ALPHAS).fit(X, Y)
+    np.testing.assert_allclose(model.coef_, reference.coef_, rtol=1e-8, atol=1e-12)
+
+
+def test_predictions_into_a_truncated_out_are_refused(tmp_path, monkeypatch):
+    # Writes past the end of a shrunk file would be lost with the page.
+    X, Y = _data()
+    model = BatchedRidge(alphas=ALPHAS, max_memory_gb=BUDGET_GB).fit(X, Y)
+    path = tmp_path / "out.dat"
+    out = np.memmap(path, dtype=np.float64, mode="w+", shape=Y.shape)
+    write = skbatch._targets._write_mapped
+    calls = []
+
+    def writing_then_truncating(out, start, block):
+        write(out, start, block)
+        calls.append(start)
+        if len(calls) == 1:
+            os.truncate(path, os.path.getsize(path) - _cut_within_last_page(path))
+
+    monkeypatch.setattr(skbatch._targets, "_write_mapped", writing_then_truncating)
+    with pytest.raises(OSError, match=f"shrank.*{path}|{path}.*shrank"):
+        model.predict(X, out=out)
