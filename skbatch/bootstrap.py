@@ -3,19 +3,21 @@
 A replicate refits the wrapped estimator on rows drawn with replacement (on
 whole groups, for a cluster bootstrap, or on blocks of consecutive rows, for
 a moving-block bootstrap) and reads some of its fitted attributes.
-Replicate ``i`` draws its rows from its own seed stream
-(:func:`skbatch.random.bootstrap_counts`), so the result depends on
+Replicate ``i`` draws its rows, in order, from its own seed stream
+(:func:`skbatch.random.bootstrap_rows`), so the result depends on
 ``random_state`` only, never on batch sizes, OOM splits or workers.
 
 Two paths compute the replicates:
 
 - linear models (:class:`~skbatch.BatchedRidge`, sklearn ``Ridge`` and
   ``LinearRegression``, :class:`~skbatch.BandedRidge` at its chosen band
-  weights and alphas) take a batched device path: a resample is a vector of
-  integer weights, and a batch of replicates is a batch of weighted Gram
-  matrices and one (batch x n_features, n_samples) @ (n_samples, n_targets)
-  product, with no copy of the targets per replicate;
-- any other estimator is refit on the resampled rows in joblib windows.
+  weights and alphas) take a batched device path: a resample is the count
+  of each row (:func:`skbatch.random.bootstrap_counts`) as its weight, and
+  a batch of replicates is a batch of weighted Gram matrices and one
+  (batch x n_features, n_samples) @ (n_samples, n_targets) product, with
+  no copy of the targets per replicate;
+- any other estimator is refit on the resampled rows in the order drawn
+  (whole blocks of consecutive rows, whole clusters), in joblib windows.
 
 Either way replicates stream into one
 :class:`~skbatch.streaming.BootstrapAccumulator` per attribute, so memory
@@ -81,15 +83,22 @@ from ._timeseries import (
 )
 from .backend import resolve_backend, to_numpy
 from .banded import BandedRidge, held_banded_ridge
+from .exceptions import DegenerateDataWarning
 from .memory import GB, memory_budget
 from .random import (
     DEFAULT_RANDOM_STATE,
     bootstrap_counts,
+    bootstrap_rows,
     check_block_scheme,
     resolve_entropy,
 )
 from .ridge import AlphaEdgeWarning, AutocorrelationWarning, BatchedRidge
-from .streaming import BCaAccumulator, BootstrapAccumulator, bca_acceleration
+from .streaming import (
+    BCaAccumulator,
+    BootstrapAccumulator,
+    bca_acceleration,
+    describe_nan,
+)
 
 __all__ = ["BootstrapEstimator", "BootstrapResult"]
 
@@ -201,7 +210,17 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         interpolation) at ``ndtr(z0 + (z0 + z) / (1 - a (z0 + z)))`` for
         ``z = ndtri((1 -+ c) / 2)``. NaN where z0 or ``a`` is undefined
         (every replicate on one side of the estimate, or no spread in the
-        jackknife), as scipy's. Not with ``block_size``.
+        jackknife), as scipy's. A constant bootstrap distribution (a
+        constant target, a band of weight 0) is such a case: its exact
+        interval would be ``[c, c]``, which "percentile" and "basic" give,
+        but BCa gives NaN there, as scipy's does, so that the numbers
+        compare across libraries. Not with ``block_size``.
+
+        Any NaN bound or standard error (those of BCa above, or of a
+        replicate whose fit gave NaN, with any method) comes with one
+        :class:`~skbatch.DegenerateDataWarning` per fit, as scipy's
+        ``bootstrap`` warns its own: it names each attribute, how many of
+        its elements are NaN, and why.
 
         Cost: the jackknife is a few matrix products on the linear path
         (closed-form leave-one-out updates of the fit on all data, for
@@ -730,18 +749,40 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
                 name: accumulator.interval(self.ci_method, estimates[name])
                 for name, accumulator in accumulators.items()
             }
-        self.results_ = {}
+        results = {}
         for name, accumulator in accumulators.items():
             lower, upper = intervals[name]
-            self.results_[name] = BootstrapResult(
+            results[name] = BootstrapResult(
                 estimate=estimates[name],
                 standard_error=accumulator.std,
                 ci_lower=lower,
                 ci_upper=upper,
                 samples=accumulator.samples if self.return_samples else None,
             )
+        self._warn_if_nan(results, accumulators)
+        self.results_ = results
         self.backend_ = backend
         return self
+
+    def _warn_if_nan(self, results, accumulators):
+        """One DegenerateDataWarning for every NaN bound or standard error of
+        the fit, saying where and why; none when there is none."""
+        message = describe_nan(
+            {
+                name: (
+                    (result.ci_lower, result.ci_upper, result.standard_error),
+                    accumulators[name].nan_reasons(result.estimate),
+                )
+                for name, result in results.items()
+            }
+        )
+        if message is not None:
+            warnings.warn(
+                f"BootstrapEstimator(ci_method={self.ci_method!r}): {message}",
+                DegenerateDataWarning,
+                # _warn_if_nan, fit, atomic_fit, the caller.
+                stacklevel=4,
+            )
 
     def _residuals(self, X, y):
         """``y - estimator_.predict(X)``, of shape (n_samples, n_targets), or
@@ -1493,25 +1534,30 @@ def _refit_replicates(
 ):
     """Generic-path task: refit clones on the resampled rows of replicates ``ids``.
 
+    Each refit gets X, y and the per-sample fit parameters (groups among
+    them) indexed by its rows in the order drawn
+    (:func:`skbatch.random.bootstrap_rows`): whole blocks of consecutive
+    rows, whole clusters, so that an estimator that reads the rows' order
+    (a delay, an inner time-series split) sees the resample as drawn.
+
     Returns an array of shape (len(ids), total size of the attributes), the
     attributes raveled and concatenated in the order of ``shapes``.
     """
-    n_samples = X.shape[0]
-    counts = bootstrap_counts(
+    drawn = bootstrap_rows(
         entropy,
         ids,
-        n_samples,
+        X.shape[0],
         groups,
         block_size=block_size,
         block_scheme=block_scheme,
     )
     sample_weight = fit_params.get("sample_weight")
     if sample_weight is not None:
-        check_replicate_weights(ids, counts * np.asarray(sample_weight))
-    rows = np.arange(n_samples)
+        sample_weight = np.asarray(sample_weight)
+        totals = np.array([sample_weight[rows].sum() for rows in drawn])
+        check_replicate_weights(ids, totals[:, None])
     out = np.empty((len(ids), sum(int(np.prod(s)) for s in shapes.values())))
-    for k, (item, count) in enumerate(zip(ids, counts)):
-        indices = np.repeat(rows, count)
+    for k, (item, indices) in enumerate(zip(ids, drawn)):
         try:
             with warnings.catch_warnings():
                 # The fit on all data has said it once; not once per replicate.

@@ -32,12 +32,15 @@ the generator, drawn in one call. ``L`` depends on the scheme and the sizes
 
 Per scheme, for ``n`` samples:
 
-- :func:`bootstrap_counts`: ``n`` integers in ``[0, n)`` (rows); one per
+- :func:`bootstrap_rows`: ``n`` integers in ``[0, n)`` (rows); one per
   group in ``[0, n_groups)`` (clusters); ``n_blocks`` block starts
   (``block_size``, moving blocks); per group of ``m`` rows, ``ceil(m /
   block_size)`` block starts in ``[0, m)``, the groups in group order
   (circular blocks); one start in ``[0, m)`` per row, then one integer in
   ``[0, block_size)`` per row, 0 starting a new block (stationary blocks).
+  A replicate's rows follow its draws in order (the layout is in
+  :func:`bootstrap_rows`); :func:`bootstrap_counts` counts these rows and
+  draws nothing of its own.
 - :func:`permutation_indices`: ``n`` words, of which each group sorts its
   own rows' (``"shuffle"``); one integer per group in ``[0, group size)``
   (``"circular_shift"``); one word per block, the blocks of each group in
@@ -59,6 +62,8 @@ __all__ = [
     "BLOCK_SCHEMES",
     "PERMUTATION_TYPES",
     "bootstrap_counts",
+    "bootstrap_rows",
+    "check_groups",
     "count_permutations",
     "item_rng",
     "permutation_indices",
@@ -217,16 +222,73 @@ def _sorted_positions(keys):
     return tagged.view(np.int64)
 
 
-def _row_counts(draws, n_bins):
-    """How often each of ``0 .. n_bins - 1`` occurs in each row of ``draws``."""
-    n_rows = draws.shape[0]
-    offset = draws + n_bins * np.arange(n_rows)[:, None]
-    counts = np.bincount(offset.ravel(), minlength=n_rows * n_bins)
-    return counts.astype(np.int64, copy=False).reshape(n_rows, n_bins)
+def _row_counts(rows, lengths, n_samples):
+    """How often each of ``0 .. n_samples - 1`` occurs in each replicate of
+    ``rows``, the replicates' rows one after another (``lengths`` each)."""
+    n_items = lengths.shape[0]
+    offset = rows + n_samples * np.repeat(np.arange(n_items), lengths)
+    counts = np.bincount(offset, minlength=n_items * n_samples)
+    return counts.astype(np.int64, copy=False).reshape(n_items, n_samples)
+
+
+def _missing_labels(groups):
+    """Where ``groups`` has no label: NaN or NaT, and in object arrays None or
+    a value whose equality with itself is undefined (``pd.NA``)."""
+    if groups.dtype.kind in "fc":
+        return np.isnan(groups)
+    if groups.dtype.kind in "mM":
+        return np.isnat(groups)
+    if groups.dtype.kind != "O":
+        return np.zeros(groups.shape, dtype=bool)
+    try:
+        return np.not_equal(groups, groups).astype(bool) | np.equal(groups, None)
+    except TypeError:
+        pass
+    # Label by label only when a comparison has no truth value: pd.NA's.
+    missing = np.zeros(groups.shape, dtype=bool)
+    for k, label in enumerate(groups.tolist()):
+        try:
+            missing[k] = label is None or bool(label != label)
+        except TypeError:
+            missing[k] = True
+    return missing
 
 
 def check_groups(groups, n_samples):
-    """Groups as a 1-D array of one sortable label per sample, or None."""
+    """Groups as a 1-D array of one sortable label per sample, or None.
+
+    The one check of group labels, for every estimator that takes them.
+
+    Parameters
+    ----------
+    groups : array-like of shape (n_samples,) or None
+        Group labels.
+    n_samples : int
+        Number of samples they label.
+
+    Returns
+    -------
+    groups : ndarray of shape (n_samples,) or None
+
+    Raises
+    ------
+    ValueError
+        If ``groups`` is not 1-D with one label per sample, if a label is
+        missing (NaN, NaT, None or ``pd.NA``: scikit-learn's group splitters
+        refuse them too, and one group of every unlabelled row would join
+        rows of different runs), or if the labels are not of one sortable
+        kind.
+
+    Examples
+    --------
+    >>> from skbatch.random import check_groups
+    >>> check_groups([1, 1, 2], 3)
+    array([1, 1, 2])
+    >>> check_groups([1.0, float("nan"), 2.0], 3)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: groups must label every sample, got 1 missing labels ...
+    """
     if groups is None:
         return None
     groups = np.asarray(groups)
@@ -234,6 +296,13 @@ def check_groups(groups, n_samples):
         raise ValueError(
             f"groups must be 1-D with one label per sample ({n_samples}), got shape "
             f"{groups.shape}"
+        )
+    missing = np.flatnonzero(_missing_labels(groups))
+    if missing.size:
+        raise ValueError(
+            f"groups must label every sample, got {missing.size} missing labels "
+            f"(NaN, NaT, None or pd.NA), the first at row {missing[0]}; allowed "
+            f"are ints, strings or other sortable labels of one kind"
         )
     try:
         np.unique(groups)
@@ -393,6 +462,9 @@ def bootstrap_counts(
 ):
     """How often each sample is drawn in each bootstrap replicate.
 
+    The rows of :func:`bootstrap_rows`, counted: the weights of a fit that
+    does not depend on the order of its rows.
+
     Parameters
     ----------
     entropy : int
@@ -458,10 +530,71 @@ def bootstrap_counts(
     ... )
     array([10, 10])
     """
+    rows, lengths = _drawn_rows(
+        entropy, items, n_samples, groups, block_size, block_scheme
+    )
+    return _row_counts(rows, lengths, n_samples)
+
+
+def bootstrap_rows(
+    entropy, items, n_samples, groups=None, *, block_size=None, block_scheme="moving"
+):
+    """The rows of each bootstrap replicate, in the order they are drawn.
+
+    The one representation of a resample: :func:`bootstrap_counts` counts
+    these rows, and a refit reads them in this order, as scikit-learn's
+    ``resample`` and arch's bootstraps hand out their indices.
+
+    Parameters
+    ----------
+    entropy, items, n_samples, groups, block_size, block_scheme
+        As for :func:`bootstrap_counts`.
+
+    Returns
+    -------
+    rows : list of ndarray of dtype int64, one per item
+        In draw order:
+
+        - rows (neither ``groups`` nor ``block_size``): the ``n_samples``
+          draws, in the order drawn;
+        - clusters (``groups`` alone): the drawn clusters one after another
+          in the order drawn, each cluster's rows in their order in the data;
+        - ``"moving"`` blocks: the blocks one after another in the order
+          drawn, each block's rows consecutive;
+        - ``"circular"`` and ``"stationary"`` blocks: position ``j`` holds the
+          row drawn in place of row ``j``, so each group keeps its place and
+          length, its blocks in the order drawn.
+
+    Raises
+    ------
+    ValueError
+        As :func:`bootstrap_counts`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skbatch.random import bootstrap_counts, bootstrap_rows
+    >>> rows = bootstrap_rows(0, [0, 1], 10, block_size=3)
+    >>> [np.diff(r.reshape(-1, 3), axis=1).tolist() == [[1, 1]] * 3 for r in rows]
+    [True, True]
+    >>> counts = bootstrap_counts(0, [0, 1], 10, block_size=3)
+    >>> bool((np.bincount(rows[1], minlength=10) == counts[1]).all())
+    True
+    """
+    rows, lengths = _drawn_rows(
+        entropy, items, n_samples, groups, block_size, block_scheme
+    )
+    return np.split(rows, np.cumsum(lengths)[:-1]) if lengths.size else []
+
+
+def _drawn_rows(entropy, items, n_samples, groups, block_size, block_scheme):
+    """``(rows, lengths)``: the rows of each replicate in drawn order (see
+    :func:`bootstrap_rows`), the replicates one after another, ``lengths[k]``
+    rows for item ``k``."""
     check_block_scheme(block_scheme, block_size)
     items = _check_items(items)
     if block_size is not None:
-        rows = block_rows(
+        drawn = block_rows(
             entropy,
             items,
             n_samples,
@@ -469,14 +602,28 @@ def bootstrap_counts(
             block_size=block_size,
             block_scheme=block_scheme,
         )
-        return _row_counts(rows, n_samples)
-    if groups is None:
-        draws = _integers(entropy, items, np.full(n_samples, n_samples))
-        return _row_counts(draws, n_samples)
-    codes = _group_codes(groups, n_samples)
+    elif groups is None:
+        drawn = _integers(entropy, items, np.full(n_samples, n_samples))
+    else:
+        return _cluster_rows(entropy, items, _group_codes(groups, n_samples))
+    return drawn.ravel(), np.full(items.shape[0], drawn.shape[1])
+
+
+def _cluster_rows(entropy, items, codes):
+    """Rows of cluster-bootstrap replicates: one draw in ``[0, n_groups)`` per
+    group, the drawn groups' rows one after another (see _drawn_rows)."""
     n_groups = codes.max() + 1
-    draws = _integers(entropy, items, np.full(n_groups, n_groups))
-    return _row_counts(draws, n_groups)[:, codes]
+    draws = _integers(entropy, items, np.full(n_groups, n_groups)).ravel()
+    members = np.argsort(codes, kind="stable")
+    sizes = np.bincount(codes, minlength=n_groups)
+    firsts = np.cumsum(sizes) - sizes
+    taken = sizes[draws]
+    # Output position p of a group placed at ``placed`` reads
+    # ``members[first + p - placed]``.
+    placed = np.cumsum(taken) - taken
+    shift = np.repeat(firsts[draws] - placed, taken)
+    rows = members[shift + np.arange(shift.shape[0])]
+    return rows, taken.reshape(items.shape[0], n_groups).sum(axis=1)
 
 
 # What ``permutation_indices(permutation_type=...)`` accepts.

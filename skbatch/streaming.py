@@ -17,6 +17,7 @@ __all__ = [
     "OrderStatistics",
     "PermutationCounter",
     "bca_acceleration",
+    "describe_nan",
     "fdr_adjusted",
 ]
 
@@ -48,6 +49,39 @@ _INTERVAL_METHODS = ("percentile", "basic")
 _FLOAT_BYTES = np.dtype(np.float64).itemsize
 _COUNT_BYTES = np.dtype(np.int64).itemsize
 _BOOL_BYTES = np.dtype(bool).itemsize
+
+# Why an element's interval bounds or standard error are NaN, as the
+# accumulators' ``nan_reasons`` list them, most basic first: an element is
+# explained by the first reason that holds for it (see describe_nan).
+NAN_REPLICATE = "a replicate is NaN"
+NAN_ESTIMATE = "the estimate is NaN"
+EQUAL_REPLICATES = "every replicate is equal"
+ONE_SIDED_REPLICATES = "every replicate lies on one side of the estimate"
+UNDEFINED_ACCELERATION = "the jackknife acceleration is 0/0 or NaN"
+# What each reason means for the user, once per message.
+_NAN_HINTS = {
+    NAN_REPLICATE: (
+        "A NaN replicate is a resample whose fit gave NaN (return_samples=True "
+        "keeps them); np.percentile and scipy.stats.bootstrap give NaN too."
+    ),
+    NAN_ESTIMATE: "A NaN estimate is a fit on all data that gave NaN.",
+    EQUAL_REPLICATES: (
+        "BCa is undefined for a degenerate (constant) bootstrap distribution: "
+        "z0 or the acceleration is not finite. scipy.stats.bootstrap("
+        "method='BCa') gives NaN there and warns, and so does skbatch, for "
+        "comparable numbers; ci_method='percentile' gives the exact interval "
+        "[c, c] of a constant c."
+    ),
+    ONE_SIDED_REPLICATES: (
+        "BCa is then undefined (z0 infinite), as in scipy.stats.bootstrap("
+        "method='BCa'); ci_method='percentile' is defined."
+    ),
+    UNDEFINED_ACCELERATION: (
+        "BCa is then undefined (every leave-one-out estimate equal, or NaN), "
+        "as in scipy.stats.bootstrap(method='BCa'); ci_method='percentile' is "
+        "defined."
+    ),
+}
 
 
 def _check_n_total(n_total, minimum):
@@ -326,7 +360,8 @@ class BootstrapAccumulator:
     Notes
     -----
     An element with any NaN replicate has NaN mean, std and interval bounds,
-    as with ``np.percentile``. The moments and intervals are computed in
+    as with ``np.percentile``; :meth:`nan_reasons` and :func:`describe_nan`
+    say which and why, for a warning. The moments and intervals are computed in
     float64. The tails keep float32 replicates as they are (every float32 is
     a float64, so the order statistics are the same values), in half the
     memory and with a faster selection, until a replicate of another type
@@ -579,6 +614,26 @@ class BootstrapAccumulator:
             estimate = np.asarray(estimate, dtype=np.float64)
             return 2 * estimate - upper, 2 * estimate - lower
         return lower, upper
+
+    def nan_reasons(self, estimate=None):
+        """Why elements of :attr:`std` and :meth:`interval` may be NaN.
+
+        Parameters
+        ----------
+        estimate : array-like of shape `shape`, default=None
+            The estimate a "basic" interval reflects around.
+
+        Returns
+        -------
+        list of (str, ndarray of bool)
+            Reasons in order, each with the elements it holds for; see
+            :func:`describe_nan`.
+        """
+        reasons = [(NAN_REPLICATE, self._nan.copy())]
+        if estimate is not None:
+            estimate = np.broadcast_to(np.asarray(estimate, np.float64), self.shape)
+            reasons.append((NAN_ESTIMATE, np.isnan(estimate)))
+        return reasons
 
 
 # BCa intervals ------------------------------------------------------------------
@@ -920,6 +975,38 @@ class BCaAccumulator:
             bounds = second.values()
         return tuple(np.where(self._nan, np.nan, bound) for bound in bounds)
 
+    def nan_reasons(self, estimate=None):
+        """Why elements of :attr:`std` and :meth:`interval` may be NaN.
+
+        The conditions under which scipy's ``bootstrap(method="BCa")`` gives
+        a NaN bound: a NaN replicate; z0 infinite (a NaN estimate, or every
+        replicate on one side of it); the acceleration 0/0 or NaN. A constant
+        distribution, named as such, is one of the last two.
+
+        Parameters
+        ----------
+        estimate : ignored
+            The estimate given to the constructor is used.
+
+        Returns
+        -------
+        list of (str, ndarray of bool)
+            Reasons in order, each with the elements it holds for; see
+            :func:`describe_nan`. Call after :meth:`second_pass`.
+        """
+        if self.acceleration is None:
+            raise ValueError("second_pass(acceleration) must be called first")
+        return [
+            (NAN_REPLICATE, self._nan.copy()),
+            (NAN_ESTIMATE, np.isnan(self.estimate)),
+            (EQUAL_REPLICATES, self._moments.variance() == 0),
+            (
+                ONE_SIDED_REPLICATES,
+                (self.below + self.ties == 0) | (self.below == self.n_total),
+            ),
+            (UNDEFINED_ACCELERATION, ~np.isfinite(self.acceleration)),
+        ]
+
 
 def _pivots(summary, previous, following, valid, slack, n_total):
     """Per element, two values bracketing order statistics ``previous`` and
@@ -1025,6 +1112,70 @@ class OrderStatistics:
             value = np.where(bound["settled"], bound["low"], value)
             out.append(np.where(bound["valid"], value, np.nan))
         return out
+
+
+# NaN intervals -------------------------------------------------------------------
+
+
+def describe_nan(results):
+    """Which elements have a NaN bound or standard error, and why, in words.
+
+    Parameters
+    ----------
+    results : dict of str to (sequence of ndarray, list of (str, ndarray))
+        Per attribute name: its bounds and standard error (arrays of one
+        shape), and the reasons its accumulator's ``nan_reasons`` gives. An
+        element NaN in any of the arrays is explained by the first reason
+        that holds for it.
+
+    Returns
+    -------
+    str or None
+        One message for every attribute, naming how many of its elements
+        are NaN and why, then what each reason means; None when nothing is
+        NaN.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skbatch.streaming import BootstrapAccumulator, describe_nan
+    >>> replicates = [[0.0, 1.0], [0.0, 3.0], [np.nan, 2.0]]
+    >>> acc = BootstrapAccumulator((2,), 3).update(replicates)
+    >>> lower, upper = acc.interval()
+    >>> values = (lower, upper, acc.std)
+    >>> print(describe_nan({"coef_": (values, acc.nan_reasons())}))
+    ... # doctest: +ELLIPSIS +NORMALIZE_WHITESPACE
+    NaN interval bounds or standard errors for coef_: 1 of 2 elements,
+    1 where a replicate is NaN. A NaN replicate is ...
+    """
+    parts, seen = [], []
+    for name, (values, reasons) in results.items():
+        undefined = np.zeros(np.shape(values[0]), dtype=bool)
+        for value in values:
+            undefined |= np.isnan(value)
+        if not undefined.any():
+            continue
+        left = undefined.copy()
+        counts = []
+        for reason, mask in reasons:
+            count = int((left & mask).sum())
+            left &= ~mask
+            if count:
+                counts.append(f"{count} where {reason}")
+                if reason not in seen:
+                    seen.append(reason)
+        if left.any():
+            counts.append(f"{int(left.sum())} for another reason")
+        size = undefined.size
+        parts.append(
+            f"{name}: {int(undefined.sum())} of {size} "
+            f"{'element' if size == 1 else 'elements'}, {', '.join(counts)}"
+        )
+    if not parts:
+        return None
+    hints = " ".join(_NAN_HINTS[reason] for reason in seen)
+    listed = "; ".join(parts)
+    return f"NaN interval bounds or standard errors for {listed}. {hints}"
 
 
 class PermutationCounter:
@@ -1316,12 +1467,20 @@ def fdr_adjusted(pvalues):
     Parameters
     ----------
     pvalues : array-like of shape (m,)
+        Values in [0, 1]; NaN marks an undefined test.
 
     Returns
     -------
     adjusted : ndarray of shape (m,)
         NaN where ``pvalues`` is NaN; the other values are adjusted as a
         family of their own number.
+
+    Raises
+    ------
+    ValueError
+        If ``pvalues`` is not 1-D, or holds a value outside [0, 1]
+        (infinity included), as :func:`scipy.stats.false_discovery_control`
+        refuses them.
 
     Examples
     --------
@@ -1332,6 +1491,14 @@ def fdr_adjusted(pvalues):
     pvalues = np.asarray(pvalues, dtype=np.float64)
     if pvalues.ndim != 1:
         raise ValueError(f"pvalues must be 1-D, got shape {pvalues.shape}")
+    outside = np.flatnonzero((pvalues < 0) | (pvalues > 1))
+    if outside.size:
+        first = int(outside[0])
+        raise ValueError(
+            f"pvalues must lie in [0, 1] (NaN for an undefined test), got "
+            f"{float(pvalues[first])!r} at index {first} ({outside.size} of "
+            f"{pvalues.size} outside)"
+        )
     adjusted = np.full(pvalues.shape, np.nan)
     defined = np.flatnonzero(~np.isnan(pvalues))
     m = defined.size

@@ -1,8 +1,8 @@
 """Tests of skbatch.bootstrap: BootstrapEstimator and BootstrapResult.
 
 References are independent of the implementation: sklearn estimators refit
-on the resampled rows (rebuilt from ``bootstrap_counts``), ``np.percentile``
-and ``np.std`` of the samples, and naive loops.
+on the resampled rows in drawn order (rebuilt from ``bootstrap_rows``),
+``np.percentile`` and ``np.std`` of the samples, and naive loops.
 """
 
 import pickle
@@ -35,7 +35,7 @@ from skbatch import BatchedRidge, BootstrapEstimator, BootstrapResult
 from skbatch._backends.numpy import threads as blas_threads
 from skbatch._engine import run_batched
 from skbatch._ridge import problems
-from skbatch.random import bootstrap_counts, resolve_entropy
+from skbatch.random import bootstrap_counts, bootstrap_rows, resolve_entropy
 from skbatch.ridge import AutocorrelationWarning
 from skbatch.streaming import BootstrapAccumulator
 from skbatch.testing import simulate_oom
@@ -51,11 +51,12 @@ def make_data(n_samples=40, n_features=5, n_targets=3, seed=0, offset=3.0):
 
 
 def resampled_rows(random_state, n_bootstrap, n_samples, groups=None):
-    """Row indices of every replicate, rebuilt from the seed streams."""
-    counts = bootstrap_counts(
+    """Row indices of every replicate in drawn order, rebuilt from the seed
+    streams: refits whose result depends on row order (an inner K-fold) get
+    them in this order."""
+    return bootstrap_rows(
         resolve_entropy(random_state), np.arange(n_bootstrap), n_samples, groups
     )
-    return [np.repeat(np.arange(n_samples), c) for c in counts]
 
 
 def naive_samples(estimator, X, y, rows, attribute):

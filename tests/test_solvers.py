@@ -20,7 +20,7 @@ from skbatch import BatchedRidge, BootstrapEstimator, PermutationScorer
 from skbatch._backends import LIBRARIES
 from skbatch._ridge import cv as cv_module
 from skbatch._ridge import ridge_spec
-from skbatch.random import bootstrap_counts, resolve_entropy
+from skbatch.random import bootstrap_counts, bootstrap_rows, resolve_entropy
 
 PACKAGE = pathlib.Path(skbatch.__file__).parent
 
@@ -151,9 +151,9 @@ def test_bootstrap_of_an_iterative_solver_is_its_own_refits():
     boot = BootstrapEstimator(
         estimator, n_bootstrap=8, return_samples=True, random_state=5
     ).fit(X, y)
-    counts = bootstrap_counts(resolve_entropy(5), np.arange(8), len(y))
-    for k, count in enumerate(counts):
-        rows = np.repeat(np.arange(len(y)), count)
+    # sag visits rows in order: the refit gets them in drawn order.
+    drawn = bootstrap_rows(resolve_entropy(5), np.arange(8), len(y))
+    for k, rows in enumerate(drawn):
         fitted = clone(estimator).fit(X[rows], y[rows])
         assert_allclose(boot.results_["coef_"].samples[k], fitted.coef_, rtol=1e-12)
 
