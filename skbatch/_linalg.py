@@ -20,6 +20,7 @@ import contextlib
 import threading
 import warnings
 import weakref
+from typing import NamedTuple
 
 import numpy as np
 from array_api_compat import array_namespace, is_numpy_array
@@ -27,6 +28,7 @@ from array_api_compat import device as array_device
 from scipy.linalg import LinAlgWarning
 
 from . import _backends
+from .exceptions import DegenerateDataWarning
 
 # Rows of Y gathered at once by the bootstrap kernel (_weighted_products), per
 # batch in flight: large enough for full-speed GEMMs over them.
@@ -40,6 +42,9 @@ GATHER_MIN_FLOPS = 1e7
 # batch's products 10% faster at 76 and 17% at 101 (float64, one thread,
 # benchmarks/RESULTS.md).
 GATHER_MIN_COLUMNS = 64
+# float64 bytes of each widened operand block of accumulated_matmul: large
+# enough for full-rate GEMMs, a bounded temporary beside a batch.
+ACCUMULATION_BLOCK_BYTES = 2**23
 # Names accepted by the scoring functions; higher is better for all three.
 _SCORINGS = ("neg_mean_squared_error", "r2", "correlation")
 # R^2 and correlation need deviations from a mean: one row has none.
@@ -93,7 +98,7 @@ def center(A, sample_weight=None, *, fit_intercept=True, xp=None):
     return A_centered, offset
 
 
-def svd_decompose(X, *, n_rows=None, xp=None):
+def svd_decompose(X, *, n_rows=None, alpha=0.0, xp=None):
     """Thin SVD of ``X`` without its numerically null directions.
 
     Singular values at or below ``s_max * max(n, p) * eps`` (the rank rule of
@@ -111,8 +116,15 @@ def svd_decompose(X, *, n_rows=None, xp=None):
     column into the small ones' digits, and the small columns' directions
     keep their relative accuracy. Their directions are then null below
     ``max(n, p) * eps`` times the norms of the columns they combine, not
-    times ``s_max``, and the decomposition is checked: a column too small
-    to resolve beside the largest raises ``ValueError``.
+    times ``s_max``, and the decomposition is checked: a direction's error
+    (its residual ``||X v - s u||``) must keep half the digits of the larger
+    of its columns' norms and ``sqrt(alpha)``. Ridge shrinks a direction
+    of singular value s by ``s / (s^2 + alpha) <= 1 / (2 sqrt(alpha))``:
+    the computed factors are exact for X less their residuals, and an
+    error below that scale moves the coefficients by as little against
+    their largest value, so columns far below ``sqrt(alpha)`` need not be
+    resolved (scikit-learn's Ridge shrinks them alike). A direction that
+    fails raises ``ValueError`` naming the smallest alpha that would pass.
 
     Parameters
     ----------
@@ -122,6 +134,9 @@ def svd_decompose(X, *, n_rows=None, xp=None):
         Rows of the matrix whose SVD this is, for the rank rule, when ``X``
         is its triangular factor R (:func:`qr_factor`): the rounding of the
         QR of n rows is that of n rows. None: ``X``'s own.
+    alpha : float, default=0.0
+        The smallest alpha the factors are solved with (0: least squares),
+        for the check of graded columns.
 
     Returns
     -------
@@ -135,7 +150,8 @@ def svd_decompose(X, *, n_rows=None, xp=None):
     ------
     ValueError
         When a column's directions cannot be resolved beside the largest
-        column (see :func:`check_column_spread`).
+        column (see :func:`check_column_spread`), or graded columns are
+        resolved too coarsely for ``alpha`` (see :func:`resolution_message`).
     """
     xp = _namespace(xp, X)
     dtype = X.dtype
@@ -148,7 +164,14 @@ def svd_decompose(X, *, n_rows=None, xp=None):
     else:
         A = X
     A = xp.astype(A, decomposition_dtype(A, xp), copy=False)
-    check_column_spread(ratio, largest, smallest, A.dtype)
+    check_column_spread(
+        ratio,
+        largest,
+        smallest,
+        A.dtype,
+        alpha=alpha,
+        norm=frobenius_norm(norms, xp),
+    )
     # Multi-threaded LAPACK SVD is erratic on small CPU hosts (0.4 to 10 s
     # for 2000 x 500 on two cores, against 0.15 s on one thread); the SVD is
     # a small share of a fit, so it runs on one thread there.
@@ -178,15 +201,25 @@ def svd_decompose(X, *, n_rows=None, xp=None):
         xp.take(floor, kept, axis=0),
     )
     # An entry of the bidiagonal form neglected by LAPACK (a column coupled
-    # to the largest one too weakly for its precision) shows as a residual
-    # X v - s u far above the rounding of X v.
+    # to the largest one too weakly for its precision), or the rounding of
+    # the largest columns spread into the small ones by the reduction's
+    # right transforms (one of many columns 1e8 times others), shows as a
+    # residual X v - s u above the rounding of X v. It matters only beside
+    # sqrt(alpha) where that exceeds the columns' norms (see docstring).
     # The difference written into U s: two n x rank temporaries, not three.
     residual = xp.sqrt(
         column_sq_norms(_subtract(A @ xp.permute_dims(Vt, (1, 0)), U * s), xp)
     )
     tolerance = float(xp.finfo(dtype).eps) ** RESIDUAL_EPS_POWER
-    if not bool(xp.all(residual <= floor * tolerance)):
-        raise ValueError(scale_message(ratio, largest, smallest, A.dtype))
+    failed = residual > xp.clip(floor, min=float(alpha) ** 0.5) * tolerance
+    if bool(xp.any(failed)):
+        # The alpha from which every direction's error is below tolerance.
+        needed = float(xp.max(xp.where(failed, residual, 0.0))) / tolerance
+        raise ValueError(
+            resolution_message(
+                ratio, largest, smallest, A.dtype, alpha, needed * needed
+            )
+        )
     return _cast(U, dtype, xp), _cast(s, dtype, xp), _cast(Vt, dtype, xp)
 
 
@@ -223,6 +256,11 @@ def column_norms(A, xp):
     return largest * xp.sqrt(column_sq_norms(A / safe, xp))
 
 
+def frobenius_norm(norms, xp):
+    """The Frobenius norm of a matrix of column ``norms``, without overflow."""
+    return float(column_norms(norms[:, None], xp)[0])
+
+
 def column_spread(norms, xp):
     """``(ratio, largest, smallest)`` of the non-zero column ``norms``.
 
@@ -239,11 +277,27 @@ def column_spread(norms, xp):
 
 
 def max_column_spread(dtype):
-    """The largest spread of column norms a ridge decomposition in ``dtype`` solves.
+    """The largest spread of column norms a ridge decomposition in ``dtype``
+    resolves whatever alpha (:func:`shrinking_alpha` for the others).
 
     ``dtype`` is a numpy dtype or its name ("float32", "float64").
     """
     return 1.0 / (BIDIAGONAL_DEFLATION * float(np.finfo(_dtype_name(dtype)).eps))
+
+
+def shrinking_alpha(norm, dtype):
+    """The smallest alpha for which a ridge decomposition in ``dtype`` of X
+    of Frobenius norm ``norm`` solves any spread of column norms.
+
+    LAPACK's bidiagonal SVD neglects couplings below ``BIDIAGONAL_DEFLATION
+    * eps`` times ``s_max <= norm``; beside ``sqrt(alpha)`` such an error
+    keeps the digits :func:`svd_decompose` requires (``eps **
+    RESIDUAL_EPS_POWER``) once alpha is this large: the columns it could
+    lose are those alpha shrinks to nothing (as scikit-learn's Ridge does).
+    """
+    eps = float(np.finfo(_dtype_name(dtype)).eps)
+    root = BIDIAGONAL_DEFLATION * eps * norm / eps**RESIDUAL_EPS_POWER
+    return root * root
 
 
 def _dtype_name(dtype):
@@ -251,32 +305,62 @@ def _dtype_name(dtype):
     return str(dtype).rsplit(".", 1)[-1]
 
 
-def scale_message(ratio, largest, smallest, dtype, names=None):
-    """The refusal of columns on scales too far apart, naming them and the fix."""
+def scale_message(ratio, largest, smallest, dtype, names=None, *, alpha=None):
+    """The refusal of columns on scales too far apart, naming them and the
+    fix; ``alpha``: ``(smallest alpha given, smallest that solves)``."""
 
     def name(j):
         return f"{names[j]!r}" if names is not None else str(j)
 
+    shrink = ""
+    if alpha is not None and np.isfinite(alpha[1]):
+        shrink = (
+            f" Alphas from {alpha[1]:.2g} on (the smallest is {alpha[0]:.3g}) "
+            "would shrink the smaller features' share to within rounding."
+        )
     return (
         f"X's feature {name(largest)} has a norm (once centred) {ratio:.3g} times "
         f"that of feature {name(smallest)}: a ridge solve in {_dtype_name(dtype)} "
         f"resolves the smaller feature's share of the fit only up to a ratio of "
-        f"about {max_column_spread(dtype):.2g}. Rescale the features, e.g. "
-        "with sklearn.preprocessing.StandardScaler (or a timestamp in seconds "
-        "rather than nanoseconds)."
+        f"about {max_column_spread(dtype):.2g}.{shrink} Rescale the features, "
+        "e.g. with sklearn.preprocessing.StandardScaler (or a timestamp in "
+        "seconds rather than nanoseconds)."
     )
 
 
-def check_column_spread(ratio, largest, smallest, dtype, names=None):
-    """Refuse a spread of column norms (:func:`column_spread`) ``dtype`` cannot solve.
+def resolution_message(ratio, largest, smallest, dtype, alpha, needed):
+    """The refusal of graded columns that the SVD resolved too coarsely for
+    the smallest ``alpha`` (:func:`svd_decompose`), with the smallest alpha,
+    ``needed``, that it resolves them for."""
+    return (
+        f"The smallest alpha, {alpha:.3g}, is too small for X's features on "
+        f"scales far apart (feature {largest} has a norm, once centred, "
+        f"{ratio:.3g} times that of feature {smallest}): the SVD in "
+        f"{_dtype_name(dtype)} keeps too few digits of the smaller features' "
+        f"directions for a fit that alpha leaves them a share of. Use alphas "
+        f"of at least {needed:.2g}, or rescale the features, e.g. with "
+        "sklearn.preprocessing.StandardScaler."
+    )
+
+
+def check_column_spread(
+    ratio, largest, smallest, dtype, names=None, *, alpha=0.0, norm=np.inf
+):
+    """Refuse a spread of column norms (:func:`column_spread`) ``dtype`` cannot
+    solve for alphas from ``alpha`` on, X of Frobenius norm ``norm``.
 
     Raises
     ------
     ValueError
         Naming the largest and the smallest column, the ratio and the fix.
     """
-    if ratio > max_column_spread(dtype):
-        raise ValueError(scale_message(ratio, largest, smallest, dtype, names))
+    if ratio <= max_column_spread(dtype):
+        return
+    needed = shrinking_alpha(norm, dtype)
+    if alpha < needed:
+        raise ValueError(
+            scale_message(ratio, largest, smallest, dtype, names, alpha=(alpha, needed))
+        )
 
 
 def _cast(A, dtype, xp):
@@ -295,8 +379,55 @@ def project(U, Y, *, xp=None):
     Returns
     -------
     UtY : array of shape (rank, n_targets)
+        In ``Y``'s dtype; float32 on the CPU accumulated in float64
+        (:func:`accumulated_matmul`).
     """
-    return U.T @ Y
+    xp = _namespace(xp, U, Y)
+    return accumulated_matmul(xp.permute_dims(U, (1, 0)), Y, xp)
+
+
+def accumulated_matmul(A, B, xp):
+    """``A @ B`` in ``B``'s dtype, accumulated in float64 where float32 is
+    decomposed in float64 (:func:`decomposition_dtype`: the CPU).
+
+    The products that turn the factors into coefficients (:func:`project`,
+    :func:`ridge_coef`) summed in float32 left coefficients up to 3x the
+    error of scikit-learn's float32 ``Ridge`` (its SVD solver; 1.2x summed
+    in float64). Both operands are widened a block at a time, at most
+    ``ACCUMULATION_BLOCK_BYTES`` each, the sum over the inner dimension
+    kept in float64.
+    """
+    wide = decomposition_dtype(B, xp)
+    if wide == B.dtype:
+        return A @ B
+    m, k = A.shape
+    t = B.shape[1]
+    rows = max(1, ACCUMULATION_BLOCK_BYTES // (8 * m))
+    width = max(1, ACCUMULATION_BLOCK_BYTES // (8 * max(m, min(rows, k))))
+    out = _scratch((m, t), B.dtype, B, xp) if width < t else None
+    columns = []
+    for start in range(0, t, width):
+        total = None
+        for inner in range(0, k, rows):
+            part = xp.astype(A[:, inner : inner + rows], wide) @ xp.astype(
+                B[inner : inner + rows, start : start + width], wide
+            )
+            total = part if total is None else _add(total, part)
+        if out is None:
+            columns.append(xp.astype(total, B.dtype))
+        else:
+            out[:, start : start + width] = total
+    if out is not None:
+        return out
+    return columns[0] if len(columns) == 1 else xp.concat(columns, axis=1)
+
+
+def _add(A, B):
+    """``A + B``, written into ``A`` where the library allows it."""
+    library = _out_namespace(A)
+    if library is None:
+        return A + B
+    return library.add(A, B, out=A)
 
 
 def residual_sq_norm(
@@ -397,7 +528,9 @@ def ridge_coef(Vt, s, UtY, alpha, *, xp=None):
     # product). Computed elementwise either way, they are the same numbers.
     values, inverse = xp.unique_inverse(alpha)
     _, _, filtered = _ridge_factors(s[:, None], values[None, :], xp)
-    return Vt.T @ (xp.take(filtered, inverse, axis=1) * UtY)
+    return accumulated_matmul(
+        xp.permute_dims(Vt, (1, 0)), xp.take(filtered, inverse, axis=1) * UtY, xp
+    )
 
 
 def _ridge_factors(s, alpha, xp):
@@ -492,6 +625,17 @@ def loo_scores(
     else:
         score_weight = None
         y_true = xp.astype(Y, dtype, copy=False)
+    spread = None
+    if scoring is not None and scoring != "neg_mean_squared_error":
+        # The targets' spread does not depend on alpha; their values carry
+        # the rounding of Y's dtype.
+        spread = target_spread(
+            y_true,
+            score_weight,
+            y_dtype=Y.dtype,
+            deviations=scoring == "correlation",
+            xp=xp,
+        )
 
     # The factors scale U's columns or U'Y's rows, whichever is smaller.
     scale_basis = U.shape[0] < UtY.shape[1]
@@ -514,7 +658,17 @@ def loo_scores(
         else:
             residual = xp.astype(residual, dtype, copy=False)
             errors = residual / loo_denominators[:, k, None]
-            scores.append(_score_errors(errors, y_true, scoring, score_weight, xp))
+            scores.append(
+                _score_errors(
+                    errors,
+                    y_true,
+                    scoring,
+                    score_weight,
+                    xp,
+                    spread=spread,
+                    y_dtype=Y.dtype,
+                )
+            )
     return xp.stack(scores)
 
 
@@ -591,7 +745,9 @@ def qr_factor(X, *, xp=None):
     return _cast(Q, X.dtype, xp), R
 
 
-def fold_basis(X_train, X_test, *, fit_intercept=True, sample_weight=None, xp=None):
+def fold_basis(
+    X_train, X_test, *, fit_intercept=True, sample_weight=None, alpha=0.0, xp=None
+):
     """Decompose one fold's training rows and express its test rows in that basis.
 
     Done once per fold; :func:`fold_scores` then takes the targets in as many
@@ -603,6 +759,8 @@ def fold_basis(X_train, X_test, *, fit_intercept=True, sample_weight=None, xp=No
     X_test : array of shape (n_test, n_features)
     fit_intercept : bool, default=True
     sample_weight : array of shape (n_train,), default=None
+    alpha : float, default=0.0
+        The smallest alpha solved (:func:`svd_decompose`).
 
     Returns
     -------
@@ -615,7 +773,7 @@ def fold_basis(X_train, X_test, *, fit_intercept=True, sample_weight=None, xp=No
     X_centered, X_offset = center(
         X_train, sample_weight, fit_intercept=fit_intercept, xp=xp
     )
-    U, s, Vt = svd_decompose(X_centered, xp=xp)
+    U, s, Vt = svd_decompose(X_centered, alpha=alpha, xp=xp)
     return U, s, (X_test - X_offset) @ Vt.T
 
 
@@ -633,7 +791,9 @@ def holdout_scores(
 ):
     """Test-set score of every alpha for targets already projected.
 
-    Scores follow :func:`score_per_target`: R^2 and correlation of fewer
+    Scores are those of :func:`score_per_target` (the same function scores
+    both): a target constant on the test rows scores R^2 1.0 if predicted
+    exactly, else 0.0, as ``r2_score`` does; R^2 and correlation of fewer
     than 2 test rows are NaN.
 
     Parameters
@@ -668,14 +828,16 @@ def holdout_scores(
     weight = None
     if sample_weight is not None:
         weight = xp.astype(sample_weight, dtype, copy=False)
+    # The targets' spread does not depend on alpha: computed once, each alpha
+    # then costs its product and one pass over the errors.
+    spread = None
+    if scoring != "neg_mean_squared_error" and y_true.shape[0] >= MIN_SCORED_ROWS:
+        spread = target_spread(
+            y_true, weight, deviations=scoring == "correlation", xp=xp
+        )
+    y_score = y_true
     if scoring == "correlation":
-        y_true_score = xp.astype(y_true, dtype, copy=False)
-    else:
-        # The targets' variance does not depend on alpha: computed once, each
-        # alpha then costs its product and one pass over the errors.
         y_score = xp.astype(y_true, dtype, copy=False)
-        y_var = _average((y_score - _average(y_score, weight, xp)) ** 2, weight, xp)
-        del y_score
     # The filter scales whichever factor of the product is smaller: the
     # (n_test, rank) test rows or the (rank, n_targets) projection.
     filter_rows = coords is not None or X_test_V.shape[0] <= UtY.shape[1]
@@ -701,29 +863,33 @@ def holdout_scores(
         # A difference of two floats is correctly rounded: float32 errors
         # squared and summed in float64 lose nothing that matters.
         errors = _subtract(y_true, predictions)
-        if scoring == "correlation":
-            errors = xp.astype(errors, dtype, copy=False)
-            scores.append(_score_errors(errors, y_true_score, scoring, weight, xp))
-            continue
-        if weight is None and isinstance(errors, np.ndarray) and errors.dtype == dtype:
-            mse = column_sq_norms(errors, xp) / errors.shape[0]
-        else:
-            mse = _average(_multiply(errors, errors, square_buffer), weight, xp)
-        if scoring == "neg_mean_squared_error":
-            scores.append(-mse)
-        else:
-            r2 = _r2(mse, y_var, xp)
-            scores.append(_undefined_below_two_rows(r2, xp, n_rows=y_true.shape[0]))
+        scores.append(
+            _score_errors(
+                errors,
+                y_score,
+                scoring,
+                weight,
+                xp,
+                spread=spread,
+                y_dtype=y_true.dtype,
+                out=square_buffer,
+            )
+        )
     return xp.stack(scores)
 
 
-def score_per_target(y_true, y_pred, scoring, *, sample_weight=None, xp=None):
+def score_per_target(
+    y_true, y_pred, scoring, *, sample_weight=None, warn=True, xp=None
+):
     """Score each target column separately; NaN where the score is undefined.
 
     - ``"r2"``: ``sklearn.metrics.r2_score(multioutput="raw_values")``,
       including its defaults for the degenerate cases: NaN for fewer than 2
       rows; for a constant ``y_true``, 1.0 when predicted exactly, else 0.0
-      (``force_finite=True``).
+      (``force_finite=True``). Constant and exact are decided up to the
+      rounding of the values (:func:`target_spread`), where ``r2_score``
+      compares sums of squares with 0 and scores the rounding of a weighted
+      mean (R^2 of -1e31 for a constant target).
     - ``"neg_mean_squared_error"``: minus
       ``sklearn.metrics.mean_squared_error(multioutput="raw_values")``; NaN
       without rows.
@@ -731,20 +897,96 @@ def score_per_target(y_true, y_pred, scoring, *, sample_weight=None, xp=None):
       given; NaN for fewer than 2 rows and where either column is constant,
       as ``numpy.corrcoef``.
 
+    Every score of skbatch is this one: the cross-validation scores that
+    choose alphas (:func:`holdout_scores`, :func:`loo_scores`), the scores
+    per target and per band and those of the permutation fast paths.
+
     Parameters
     ----------
     y_true, y_pred : arrays of shape (n_samples, n_targets)
     scoring : {"r2", "neg_mean_squared_error", "correlation"}
     sample_weight : array of shape (n_samples,), default=None
         Weights of the rows in every mean, as in ``sklearn.metrics``.
+    warn : bool, default=True
+        Warn once (:class:`~skbatch.exceptions.DegenerateDataWarning`),
+        naming how many targets, where a score is undefined; callers that
+        score in batches warn once themselves (:func:`warn_undefined`).
 
     Returns
     -------
     scores : array of shape (n_targets,)
+        In float64 where the device supports it.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> y_true = np.array([[1.0, 0.3], [2.0, 0.3], [4.0, 0.3]])
+    >>> y_pred = np.array([[1.5, 0.3], [2.0, 0.3], [3.5, 0.1]])
+    >>> score_per_target(y_true, y_pred, "r2").round(3).tolist()
+    [0.893, 0.0]
     """
     xp = _namespace(xp, y_true, y_pred)
     _check_scoring(scoring)
-    return _score_errors(y_true - y_pred, y_true, scoring, sample_weight, xp)
+    dtype = _criterion_dtype(y_true, xp)
+    y_dtype, pred_dtype = y_true.dtype, y_pred.dtype
+    y_true = xp.astype(y_true, dtype, copy=False)
+    y_pred = xp.astype(y_pred, dtype, copy=False)
+    if sample_weight is not None:
+        sample_weight = xp.astype(
+            xp.asarray(sample_weight, device=array_device(y_true)), dtype, copy=False
+        )
+    scores = _score_errors(
+        y_true - y_pred,
+        y_true,
+        scoring,
+        sample_weight,
+        xp,
+        y_dtype=y_dtype,
+        pred_dtype=pred_dtype,
+    )
+    if warn:
+        # Past warn_undefined, this function and the estimator's method that
+        # called it, to the user's line.
+        warn_undefined(scores, scoring, n_rows=y_true.shape[0], stacklevel=4)
+    return scores
+
+
+def warn_undefined(scores, scoring, *, n_rows, stacklevel=2):
+    """Warn once, naming how many targets, when some ``scores`` are NaN.
+
+    Scores of finite data are NaN only where the data cannot define them:
+    R^2 and correlation of fewer than 2 rows, the correlation of a constant
+    target or prediction, any weighted score of rows whose weights are all 0.
+
+    Parameters
+    ----------
+    scores : array of shape (n_targets,)
+    scoring : str
+    n_rows : int
+        Rows scored.
+    stacklevel : int, default=2
+        As for ``warnings.warn``, counted from the caller.
+    """
+    xp = _namespace(None, scores)
+    undefined = xp.isnan(scores)
+    count = int(xp.sum(xp.astype(undefined, xp.int64)))
+    if count == 0:
+        return
+    name = "R^2" if scoring == "r2" else scoring
+    if n_rows < MIN_SCORED_ROWS and scoring != "neg_mean_squared_error":
+        why = f"it needs at least {MIN_SCORED_ROWS} rows, got {n_rows}"
+    elif scoring == "correlation":
+        why = (
+            "the target or its prediction is constant on the rows scored (to "
+            "rounding), or their weights are all 0"
+        )
+    else:
+        why = "the weights of the rows scored are all 0"
+    warnings.warn(
+        f"{name} is undefined (NaN) for {count} of {scores.shape[0]} targets: {why}.",
+        DegenerateDataWarning,
+        stacklevel=stacklevel + 1,
+    )
 
 
 def select_alpha(scores, *, xp=None):
@@ -771,46 +1013,167 @@ def select_alpha(scores, *, xp=None):
     return xp.argmax(filled, axis=0), best_score
 
 
-def _score_errors(errors, y_true, scoring, sample_weight, xp):
-    """Per-target score of predictions ``y_true - errors``."""
-    if scoring == "neg_mean_squared_error":
-        return -_average(errors**2, sample_weight, xp)
-    # Deviations from the mean of the columns shifted by their first row, as
-    # center() takes it: a constant target then deviates by exactly 0 and
-    # scores as r2_score defines it, not minus the inverse of its mean's
-    # rounding (-1e32 with weights, changing with the order of the sum).
-    y_dev = y_true - y_true[:1]
-    y_dev = y_dev - _average(y_dev, sample_weight, xp)
-    y_var = _average(y_dev**2, sample_weight, xp)
-    if scoring == "r2":
-        r2 = _r2(_average(errors**2, sample_weight, xp), y_var, xp)
-        return _undefined_below_two_rows(r2, xp, n_rows=y_true.shape[0])
-    predictions = y_true - errors
-    pred_dev = predictions - _average(predictions, sample_weight, xp)
-    covariance = _average(y_dev * pred_dev, sample_weight, xp)
-    variance_product = y_var * _average(pred_dev**2, sample_weight, xp)
-    constant = variance_product == 0
-    safe = xp.where(constant, 1.0, variance_product)
-    correlation = xp.where(constant, xp.nan, covariance / xp.sqrt(safe))
-    return _undefined_below_two_rows(correlation, xp, n_rows=y_true.shape[0])
+# Deviations of a column from its mean up to this many units in the last
+# place of its values (their root mean square) are rounding, not spread: a
+# constant target scaled and unscaled row by row (times and over sqrt(w) in
+# loo_scores) deviates by a few, and scored as spread it gives an R^2 of
+# -1e31 or a correlation of noise.
+CONSTANT_ULPS = 16
 
 
-def _undefined_below_two_rows(scores, xp, *, n_rows):
-    """``scores``, or NaN everywhere when they come from fewer than 2 rows.
+class TargetSpread(NamedTuple):
+    """What every score needs of its targets, computed once per set of rows.
 
-    R^2 and correlation compare deviations from the mean, which one row does
-    not have: ``r2_score`` then returns NaN (with a warning), not a number.
+    deviations : array of shape (n_samples, n_targets) or None
+        From the (weighted) mean, exactly 0 on a constant column.
+    variance : array of shape (n_targets,)
+        (Weighted) mean of the squared deviations.
+    constant : array of bool of shape (n_targets,)
+        Variance within the rounding of the values.
+    rounding : array of shape (n_targets,)
+        That rounding: ``(CONSTANT_ULPS * eps)^2`` times the mean square of
+        the values, eps that of their dtype. A squared error up to it is no
+        error (a constant target predicted exactly).
     """
-    if n_rows >= MIN_SCORED_ROWS:
-        return scores
-    return xp.full_like(scores, xp.nan)
+
+    deviations: object
+    variance: object
+    constant: object
+    rounding: object
 
 
-def _r2(error_var, y_var, xp):
-    """R^2 from the error and target variances, as ``r2_score`` for constants."""
-    constant = y_var == 0
-    r2 = 1.0 - error_var / xp.where(constant, 1.0, y_var)
-    return xp.where(constant, xp.where(error_var == 0, 1.0, 0.0), r2)
+def target_spread(y, sample_weight=None, *, y_dtype=None, deviations=False, xp=None):
+    """Each column's (weighted) spread, and whether it is constant to rounding.
+
+    The one test of constancy of every score. Deviations are taken from a
+    row of the largest weight (the first row without weights) before the
+    mean: a column constant on the rows of positive weight then deviates by
+    exactly 0 there, whatever order its mean is summed in (the rounding of
+    that mean would otherwise be its spread). A column is constant when its
+    variance is at most ``(CONSTANT_ULPS * eps)^2`` times its mean square:
+    relative to its level, not absolute, so a constant far from 0 and one at
+    0 are both constant, in float32 as in float64.
+
+    Parameters
+    ----------
+    y : array of shape (n_samples, n_targets)
+    sample_weight : array of shape (n_samples,), default=None
+    y_dtype : dtype, default=None
+        The dtype whose rounding the values carry (``y.dtype`` if None): that
+        of the data when ``y`` was cast to float64 after its arithmetic.
+    deviations : bool, default=False
+        Whether to keep the deviations (correlation reads them).
+
+    Returns
+    -------
+    spread : TargetSpread
+        In float64 where the device supports it.
+    """
+    xp = _namespace(xp, y)
+    y_dtype = y.dtype if y_dtype is None else y_dtype
+    dtype = _criterion_dtype(y, xp)
+    if not xp.isdtype(y_dtype, "real floating"):
+        y_dtype = dtype
+    y = xp.astype(y, dtype, copy=False)
+    if sample_weight is None:
+        anchor = y[:1]
+    else:
+        anchor = xp.take(y, xp.reshape(xp.argmax(sample_weight), (1,)), axis=0)
+    y_dev = y - anchor
+    shift = _average(y_dev, sample_weight, xp)
+    library = _out_namespace(y_dev)
+    if library is None:
+        y_dev = y_dev - shift
+    else:
+        library.subtract(y_dev, shift, out=y_dev)
+    variance = _average(y_dev**2, sample_weight, xp)
+    mean = anchor[0] + shift
+    eps = float(xp.finfo(y_dtype).eps)
+    rounding = (CONSTANT_ULPS * eps) ** 2 * (variance + mean**2)
+    return TargetSpread(
+        y_dev if deviations else None, variance, variance <= rounding, rounding
+    )
+
+
+def _score_errors(
+    errors,
+    y_true,
+    scoring,
+    sample_weight,
+    xp,
+    *,
+    spread=None,
+    y_dtype=None,
+    pred_dtype=None,
+    out=None,
+):
+    """Per-target score of predictions ``y_true - errors``: every path's.
+
+    ``spread``: that of ``y_true`` (:func:`target_spread`), when already
+    computed for these rows; ``y_dtype`` and ``pred_dtype``: the dtypes whose
+    rounding targets and predictions carry (``y_true``'s if None); ``out``:
+    a buffer for the squared errors, in the criterion dtype.
+    """
+    dtype = _criterion_dtype(y_true, xp)
+    if scoring == "neg_mean_squared_error":
+        return -_mean_square(errors, sample_weight, dtype, xp, out)
+    if y_true.shape[0] < MIN_SCORED_ROWS:
+        # No deviations from the mean: r2_score returns NaN, not a number.
+        return xp.full(
+            (y_true.shape[1],), xp.nan, dtype=dtype, device=array_device(y_true)
+        )
+    y_dtype = y_true.dtype if y_dtype is None else y_dtype
+    if spread is None:
+        spread = target_spread(
+            y_true,
+            sample_weight,
+            y_dtype=y_dtype,
+            deviations=scoring == "correlation",
+            xp=xp,
+        )
+    if scoring == "r2":
+        error_var = _mean_square(errors, sample_weight, dtype, xp, out)
+        return _r2(error_var, spread, xp)
+    predictions = xp.astype(y_true, dtype, copy=False) - xp.astype(
+        errors, dtype, copy=False
+    )
+    predicted = target_spread(
+        predictions,
+        sample_weight,
+        y_dtype=y_dtype if pred_dtype is None else pred_dtype,
+        deviations=True,
+        xp=xp,
+    )
+    covariance = _average(spread.deviations * predicted.deviations, sample_weight, xp)
+    undefined = spread.constant | predicted.constant
+    product = xp.where(undefined, 1.0, spread.variance * predicted.variance)
+    correlation = xp.clip(covariance / xp.sqrt(product), -1.0, 1.0)
+    return xp.where(undefined, xp.nan, correlation)
+
+
+def _r2(error_var, spread, xp):
+    """R^2 from the (weighted) mean squared error, as ``r2_score`` scores it.
+
+    A constant target scores 1.0 when its error is within its rounding
+    (predicted exactly), else 0.0: ``r2_score``'s ``force_finite=True``.
+    """
+    constant = spread.constant
+    r2 = 1.0 - error_var / xp.where(constant, 1.0, spread.variance)
+    exact = xp.where(error_var <= spread.rounding, 1.0, 0.0)
+    return xp.where(constant, exact, r2)
+
+
+def _mean_square(errors, sample_weight, dtype, xp, out=None):
+    """(Weighted) mean of each column's squares, summed in ``dtype``.
+
+    ``out``: a buffer for the squares, in ``dtype``; without one, the
+    errors are cast to ``dtype`` first.
+    """
+    if sample_weight is None and is_numpy_array(errors) and errors.dtype == dtype:
+        return column_sq_norms(errors, xp) / errors.shape[0]
+    if out is None:
+        errors = xp.astype(errors, dtype, copy=False)
+    return _average(_multiply(errors, errors, out), sample_weight, xp)
 
 
 def _average(A, sample_weight, xp):

@@ -29,9 +29,11 @@ from ._ridge.banded import (
     band_candidates,
     check_band_weights,
     check_bands,
+    check_candidate_count,
     check_candidate_scales,
     check_concentration,
     check_search_memory,
+    n_candidates,
 )
 from ._ridge.banded_bootstrap import HeldBands
 from ._ridge.cv import cv_scheme
@@ -127,9 +129,15 @@ default=None
 default=100
         int m: m candidates, the first weighting every band equally, the
         others Dirichlet draws whose concentration cycles through
-        ``concentration``, from ``random_state``. An array: explicit
-        candidates, non-negative, no row all zero, each row divided by its
-        sum. With one band there is one candidate, weight 1. A weight below
+        ``concentration`` (candidate k at ``concentration[k % len]``), from
+        ``random_state``: for an int ``random_state`` below 2**32, exactly
+        himalaya's random search's candidates (see
+        :func:`skbatch._ridge.banded.band_candidates`). A count whose
+        candidates cannot fit the memory budget is refused before any is
+        drawn. An array: explicit candidates, non-negative and finite, no
+        row all zero, each row divided by its largest value and then by its
+        sum (so ``[[1e308, 1e308]]`` is ``[[0.5, 0.5]]``). With one band
+        there is one candidate, weight 1. A weight below
         1e-12 of its row's largest is taken as 0 (that band's alpha would be
         1e12 times the others', its coefficients 0 to rounding, and its
         rescaled columns beyond what the SVD resolves).
@@ -367,19 +375,31 @@ default=None
         n_samples, n_features = X.shape
         columns, names = check_bands(self.bands, n_features)
         weights = check_band_weights(self.band_weights, len(columns))
-        candidates = band_candidates(
-            weights, len(columns), concentration, self.random_state
-        )
+        count = n_candidates(weights, len(columns))
         n_targets = Y.shape[1]
         groups = check_groups(host_input(groups)[0], n_samples)
         scheme.split(
             X, None if out_of_core else y, sample_weight, self.scoring, groups=groups
         )
-        flops = fit_flops(
-            n_samples, n_features, n_targets, alphas.size, scheme, len(candidates)
-        )
+        flops = fit_flops(n_samples, n_features, n_targets, alphas.size, scheme, count)
         self.backend_ = resolve_backend(self.device, flops=flops)
         self.dtype_ = resolve_dtype(self.dtype, self.backend_, X.dtype)
+        # From the count alone: a count too large is refused before its draw.
+        check_candidate_count(
+            weights,
+            columns,
+            n_samples,
+            scheme,
+            self.dtype_,
+            self.backend_,
+            self.max_memory_gb,
+            n_targets=n_targets,
+            n_alphas=alphas.size,
+            store_cv_results=self.store_cv_results,
+        )
+        candidates = band_candidates(
+            weights, len(columns), concentration, self.random_state
+        )
         check_candidate_scales(
             X,
             columns,
@@ -388,6 +408,7 @@ default=None
             self.backend_,
             fit_intercept=self.fit_intercept,
             sample_weight=sample_weight,
+            alphas=alphas,
         )
         targets = checked_targets(X, Y, self.dtype_, out_of_core)
         design = BandedDesign(X, columns, candidates)
@@ -476,10 +497,17 @@ default=None
         )
         warn_at_grid_edges(alphas, best, scores, no_model)
         _warn_coarse_candidates(candidates, chosen)
-        if alphas.size > 1 and (self.cv is None or isinstance(self.cv, str)):
-            warn_if_autocorrelated(
-                X, targets, coef, intercept, groups, self.cv, stacklevel=4
-            )
+        warn_if_autocorrelated(
+            X,
+            targets,
+            coef,
+            intercept,
+            groups,
+            self.cv,
+            n_alphas=alphas.size,
+            n_candidates=len(candidates),
+            stacklevel=4,
+        )
         if self.verbose:
             counts = np.bincount(chosen, minlength=len(candidates))
             top = np.argsort(-counts, kind="stable")[:5]
@@ -565,8 +593,9 @@ default=None
         bands in proportion to their share of the prediction's variance,
         ``pi_b = <P_b, P> / ||P||^2`` (equal shares when ``P`` is 0):
         ``share_b = c_b + pi_b (R^2 - sum_b c_b)``. On the training rows with
-        an intercept ``d`` is 0, and the shares are himalaya's. A constant
-        target (``S`` = 0) has ``c_b = 0``: its R^2 (1 or 0, as
+        an intercept ``d`` is 0, and the shares are himalaya's. A target
+        constant on the rows scored (``S`` = 0 to rounding, weighted, as
+        every score decides it) has ``c_b = 0``: its R^2 (1 or 0, as
         :meth:`score_per_target` gives it) is split by ``pi_b``.
 
         With ``sample_weight``, every mean, inner product and norm above is
@@ -625,22 +654,33 @@ default=None
             shares[:, block] = _product_measure(
                 parts, Y[:, block], intercept[block], weight
             )
+        # Once for all blocks: the R^2 of fewer than 2 rows is undefined.
+        _linalg.warn_undefined(
+            shares.sum(axis=0), "r2", n_rows=X.shape[0], stacklevel=2
+        )
         return shares
 
 
 def _product_measure(parts, Y, intercept, weight=None):
     """Shares (n_bands, t) of R^2 from band predictions (n_bands, n, t), the
-    rows weighted by ``weight`` (n,) or not."""
+    rows weighted by ``weight`` (n,) or not.
+
+    R^2 and the targets' deviations and constancy are those of every score
+    (:func:`skbatch._linalg.score_per_target`, :func:`~skbatch._linalg.target_spread`).
+    """
     predictions = parts.sum(axis=0) + intercept
-    r2 = _linalg.score_per_target(Y, predictions, "r2", sample_weight=weight, xp=np)
+    r2 = _linalg.score_per_target(
+        Y, predictions, "r2", sample_weight=weight, warn=False, xp=np
+    )
+    spread = _linalg.target_spread(Y, weight, deviations=True, xp=np)
     w = np.ones((Y.shape[0], 1)) if weight is None else weight[:, None]
-    Y_c = Y - np.average(Y, axis=0, weights=weight)
+    Y_c = spread.deviations
     P_b = parts - np.average(parts, axis=1, weights=weight)[:, None, :]
     P = P_b.sum(axis=0)
     S = np.sum(w * Y_c**2, axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):
         centred = np.sum(w * P_b * (2 * Y_c - P), axis=1) / S
-        centred = np.where(S > 0, centred, 0.0)
+        centred = np.where(spread.constant, 0.0, centred)
         power = np.sum(w * P**2, axis=0)
         pi = np.sum(w * P_b * P, axis=1) / power
         pi = np.where(power > 0, pi, 1.0 / parts.shape[0])

@@ -62,7 +62,7 @@ from sklearn.utils import _safe_indexing, get_tags
 from sklearn.utils.metaestimators import _safe_split
 from sklearn.utils.validation import _check_method_params
 
-from . import _backends
+from . import _backends, _linalg
 from ._base import (
     WrapperMixin,
     atomic_fit,
@@ -113,15 +113,13 @@ def _pearson(y_true, y_pred, *, multioutput="raw_values"):
     """Pearson correlation of each column; NaN where it is undefined.
 
     Undefined: fewer than 2 rows, or a constant column (as ``np.corrcoef``).
+    The correlation of every path, that of the ridge fast path included
+    (:func:`skbatch._linalg.score_per_target`); NaN is reported by the
+    scorer once, not per fold.
     """
-    y_true = np.asarray(y_true, dtype=np.float64).reshape(len(y_true), -1)
-    y_pred = np.asarray(y_pred, dtype=np.float64).reshape(len(y_pred), -1)
-    y_true = y_true - y_true.mean(axis=0)
-    y_pred = y_pred - y_pred.mean(axis=0)
-    norms = np.linalg.norm(y_true, axis=0) * np.linalg.norm(y_pred, axis=0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = np.sum(y_true * y_pred, axis=0) / norms
-    r = np.where(norms > 0, np.clip(r, -1.0, 1.0), np.nan)
+    y_true = np.asarray(y_true).reshape(len(y_true), -1)
+    y_pred = np.asarray(y_pred).reshape(len(y_pred), -1)
+    r = _linalg.score_per_target(y_true, y_pred, "correlation", warn=False, xp=np)
     return r if multioutput == "raw_values" else float(np.mean(r))
 
 
@@ -326,9 +324,11 @@ def _null_scores_task(
     scores = []
     for perm in indices:
         permuted = _safe_indexing(y, perm)
-        if hasattr(permuted, "iloc"):
+        if hasattr(y, "index") and hasattr(permuted, "set_axis"):
             # The permuted values on y's own index: pandas code that aligns
             # on it (X.join(y)) would otherwise put the rows back in order.
+            # A frame that is only row-sliceable (``iloc``, as scikit-learn
+            # slices it) has no index to keep, and is passed as sliced.
             permuted = permuted.set_axis(y.index, axis=0)
         folds = splits
         if folds is None:
@@ -989,7 +989,9 @@ default="shuffle"
         # allows. A BatchedRidge computes in its own dtype.
         own_dtype = spec.dtype != "input"
         dtype = resolve_dtype(spec.dtype, backend, input_dtype if own_dtype else None)
-        check_column_scales(X, dtype, backend, fit_intercept=spec.fit_intercept)
+        check_column_scales(
+            X, dtype, backend, fit_intercept=spec.fit_intercept, alphas=spec.alphas
+        )
 
         def inner_scheme(X_train, Y_train, train):
             groups = None if inner_groups is None else inner_groups[train]

@@ -88,18 +88,25 @@ AUTOCORRELATION_TARGETS = 64
 class AutocorrelationWarning(UserWarning):
     """The data are autocorrelated where the chosen method assumes they are not.
 
-    Raised by :class:`BatchedRidge` when exact leave-one-out or GCV chooses
-    alpha on targets whose residuals are clearly autocorrelated (time
-    series): a leave-one-run-out CV is then the right choice. A subclass of
+    Raised by :class:`BatchedRidge` (and :class:`BandedRidge`) when exact
+    leave-one-out or GCV chooses alpha (or band weights) on targets whose
+    residuals are clearly autocorrelated (time series): a leave-one-run-out
+    CV is then the right choice. A subclass of
     ``UserWarning``, so that ``warnings.filterwarnings`` can single it out.
     """
 
 
-def warn_if_autocorrelated(X, targets, coef, intercept, groups, cv, *, stacklevel):
-    """Warn when LOO or GCV chose alpha on autocorrelated residuals.
+def warn_if_autocorrelated(
+    X, targets, coef, intercept, groups, cv, *, n_alphas, n_candidates=1, stacklevel
+):
+    """Warn when LOO or GCV chose anything on autocorrelated residuals.
 
-    The residuals of the fit of up to :data:`AUTOCORRELATION_TARGETS`
-    targets (evenly spaced; the first ones of targets on disk, one read),
+    Something is chosen when there is more than one alpha (``n_alphas``) or
+    more than one candidate of band weights (``n_candidates``, a
+    ``BandedRidge`` search); nothing is checked otherwise, nor under a
+    K-fold ``cv`` (a splitter by runs is the remedy). The residuals of the
+    fit of up to :data:`AUTOCORRELATION_TARGETS` targets (evenly spaced;
+    the first ones of targets on disk, one read),
     their lag-1 autocorrelation within the runs ``groups``
     (:func:`skbatch._timeseries.lag1_autocorrelation`), and its median over
     those targets against :data:`LOO_AUTOCORRELATION_WARN` and
@@ -108,6 +115,13 @@ def warn_if_autocorrelated(X, targets, coef, intercept, groups, cv, *, stackleve
     A dask ``y`` with a cluster active is not checked: its blocks are
     computed on the workers only, never in the calling process.
     """
+    chosen = [
+        name
+        for name, count in (("alpha", n_alphas), ("band weights", n_candidates))
+        if count > 1
+    ]
+    if not chosen or not (cv is None or isinstance(cv, str)):
+        return
     if targets.kind == "dask" and active_dask_client() is not None:
         return
     n_targets = coef.shape[0]
@@ -127,12 +141,15 @@ def warn_if_autocorrelated(X, targets, coef, intercept, groups, cv, *, stackleve
     median, threshold, n_series = found
     scheme = "leave-one-out" if cv is None else "generalized cross-validation"
     where = "within the runs of groups" if groups is not None else "over all rows"
+    what = " and ".join(chosen)
+    verb = "were" if chosen[-1] == "band weights" else "was"
     warnings.warn(
-        f"alpha was chosen by {scheme} (cv={cv!r}) on targets whose residuals are "
-        f"autocorrelated: median lag-1 autocorrelation {median:.2f} {where} over "
-        f"{n_series} targets, above {threshold:.2f}. Neighbouring rows of a time "
-        f"series predict a left-out row, so {scheme} favours too small alphas. "
-        f"Use cv=LeaveOneGroupOut() (or GroupKFold) with fit(X, y, groups=runs).",
+        f"{what} {verb} chosen by {scheme} (cv={cv!r}) on targets whose residuals "
+        f"are autocorrelated: median lag-1 autocorrelation {median:.2f} {where} "
+        f"over {n_series} targets, above {threshold:.2f}. Neighbouring rows of a "
+        f"time series predict a left-out row, so {scheme} favours too little "
+        f"regularisation. Use cv=LeaveOneGroupOut() (or GroupKFold) with "
+        f"fit(X, y, groups=runs).",
         AutocorrelationWarning,
         stacklevel=stacklevel,
     )
@@ -621,6 +638,7 @@ class LinearPredictMixin:
                 block.T.astype(np.float64),
                 scoring,
                 sample_weight=sample_weight,
+                warn=False,
             )
 
         self._predict_batches(
@@ -632,6 +650,8 @@ class LinearPredictMixin:
             # predictions.
             reader_bytes_per_item=targets.host_bytes_per_column + 16 * n_samples,
         )
+        # Once for all batches, past this method and score_per_target.
+        _linalg.warn_undefined(scores, scoring, n_rows=n_samples, stacklevel=3)
         return scores
 
 
@@ -948,7 +968,12 @@ default=None
         self.backend_ = resolve_backend(self.device, flops=flops)
         self.dtype_ = resolve_dtype(self.dtype, self.backend_, X.dtype)
         check_column_scales(
-            X, self.dtype_, self.backend_, fit_intercept=self.fit_intercept
+            X,
+            self.dtype_,
+            self.backend_,
+            fit_intercept=self.fit_intercept,
+            sample_weight=sample_weight,
+            alphas=alphas,
         )
         targets = checked_targets(X, Y, self.dtype_, out_of_core)
         check_solver_memory(
@@ -1003,10 +1028,16 @@ default=None
                 return None if limit is None else np.mean(limit[scored])[None]
 
             warn_at_grid_edges(alphas, best[:1], mean_scores[None], mean_no_model)
-        if alphas.size > 1 and (self.cv is None or isinstance(self.cv, str)):
-            warn_if_autocorrelated(
-                X, targets, coef, intercept, groups, self.cv, stacklevel=4
-            )
+        warn_if_autocorrelated(
+            X,
+            targets,
+            coef,
+            intercept,
+            groups,
+            self.cv,
+            n_alphas=alphas.size,
+            stacklevel=4,
+        )
         one_target = not out_of_core and y.ndim == 1
         if one_target:
             self.alpha_ = float(alphas[best[0]])

@@ -265,12 +265,14 @@ def test_random_candidates():
     other = BandedRidge(three, band_weights=30, alphas=ALPHAS, random_state=1)
     assert not np.allclose(other.fit(X, Y).candidates_[1:], candidates[1:])
     assert np.unique(candidates, axis=0).shape[0] == 30
-    # Concentrations cycle: sparse draws at odd positions, flat ones at even.
+    # Concentrations cycle as himalaya's: candidate k at concentration
+    # k % 2, sparse draws at even positions (after the equal first), flat
+    # ones at odd.
     cycled = BandedRidge(
         three, band_weights=41, concentration=(0.01, 1000.0), alphas=ALPHAS
     ).fit(X, Y)
-    assert np.median(cycled.candidates_[1::2].max(axis=1)) > 0.95
-    assert np.all(cycled.candidates_[2::2].max(axis=1) < 0.45)
+    assert np.median(cycled.candidates_[2::2].max(axis=1)) > 0.95
+    assert np.all(cycled.candidates_[1::2].max(axis=1) < 0.45)
 
 
 def check_no_svd(monkeypatch):

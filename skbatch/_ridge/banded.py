@@ -8,8 +8,9 @@ rescaling of X and one :class:`~skbatch._ridge.problems.RidgeSolver` (one
 SVD, or one per fold), serving every target and every alpha. A band of
 weight 0 is left out of ``Z``: its coefficients are exactly 0.
 
-- :func:`check_bands`, :func:`check_band_weights`, :func:`check_concentration`
-  and :func:`band_candidates`: the parameters, checked before any work, and
+- :func:`check_bands`, :func:`check_band_weights`, :func:`check_concentration`,
+  :func:`check_candidate_count` and :func:`band_candidates`: the parameters,
+  checked before any work (the count of candidates before any is drawn), and
   the candidates (the first equal, then Dirichlet draws);
 - :class:`BandedDesign`: the rescaled design of each candidate;
 - :class:`BandedSearchProblem`: the targets, each keeping its best
@@ -41,7 +42,7 @@ from .problems import (
     check_held_memory,
     device_scores,
 )
-from .spec import RidgeSpec, centred_column_norms, decomposed_dtype
+from .spec import RidgeSpec, centred_column_norms, decomposed_dtype, smallest_alpha
 
 # Band weights below this share of their candidate's largest are 0 (drawn or
 # given: himalaya's draws hold weights of 1e-15): such a band's alpha is
@@ -61,8 +62,10 @@ __all__ = [
     "BandedSearchProblem",
     "band_candidates",
     "banded_spec",
+    "n_candidates",
     "check_band_weights",
     "check_bands",
+    "check_candidate_count",
     "check_candidate_scales",
     "check_concentration",
     "check_search_memory",
@@ -266,14 +269,36 @@ def check_band_weights(band_weights, n_bands):
             f"{np.count_nonzero(~(values >= 0) | ~np.isfinite(values))} value(s) "
             "that are not"
         )
-    totals = values.sum(axis=1)
-    zero = np.flatnonzero(totals == 0)
+    zero = np.flatnonzero(values.max(axis=1) == 0)
     if zero.size:
         raise ValueError(
             f"band_weights row {int(zero[0])} is all zero: every candidate needs "
             f"a band of positive weight"
         )
-    return values / totals[:, None]
+    return _normalised(values)
+
+
+def _normalised(values):
+    """Rows of non-negative finite values, none all zero, divided by their
+    sums. Each row is first scaled by the power of two that brings its
+    largest value into [0.5, 1), so that its sum is at most n_bands: a row of
+    finite values whose sum overflows (``[1e308, 1e308]``) is normalised
+    exactly (``[0.5, 0.5]``). A power of two scales without rounding, so
+    every other row is divided by its sum to the last bit as before (only
+    values below 2**-1000 of their row's largest, far below
+    :data:`WEIGHT_FLOOR`, can lose bits as subnormals)."""
+    _, exponent = np.frexp(values.max(axis=1, keepdims=True))
+    values = np.ldexp(values, -exponent)
+    return values / values.sum(axis=1, keepdims=True)
+
+
+def n_candidates(band_weights, n_bands):
+    """The number of candidates of checked ``band_weights``
+    (:func:`check_band_weights`), from the count or the array alone,
+    nothing drawn: a count draws one with one band (:func:`band_candidates`)."""
+    if not isinstance(band_weights, int):
+        return len(band_weights)
+    return 1 if n_bands == 1 else band_weights
 
 
 def band_candidates(band_weights, n_bands, concentration, random_state):
@@ -281,34 +306,75 @@ def band_candidates(band_weights, n_bands, concentration, random_state):
 
     For an int m: m candidates, the first weighting every band equally, the
     others Dirichlet draws whose concentration cycles through
-    ``concentration``, from ``random_state`` alone (as himalaya's random
-    search draws them). One band has one candidate, weight 1. Weights below
-    :data:`WEIGHT_FLOOR` of their row's largest are 0.
+    ``concentration`` (candidate k draws at ``concentration[k % len]``), as
+    himalaya's random search (``himalaya.ridge.solve_banded_ridge_random_search``)
+    draws them: its ``generate_dirichlet_samples(m, n_bands, concentration,
+    random_state)``, every concentration's draws in one block of
+    ``ceil(m / len)`` from a legacy ``numpy.random.RandomState``, the rows
+    interleaved, the first then replaced by the equal weights. The draws
+    equal himalaya's for an int ``random_state`` below 2**32 (a
+    ``RandomState(random_state)`` both); another ``random_state`` seeds the
+    RandomState with the entropy it gives
+    (:func:`skbatch.random.resolve_entropy`), where himalaya would draw from
+    a RandomState instance itself. Unlike himalaya, a draw that float64
+    cannot hold (a tiny concentration: every weight 0 or NaN) is a vertex
+    of the simplex, drawn after all the others, and weights below
+    :data:`WEIGHT_FLOOR` of their row's largest are 0. One band has one
+    candidate, weight 1.
     """
     if not isinstance(band_weights, int):
         return _floored(band_weights)
     if n_bands == 1:
         return np.ones((1, 1))
-    rng = np.random.default_rng(resolve_entropy(random_state))
-    candidates = np.empty((band_weights, n_bands))
+    rng = _legacy_rng(resolve_entropy(random_state))
+    per_concentration = -(-band_weights // concentration.size)
+    blocks = np.stack(
+        [
+            rng.dirichlet(np.full(n_bands, scale), per_concentration)
+            for scale in concentration
+        ]
+    )
+    # (concentration, draw, band) -> draw k at concentration k % len.
+    candidates = np.swapaxes(blocks, 0, 1).reshape(-1, n_bands)[:band_weights]
     candidates[0] = 1.0 / n_bands
-    for i in range(1, band_weights):
-        scale = concentration[(i - 1) % concentration.size]
-        draw = rng.dirichlet(np.full(n_bands, scale))
-        # A tiny concentration can draw all weights as 0 or NaN in float64:
-        # the limit, a vertex of the simplex, at the largest gamma draw.
-        if not (np.all(np.isfinite(draw)) and draw.sum() > 0):
-            draw = np.eye(n_bands)[rng.integers(n_bands)]
-        candidates[i] = draw / draw.sum()
+    # A tiny concentration can draw all weights as 0 or NaN in float64: the
+    # limit, a vertex of the simplex.
+    lost = np.flatnonzero(
+        ~(np.all(np.isfinite(candidates), axis=1) & (candidates.sum(axis=1) > 0))
+    )
+    candidates[lost] = np.eye(n_bands)[rng.randint(n_bands, size=lost.size)]
     return _floored(candidates)
 
 
+# Seeds that numpy's legacy RandomState takes as one 32-bit word (MT19937's
+# init_genrand, as himalaya's RandomState(int) seeds): below this.
+LEGACY_SEED_LIMIT = 2**32
+
+
+def _legacy_rng(entropy):
+    """The RandomState that himalaya's ``check_random_state(entropy)`` gives
+    for an entropy below :data:`LEGACY_SEED_LIMIT`; larger entropy seeds
+    MT19937 through a SeedSequence."""
+    if entropy < LEGACY_SEED_LIMIT:
+        return np.random.RandomState(entropy)
+    return np.random.RandomState(np.random.MT19937(entropy))
+
+
 def check_candidate_scales(
-    X, columns, candidates, dtype, backend, *, fit_intercept, sample_weight=None
+    X,
+    columns,
+    candidates,
+    dtype,
+    backend,
+    *,
+    fit_intercept,
+    sample_weight=None,
+    alphas=None,
 ):
     """Refuse, before any work, X or a candidate whose rescaled columns are on
     scales too far apart for the SVD (:func:`skbatch._linalg.
-    max_column_spread`): X's own spread first, as every ridge refuses it,
+    check_column_spread`, for alphas from the smallest of ``alphas`` on;
+    None: least squares): X's own spread first, as every ridge refuses it,
     then each candidate's, its bands' columns times the square roots of
     their weights. The second names ``band_weights``, the candidate and both
     spreads: a weight small beside X's spread makes a design that the weight
@@ -319,22 +385,28 @@ def check_candidate_scales(
         # The estimator's own check of X refuses NaN and inf, naming them.
         return
     decomposed = decomposed_dtype(dtype, backend)
+    alpha = smallest_alpha(alphas)
     # array_api_compat's numpy namespace: numpy 1.x has no astype function.
     xp = array_namespace(norms)
     spread = _linalg.column_spread(norms, xp)
-    _linalg.check_column_spread(*spread, decomposed)
+    _linalg.check_column_spread(
+        *spread, decomposed, alpha=alpha, norm=_linalg.frobenius_norm(norms, xp)
+    )
     limit = _linalg.max_column_spread(decomposed)
     for c, gamma in enumerate(candidates):
         scaled = np.concatenate(
             [norms[cols] * np.sqrt(gamma[b]) for b, cols in enumerate(columns)]
         )
         ratio = _linalg.column_spread(scaled, xp)[0]
-        if ratio > limit:
+        norm = _linalg.frobenius_norm(scaled, xp)
+        needed = _linalg.shrinking_alpha(norm, decomposed)
+        if ratio > limit and alpha < needed:
             raise ValueError(
                 f"band_weights: candidate {c} ({np.array2string(gamma, precision=3)}) "
                 f"rescales X's columns to norms {ratio:.3g} times apart (X's own: "
                 f"{spread[0]:.3g}), beyond the {limit:.2g} a ridge solve in "
-                f"{decomposed} resolves. Rescale the bands to similar scales "
+                f"{decomposed} resolves for alphas below {needed:.2g} (the "
+                f"smallest is {alpha:.3g}). Rescale the bands to similar scales "
                 f"(e.g. sklearn.preprocessing.StandardScaler), or give "
                 f"band_weights without weights that small (drawn candidates: a "
                 f"larger concentration)."
@@ -349,7 +421,7 @@ def _floored(candidates):
         0.0,
         candidates,
     )
-    return candidates / candidates.sum(axis=1, keepdims=True)
+    return _normalised(candidates)
 
 
 class BandedDesign:
@@ -370,8 +442,15 @@ class BandedDesign:
         self.X, self.columns, self.candidates = X, columns, candidates
         n_features = X.shape[1]
         self.kept, self.scales = [], []
-        for gamma in candidates:
+        for c, gamma in enumerate(candidates):
             bands = np.flatnonzero(gamma > 0)
+            if bands.size == 0 or not np.all(np.isfinite(gamma)):
+                # check_band_weights and band_candidates give none such.
+                raise ValueError(
+                    f"band_weights: candidate {c} ({gamma!r}) has no band of "
+                    f"positive weight or a weight that is not finite; every "
+                    f"candidate needs finite non-negative weights, one positive"
+                )
             kept = np.concatenate([columns[b] for b in bands])
             order = np.argsort(kept)
             scale = np.concatenate(
@@ -623,31 +702,118 @@ class CandidateBasis:
         self.scale = backend.asarray(scale, factors.dtype)
         self.coords = None
         self.folds = [
-            lambda fold=fold: self._fold(*fold) for fold in factors.folds
+            lambda fold=fold, alpha=0.0: self._fold(*fold, alpha=alpha)
+            for fold in factors.folds
         ] or None
         self._xp = xp
 
-    def _svd(self, R, n_rows):
+    def _svd(self, R, n_rows, alpha):
         xp, dtype = self._xp, self.scale.dtype
         scale = xp.astype(self.scale, R.dtype, copy=False)
         columns = xp.take(R, self.kept, axis=1) * scale
-        coords, s, Vt = _linalg.svd_decompose(columns, n_rows=n_rows, xp=xp)
+        coords, s, Vt = _linalg.svd_decompose(
+            columns, n_rows=n_rows, alpha=alpha, xp=xp
+        )
         return (xp.astype(a, dtype, copy=False) for a in (coords, s, Vt))
 
-    def full(self):
+    def full(self, alpha=0.0):
+        """The SVD of the candidate's design, for alphas from ``alpha`` on."""
         factors, xp = self.factors, self._xp
-        coords, s, Vt = self._svd(factors.R, factors.n_samples)
+        coords, s, Vt = self._svd(factors.R, factors.n_samples, alpha)
         self.coords = coords
         X_offset = xp.take(factors.X_offset, self.kept, axis=0) * self.scale
         U = factors.Q @ coords if factors.forms_basis else None
         return X_offset, U, s, Vt
 
-    def _fold(self, projector, R, X_test, n_train):
+    def _fold(self, projector, R, X_test, n_train, alpha):
         xp = self._xp
-        coords, s, Vt = self._svd(R, n_train)
+        coords, s, Vt = self._svd(R, n_train, alpha)
         X_test_V = (xp.take(X_test, self.kept, axis=1) * self.scale) @ Vt.T
         # No U of its own: the search scores the fold from the shared Q'Y.
         return None, s, X_test_V, coords
+
+
+# Copies of the candidates' table (n_candidates x n_bands, float64) at the
+# peak of band_candidates: the Dirichlet blocks, their interleaved copy and
+# the two of the floor's normalisation.
+CANDIDATE_TABLE_COPIES = 4
+
+
+def check_candidate_count(
+    band_weights,
+    columns,
+    n_samples,
+    scheme,
+    dtype,
+    backend,
+    max_memory_gb,
+    *,
+    n_targets,
+    n_alphas,
+    store_cv_results,
+):
+    """Refuse, from the count of candidates alone, before any is drawn, a
+    ``band_weights`` whose search cannot fit the budget.
+
+    What any candidates of that count hold at the least, each keeping only
+    the narrowest band (a drawn candidate's bands are known once drawn: the
+    exact figure is :func:`check_search_memory`'s, after the draw): on the
+    host, the candidates' table (:data:`CANDIDATE_TABLE_COPIES` copies at
+    the draw), each design's kept columns and scales, and the results of
+    every target; on the device, each candidate's decompositions
+    (:meth:`CandidateBasis.nbytes` on shared factors, with the factors; else
+    :meth:`RidgeSolver.held_nbytes`). The arithmetic is on Python ints: any
+    count is refused in microseconds.
+
+    Parameters
+    ----------
+    band_weights : int or ndarray
+        As :func:`check_band_weights` returns it.
+    columns : list of ndarray
+        The columns of each band (:func:`check_bands`).
+
+    Raises
+    ------
+    ValueError
+        Naming ``band_weights``, the bytes needed, the budget and the fix.
+    """
+    count = n_candidates(band_weights, len(columns))
+    itemsize = np.dtype(dtype).itemsize
+    n_features = sum(cols.size for cols in columns)
+    narrowest = min(cols.size for cols in columns)
+    if SharedFactors.applies(count, n_samples, n_features, scheme):
+        device = SharedFactors.nbytes(
+            n_samples, n_features, scheme, itemsize
+        ) + count * CandidateBasis.nbytes(
+            n_samples, n_features, narrowest, scheme, itemsize
+        )
+    else:
+        device = count * RidgeSolver.held_nbytes(n_samples, narrowest, scheme, itemsize)
+    table = 8 * count * len(columns) * CANDIDATE_TABLE_COPIES
+    designs = count * (np.dtype(np.intp).itemsize + 8) * narrowest
+    stored = count if store_cv_results else 0
+    host = table + designs + results_bytes(n_targets, n_features, n_alphas, stored)
+    given = (
+        f"band_weights={band_weights}"
+        if isinstance(band_weights, int)
+        else f"band_weights of {count:,} rows"
+    )
+    check_held_memory(
+        "BandedRidge",
+        device,
+        host,
+        backend,
+        max_memory_gb,
+        held=(
+            f"{given}: at least the table of {count:,} candidates and their "
+            f"decompositions of X ({n_samples} x {n_features})"
+        ),
+        results=f"{given}: at least the table of {count:,} candidates",
+        fix=(
+            "use fewer candidates (band_weights; the default draws 100), or "
+            "raise max_memory_gb (or free memory)"
+        ),
+    )
 
 
 def check_search_memory(
@@ -1014,6 +1180,50 @@ class BandedPermutedProblem(PermutedRidgeProblem):
         _, per_target = self.held_bytes(X, splits, spec, schemes, itemsize)
         self.device_bytes_per_item += (
             CV_WORKSPACE_OVERHEAD * itemsize * self.n_targets * per_target
+        )
+
+    @classmethod
+    def check_memory(
+        cls,
+        X,
+        Y,
+        splits,
+        spec,
+        schemes,
+        backend,
+        dtype,
+        *,
+        n_permutations,
+        max_memory_gb,
+    ):
+        """As :meth:`PermutedRidgeProblem.check_memory`, after a check of the
+        count of candidates alone on the largest outer fold
+        (:func:`check_candidate_count`): :meth:`held_bytes` draws them."""
+        columns, _ = check_bands(spec.bands, X.shape[1])
+        weights = check_band_weights(spec.band_weights, len(columns))
+        largest = max(range(len(splits)), key=lambda k: len(splits[k][0]))
+        check_candidate_count(
+            weights,
+            columns,
+            len(splits[largest][0]),
+            schemes[largest],
+            dtype,
+            backend,
+            max_memory_gb,
+            n_targets=Y.shape[1],
+            n_alphas=spec.alphas.size,
+            store_cv_results=False,
+        )
+        super().check_memory(
+            X,
+            Y,
+            splits,
+            spec,
+            schemes,
+            backend,
+            dtype,
+            n_permutations=n_permutations,
+            max_memory_gb=max_memory_gb,
         )
 
     @classmethod

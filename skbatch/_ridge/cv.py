@@ -110,13 +110,17 @@ class CVScheme:
     #: ``UtY``: a design of a shared factorisation then forms it once.
     reads_basis = True
 
-    def decompose(self, X, weight, backend, *, fit_intercept, full, folds=None):
+    def decompose(
+        self, X, weight, backend, *, fit_intercept, full, folds=None, alpha=0.0
+    ):
         """``(full(), state)``: the SVD of all rows, and what :meth:`scores` reads.
 
         ``full`` decomposes all rows; a scheme with decompositions of its own
         runs them side by side with it. ``folds``, one callable per split
         giving ``(U, s, X_test_V, coords)``, decomposes them in place of the
-        scheme (:class:`skbatch._ridge.banded.SharedFactors`).
+        scheme (:class:`skbatch._ridge.banded.SharedFactors`). ``alpha``, the
+        smallest alpha solved, is that of the scheme's own SVDs
+        (:func:`skbatch._linalg.svd_decompose`).
         """
         return full(), None
 
@@ -171,7 +175,7 @@ class LeaveOneOut(CVScheme):
         if scoring is None:
             return -(weight @ errors**2) / n_samples
         return _linalg.score_per_target(
-            Y, Y - errors, scoring, sample_weight=sample_weight, xp=np
+            Y, Y - errors, scoring, sample_weight=sample_weight, warn=False, xp=np
         )
 
     def scores(self, solver, state, Y, Y_centered, Y_offset, UtY, shared=None):
@@ -272,12 +276,20 @@ class KFold(CVScheme):
     reads_projection = False
     reads_basis = False
 
-    def decompose(self, X, weight, backend, *, fit_intercept, full, folds=None):
+    def decompose(
+        self, X, weight, backend, *, fit_intercept, full, folds=None, alpha=0.0
+    ):
         bases = [None] * len(self.splits) if folds is None else folds
 
         def fold(split, basis):
             return _Fold(
-                X, weight, *split, backend, fit_intercept=fit_intercept, basis=basis
+                X,
+                weight,
+                *split,
+                backend,
+                fit_intercept=fit_intercept,
+                basis=basis,
+                alpha=alpha,
             )
 
         # All rows and every fold: independent decompositions, side by side.
@@ -351,6 +363,7 @@ class KFold(CVScheme):
                 np.broadcast_to(prediction, (len(test), Y.shape[1])),
                 scoring,
                 sample_weight=None if sample_weight is None else sample_weight[test],
+                warn=False,
                 xp=np,
             )
         return total / len(self.splits)
@@ -437,7 +450,11 @@ def fold_rows(rows, n_samples, fold, part):
 
 
 def _check_splits(splits, cv, sample_weight, scoring):
-    """Refuse folds no ridge can be fit or scored on; warn of undefined scores."""
+    """Refuse folds no ridge can be fit or scored on; warn of undefined scores.
+
+    Run on the host before any decomposition: a refused fit has changed
+    nothing.
+    """
     if not splits:
         raise ValueError(
             f"cv must yield at least one train/test split, got none from cv={cv!r} "
@@ -459,6 +476,13 @@ def _check_splits(splits, cv, sample_weight, scoring):
                 f"sample_weight is 0 on all {len(train)} training rows of cv fold "
                 f"{i}: that fold has nothing to fit; give some of its training "
                 "rows a positive weight or use another cv"
+            )
+        if sample_weight is not None and not np.any(sample_weight[test]):
+            raise ValueError(
+                f"sample_weight is 0 on all {len(test)} test rows of cv fold {i}: "
+                "that fold has nothing to score (every alpha would score NaN on "
+                "it); give some of its test rows a positive weight or use a cv "
+                "whose test folds each hold rows of positive weight"
             )
     sizes = np.array([len(test) for _, test in splits])
     if scoring != "neg_mean_squared_error" and np.any(sizes < MIN_SCORED_ROWS):
@@ -492,7 +516,9 @@ def _row_runs(indices):
 class _Fold(Portable):
     """One train/test split: its training rows decomposed, its rows located."""
 
-    def __init__(self, X, weight, train, test, backend, *, fit_intercept, basis=None):
+    def __init__(
+        self, X, weight, train, test, backend, *, fit_intercept, basis=None, alpha=0.0
+    ):
         xp = backend.xp
         self.xp = xp
         self.train_runs, self.test_runs = _row_runs(train), _row_runs(test)
@@ -517,6 +543,7 @@ class _Fold(Portable):
             xp.take(X, self.test, axis=0),
             fit_intercept=fit_intercept,
             sample_weight=train_weight,
+            alpha=alpha,
             xp=xp,
         )
 

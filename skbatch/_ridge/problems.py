@@ -29,6 +29,7 @@ peak-memory tests of ``tests/test_bootstrap.py``.
 
 import copy
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -136,14 +137,20 @@ class RidgeSolver(Portable):
         )
         self.sample_weight = weight
         self.coords = self._Q = None
+        # The SVDs' resolution of graded columns is judged against the
+        # smallest alpha solved (skbatch._linalg.svd_decompose).
+        alpha = float(np.min(alphas))
         if basis is not None:
+            folds = basis.folds
+            if folds is not None:
+                folds = [functools.partial(fold, alpha=alpha) for fold in folds]
             full_result, self.state = scheme.decompose(
                 X,
                 weight,
                 backend,
                 fit_intercept=fit_intercept,
-                full=basis.full,
-                folds=basis.folds,
+                full=functools.partial(basis.full, alpha=alpha),
+                folds=folds,
             )
             self.X_offset, self.U, self.s, self.Vt = full_result
             self.coords, self._Q = basis.coords, basis.factors.Q
@@ -154,10 +161,10 @@ class RidgeSolver(Portable):
             X_centered, X_offset = _linalg.center(
                 X, weight, fit_intercept=fit_intercept, xp=xp
             )
-            return X_offset, *_linalg.svd_decompose(X_centered, xp=xp)
+            return X_offset, *_linalg.svd_decompose(X_centered, alpha=alpha, xp=xp)
 
         full_result, self.state = scheme.decompose(
-            X, weight, backend, fit_intercept=fit_intercept, full=full
+            X, weight, backend, fit_intercept=fit_intercept, full=full, alpha=alpha
         )
         self.X_offset, self.U, self.s, self.Vt = full_result
 
@@ -168,6 +175,15 @@ class RidgeSolver(Portable):
         return RidgeSolver.nbytes_side_by_side(
             n_samples, [n_features], scheme, itemsize, backend=backend
         )
+
+    @staticmethod
+    def held_nbytes(n_samples, n_features, scheme, itemsize):
+        """Device bytes one solver holds once decomposed, from the shapes: its
+        X and centred copy (2np), its thin SVD (nr + rp) with the rank r at
+        its bound min(n, p) and the scheme's own decompositions."""
+        rank = min(n_samples, n_features)
+        count = 2 * n_samples * n_features + (n_samples + n_features) * rank
+        return itemsize * count + scheme.nbytes(n_features, itemsize)
 
     @staticmethod
     def nbytes_side_by_side(n_samples, widths, scheme, itemsize, *, backend=None):
@@ -184,11 +200,9 @@ class RidgeSolver(Portable):
         as many as the backend runs side by side. ``backend`` None counts as
         the CPU with every SVD at once: the larger figure.
         """
-        held = 0
-        for p in widths:
-            rank = min(n_samples, p)
-            count = 2 * n_samples * p + (n_samples + p) * rank
-            held += itemsize * count + scheme.nbytes(p, itemsize)
+        held = sum(
+            RidgeSolver.held_nbytes(n_samples, p, scheme, itemsize) for p in widths
+        )
         n_svds = len(widths)
         if n_svds == 1:
             n_svds += len(getattr(scheme, "splits", None) or ())
@@ -617,14 +631,21 @@ def device_scores(y_true, y_pred, scoring, xp):
     """
     if isinstance(scoring, tuple):
         return xp.stack([device_scores(y_true, y_pred, s, xp) for s in scoring])
-    dtype = _linalg._criterion_dtype(y_true, xp)
-    y_true = xp.astype(y_true, dtype, copy=False)
-    y_pred = xp.astype(y_pred, dtype, copy=False)
-    if scoring == "neg_root_mean_squared_error":
-        return -xp.sqrt(xp.mean((y_true - y_pred) ** 2, axis=0))
     if scoring == "neg_mean_absolute_error":
-        return -xp.mean(xp.abs(y_true - y_pred), axis=0)
-    return _linalg.score_per_target(y_true, y_pred, scoring or "r2", xp=xp)
+        dtype = _linalg._criterion_dtype(y_true, xp)
+        errors = xp.astype(y_true, dtype, copy=False) - xp.astype(
+            y_pred, dtype, copy=False
+        )
+        return -xp.mean(xp.abs(errors), axis=0)
+    # The scorings of _linalg.score_per_target are computed there alone, the
+    # root of the mean squared error from it. Undefined scores are NaN
+    # without a warning per batch: the permutation scorer reports them.
+    if scoring == "neg_root_mean_squared_error":
+        mse = -_linalg.score_per_target(
+            y_true, y_pred, "neg_mean_squared_error", warn=False, xp=xp
+        )
+        return -xp.sqrt(mse)
+    return _linalg.score_per_target(y_true, y_pred, scoring or "r2", warn=False, xp=xp)
 
 
 # Scorings PermutedRidgeProblem computes on the device, per target. None is
@@ -862,7 +883,6 @@ class PermutedRidgeProblem(Portable):
         scores : device array of shape (b, n_targets)
         """
         xp = self.xp
-        indices = self.backend.asarray(indices)
         permuted = self._permute(indices)
         total = 0.0
         for train, test, solver, X_test_V in self.folds:
@@ -902,9 +922,12 @@ class PermutedRidgeProblem(Portable):
     def _permute(self, indices):
         """``Y[indices[k]]`` for every k, as columns ``k * t + j``: (n, b * t).
 
-        Gathered once per batch; each fold then copies whole rows of it.
+        ``indices`` (b, n) are host row permutations, moved to the device
+        here, where every permutation problem gathers its targets. Gathered
+        once per batch; each fold then copies whole rows of it.
         """
         xp = self.xp
+        indices = self.backend.asarray(indices)
         rows = xp.reshape(xp.permute_dims(indices, (1, 0)), (-1,))
         return xp.reshape(xp.take(self.Y, rows, axis=0), (indices.shape[1], -1))
 

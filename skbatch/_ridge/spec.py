@@ -137,15 +137,20 @@ def resolve_dtype(dtype, backend, input_dtype=None):
     return dtype
 
 
-def check_column_scales(X, dtype, backend, *, fit_intercept=True, sample_weight=None):
+def check_column_scales(
+    X, dtype, backend, *, fit_intercept=True, sample_weight=None, alphas=None
+):
     """Refuse, before any work, features on scales too far apart to solve.
 
     Every ridge path decomposes X by an SVD (:func:`skbatch._linalg.
     svd_decompose`), which resolves a feature only down to about
     ``1 / (BIDIAGONAL_DEFLATION * eps)`` times the norm of the largest one,
-    once centred (4.5e13 in float64). ``dtype`` is the compute dtype: float32
-    is decomposed in float64 on the CPU, in float32 on a GPU. Spreads below
-    that limit that still cannot be resolved are refused by the SVD itself.
+    once centred (4.5e13 in float64), unless the smallest of ``alphas``
+    shrinks the features it cannot resolve to within rounding
+    (:func:`skbatch._linalg.shrinking_alpha`; None: least squares).
+    ``dtype`` is the compute dtype: float32 is decomposed in float64 on the
+    CPU, in float32 on a GPU. Graded features the SVD resolves too coarsely
+    for the smallest alpha are refused by the SVD itself.
 
     Raises
     ------
@@ -165,14 +170,29 @@ def check_column_scales(X, dtype, backend, *, fit_intercept=True, sample_weight=
     Traceback (most recent call last):
     ...
     ValueError: X's feature 1 has a norm (once centred) 1.03e+15 times that of ...
+
+    Alphas that shrink the smaller features to within rounding solve it:
+
+    >>> check_column_scales(X, np.float64, resolve_backend("numpy"), alphas=[1e20])
     """
     norms = centred_column_norms(X, fit_intercept, sample_weight)
     if norms is None:
         # The estimator's own check of X refuses NaN and inf, naming them.
         return
     # array_api_compat's numpy namespace: numpy 1.x has no astype function.
-    spread = _linalg.column_spread(norms, array_namespace(norms))
-    _linalg.check_column_spread(*spread, decomposed_dtype(dtype, backend))
+    xp = array_namespace(norms)
+    spread = _linalg.column_spread(norms, xp)
+    _linalg.check_column_spread(
+        *spread,
+        decomposed_dtype(dtype, backend),
+        alpha=smallest_alpha(alphas),
+        norm=_linalg.frobenius_norm(norms, xp),
+    )
+
+
+def smallest_alpha(alphas):
+    """The smallest of ``alphas`` as a float; 0.0 (least squares) for None."""
+    return 0.0 if alphas is None else float(np.min(alphas))
 
 
 def decomposed_dtype(dtype, backend):
