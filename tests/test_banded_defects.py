@@ -54,7 +54,11 @@ def runs_data(n_targets=4, phi=0.9, seed=0):
 
 
 @pytest.mark.parametrize("permutation_type", ["shuffle", "circular_shift"])
-@pytest.mark.parametrize("library", ["torch", "jax"])
+@pytest.mark.parametrize(
+    # jax compiles every kernel's shape first: over 30 s.
+    "library",
+    ["torch", pytest.param("jax", marks=pytest.mark.slow)],
+)
 def test_banded_permutations_on_array_libraries_equal_numpy(
     library, permutation_type, no_gpu
 ):

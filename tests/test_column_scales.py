@@ -208,7 +208,16 @@ def test_spread_beyond_the_svds_limit_is_refused_before_any_work(monkeypatch):
 # --- float32 accuracy ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("shape", [(100, 50), (200, 50), (300, 20), (50, 100)])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (100, 50),
+        # The sweep over the other shapes takes about 20 s.
+        pytest.param((200, 50), marks=pytest.mark.slow),
+        pytest.param((300, 20), marks=pytest.mark.slow),
+        pytest.param((50, 100), marks=pytest.mark.slow),
+    ],
+)
 def test_float32_coefficients_within_twice_sklearns_float32_error(shape):
     """BatchedRidge(dtype="float32") against a float64 solve of the same
     float32 data: at most twice the error of scikit-learn's most accurate

@@ -84,6 +84,8 @@ def test_a_file_truncated_between_batches_is_refused(kind, tmp_path, monkeypatch
         check_is_fitted(model)
 
 
+# A child process that imports the library: over 10 s.
+@pytest.mark.slow
 def test_a_file_truncated_by_pages_is_refused_before_any_page_is_read(tmp_path):
     # Pages wholly beyond the end of the file fault (SIGBUS) when touched, so
     # the size is checked before a block is copied; in a child process, which
