@@ -10,6 +10,7 @@ import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 from sklearn.linear_model import Ridge
 from sklearn.model_selection import GroupKFold
+from test_ridge import _ar1_runs
 
 import skbatch._ridge.banded
 import skbatch.banded
@@ -29,17 +30,7 @@ BANDS = [0, 0, 1, 1, 1]
 
 def ar1_runs(n_columns, phi, seed, lengths=RUN_LENGTHS):
     """Columns of AR(1) series restarting at every run, and the run labels."""
-    rng = np.random.default_rng(seed)
-    parts = []
-    for length in lengths:
-        noise = rng.standard_normal((length, n_columns))
-        series = np.empty_like(noise)
-        series[0] = noise[0] / np.sqrt(1 - phi**2)
-        for t in range(1, length):
-            series[t] = phi * series[t - 1] + noise[t]
-        parts.append(series)
-    runs = np.repeat(np.arange(len(lengths)), lengths)
-    return np.concatenate(parts), runs
+    return _ar1_runs(lengths, n_columns, phi, seed)
 
 
 def runs_data(n_targets=4, phi=0.9, seed=0):
