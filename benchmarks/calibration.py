@@ -38,6 +38,11 @@ Part 2, bootstrap intervals: how often the 95% percentile interval of
   ``Ridge`` on a zero feature), and the least-squares slope with
   heteroscedastic exponential errors, n=40 (``y = x + |x| (E - 1)``, E
   exponential), iid bootstrap, ``BCA_DATASETS`` data sets each;
+- one-sided 95% intervals (``--only one-sided``), ``alternative="less"``
+  ``(-inf, upper]`` and ``"greater"`` ``[lower, inf)``, percentile and BCa,
+  of the least-squares slope (truth 1) on iid data, n=50, 999 replicates,
+  the same replicates for the four: normal errors, and heteroscedastic
+  exponential errors ``y = x + |x| (E - 1)`` (skewed), each must cover 95%;
 - ``BootstrapEstimator(BandedRidge(...))`` at its chosen band weights and
   alpha (``--only banded-bootstrap``, the banded batched path): y = X w + e,
   5 columns in bands of 2 and 3, n=500, the 95% interval of the first
@@ -70,6 +75,7 @@ Part 3, false discovery rate and exact enumeration (``--only fdr``):
     python benchmarks/calibration.py --full    # 1000 data sets per FWER row
     python benchmarks/calibration.py --only permutation --datasets 200
     python benchmarks/calibration.py --only banded-bootstrap --n-jobs 1
+    python benchmarks/calibration.py --only one-sided
 
 Every row is seeded: the same command prints the same table.
 """
@@ -736,6 +742,78 @@ def bca_table(sizes, n_jobs):
     return lines
 
 
+# Part 2, one-sided intervals (``--only one-sided``): rows, replicates (999:
+# 51 of them beyond the 95% bound, whose Monte Carlo error is then small
+# beside its sampling error), and the (method, alternative) columns, all
+# from the same replicates.
+ONE_SIDED_ROWS = 50
+ONE_SIDED_REPLICATES = 999
+ONE_SIDED_COLUMNS = [
+    (method, alternative)
+    for method in ("percentile", "bca")
+    for alternative in ("less", "greater")
+]
+ONE_SIDED_DESIGNS = [
+    ("LS slope, normal errors, n=50", "normal"),
+    ("LS slope, heteroscedastic exponential errors, n=50", "exponential"),
+]
+
+
+def one_sided_data(seed, design):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(ONE_SIDED_ROWS)
+    if design == "normal":
+        return x[:, None], x + rng.standard_normal(ONE_SIDED_ROWS)
+    return x[:, None], x + np.abs(x) * (rng.exponential(size=ONE_SIDED_ROWS) - 1)
+
+
+def covers_one_sided(seed, design, sizes):
+    """Whether each column's one-sided 95% interval covers the slope 1."""
+    X, y = one_sided_data(seed, design)
+    hits = []
+    for method, alternative in ONE_SIDED_COLUMNS:
+        result = (
+            BootstrapEstimator(
+                LinearRegression(),
+                n_bootstrap=sizes["one_sided_replicates"],
+                ci_method=method,
+                alternative=alternative,
+                random_state=seed,
+                device="cpu",
+            )
+            .fit(X, y)
+            .results_["coef_"]
+        )
+        lower, upper = result.ci_lower[0], result.ci_upper[0]
+        hits.append(bool(lower <= 1.0 <= upper))
+    return hits
+
+
+def one_sided_table(sizes, n_jobs):
+    print(
+        f"\nCoverage of one-sided 95% intervals of a known slope, iid bootstrap: "
+        f"{sizes['coverage_datasets']} data sets per row, "
+        f"{sizes['one_sided_replicates']} replicates, LinearRegression, the "
+        f"same replicates for every column"
+    )
+    columns = [f"{method} {alternative}" for method, alternative in ONE_SIDED_COLUMNS]
+    header = "| data | " + " | ".join(columns) + " |"
+    lines = [header, "|---|" + "---|" * len(columns)]
+    print(header)
+    for name, design in ONE_SIDED_DESIGNS:
+        start = time.perf_counter()
+        hits = np.array(
+            Parallel(n_jobs=n_jobs)(
+                delayed(covers_one_sided)(seed, design, sizes)
+                for seed in range(sizes["coverage_datasets"])
+            )
+        )
+        line = f"| {name} | " + " | ".join(map(interval_cell, hits.T)) + " |"
+        lines.append(line)
+        print(line, f"({time.perf_counter() - start:.0f} s)")
+    return lines
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="the full run")
@@ -747,6 +825,7 @@ def main():
             "fdr",
             "bootstrap",
             "bca",
+            "one-sided",
             "banded-bootstrap",
         ],
     )
@@ -764,6 +843,7 @@ def main():
         "exact_datasets": 4000 if args.full else 1000,
         "bca_datasets": 1000 if args.full else BCA_DATASETS,
         "bca_replicates": BCA_REPLICATES,
+        "one_sided_replicates": ONE_SIDED_REPLICATES,
     }
     if args.datasets:
         sizes["datasets"] = args.datasets
@@ -779,6 +859,8 @@ def main():
         coverage_table(sizes, args.n_jobs)
     if args.only in (None, "bootstrap", "bca"):
         bca_table(sizes, args.n_jobs)
+    if args.only in (None, "bootstrap", "one-sided"):
+        one_sided_table(sizes, args.n_jobs)
     if args.only in (None, "banded-bootstrap"):
         banded_coverage_table(sizes, args.n_jobs)
     print(f"\ntotal {time.perf_counter() - start:.0f} s")

@@ -228,7 +228,7 @@ def refit_window(max_memory_gb, n_jobs, data, summaries, n_samples, size, refuse
 
 
 def bca_summary_bytes(
-    shape, n_bootstrap, confidence_level, *, keep_samples, copy_samples
+    shape, n_bootstrap, confidence_level, *, keep_samples, copy_samples, n_bounds=2
 ):
     """Host bytes that the BCa summaries of one attribute reach at their peak.
 
@@ -241,7 +241,8 @@ def bca_summary_bytes(
     BCA_WINDOW_PAD`` replicates (``slack``: ``BCA_SPACING - 1`` per fold of
     ``BCA_FOLD``) and ``BCA_SLICE`` incoming ones, then the interval's
     sorted copy of both windows. The window holds for distinct replicates:
-    ties at a pivot widen it, up to ``n_bootstrap``.
+    ties at a pivot widen it, up to ``n_bootstrap``. A one-sided interval
+    reads ``n_bounds=1`` bound.
     """
     size = math.prod(shape)
     first = BCaAccumulator.nbytes_needed(
@@ -255,8 +256,8 @@ def bca_summary_bytes(
     slack = (BCA_SPACING - 1) * math.ceil(n_bootstrap / BCA_FOLD)
     window = min(n_bootstrap, 2 * slack + BCA_WINDOW_PAD)
     bound = 8 * (window + BCA_SLICE) + BCA_BOUND_BYTES
-    second = first - 8.0 * size * summary + 2 * size * bound
-    read = second + size * (2 * 8 * window + BCA_TEMPORARY_BYTES)
+    second = first - 8.0 * size * summary + n_bounds * size * bound
+    read = second + size * (n_bounds * 8 * window + BCA_TEMPORARY_BYTES)
     return float(max(build, read))
 
 

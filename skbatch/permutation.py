@@ -4,7 +4,9 @@ The definitions are those of scikit-learn's ``permutation_test_score``: the
 score is the mean over folds of the scorer on the test rows, the null
 distribution is that score with ``y`` permuted (within groups when given),
 and ``p = (C + 1) / (n_permutations + 1)`` with C the number of permuted
-scores at least as high as the true one; when the scheme has at most
+scores at least as high as the true one (``alternative="greater"``; "less"
+and "two-sided" as :func:`scipy.stats.permutation_test` defines them, the
+rules in :mod:`skbatch._rules`); when the scheme has at most
 ``n_permutations`` distinct permutations, each is scored once and
 ``p = C / (their number)``, exact.
 
@@ -77,6 +79,7 @@ from ._ridge.banded import banded_spec, permuted_problem
 from ._ridge.cv import cv_scheme, fold_rows, uses_groups
 from ._ridge.problems import DEVICE_SCORINGS, PermutedRidgeProblem
 from ._ridge.spec import check_column_scales, refit_reason, resolve_dtype, ridge_spec
+from ._rules import check_alternative
 from ._timeseries import autocorrelation_warning
 from .backend import resolve_backend, to_numpy
 from .memory import GB, memory_budget
@@ -347,7 +350,8 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
     ``y`` permuted (within ``groups`` when given), and
     ``pvalue_ = (C + 1) / (n_permutations + 1)``, C the number of permuted
     scores greater than or equal to ``score_`` (ties count, whatever the
-    round-off: see Notes). With
+    round-off: see Notes); ``alternative`` tests the other tail or both, as
+    :func:`scipy.stats.permutation_test` does. With
     ``multioutput="raw_values"`` every target gets its score and p-value, and
     ``pvalue_fwer_`` controls the family-wise error rate over targets
     (max-statistic method: every target's permuted score comes from the same
@@ -416,9 +420,10 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
         (or tuple, set) of unique names, or a dict of name to scorer (a name
         or a callable). They score the same fits of the same permutations,
         and ``score_``, ``pvalue_``, ``pvalue_fwer_``, ``pvalue_fdr_``,
-        ``null_mean_``, ``null_std_`` and ``permutation_scores_`` are then
-        dicts keyed by metric name, each value what a fit with that metric
-        alone and the same ``random_state`` gives. On the ridge fast path
+        ``pvalue_holm_``, ``pvalue_by_``, ``null_mean_``, ``null_std_`` and
+        ``permutation_scores_`` are then dicts keyed by metric name, each
+        value what a fit with that metric alone and the same
+        ``random_state`` gives. On the ridge fast path
         (every metric among its scorings) the metrics score the same
         predictions of each permutation. The alpha the estimator chooses
         in its own CV stays chosen by its own scoring.
@@ -436,6 +441,25 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
         "uniform_average": one score, the scorer's (for several targets, the
         mean over targets of the per-target scores, as ``r2_score`` does).
         "raw_values": a score, p-value and null per target.
+    alternative : {"greater", "less", "two-sided"}, default="greater"
+        Which permuted scores count as at least as extreme as ``score_``,
+        with the definitions of :func:`scipy.stats.permutation_test`:
+
+        - ``"greater"``: those ``>= score_``, the test that the model
+          predicts better than chance (scorers are higher-is-better), as
+          :func:`~sklearn.model_selection.permutation_test_score`;
+        - ``"less"``: those ``<= score_``, the test that it predicts worse
+          than chance (an anti-correlated prediction, with
+          ``scoring="correlation"``);
+        - ``"two-sided"``: twice the smaller of the two one-sided
+          p-values, clipped to 1.
+
+        Ties count on either side, whatever the round-off (see Notes).
+        Every p-value attribute follows it: ``pvalue_fwer_`` uses the
+        maximum over targets for "greater", the minimum for "less", and for
+        "two-sided" twice the smaller of the two one-sided family-wise
+        p-values, clipped to 1 (valid by the union bound over the two
+        tails); the other corrections adjust ``pvalue_``.
     permutation_type : {"shuffle", "circular_shift", "block_shuffle"}, \
 default="shuffle"
         How the rows of ``y`` move within each group (each run), or within
@@ -504,13 +528,17 @@ default="shuffle"
         ``(C + 1) / (n_permutations + 1)``; with ``exact_``,
         ``C / n_permutations_``, C then counting every distinct permutation
         scoring at least ``score_``, the identity included (the smallest
-        value is ``1 / n_permutations_``, with no Monte Carlo error).
+        value is ``1 / n_permutations_``, with no Monte Carlo error). C
+        counts the scores at most ``score_`` for ``alternative="less"``;
+        "two-sided" is twice the smaller of the two, clipped to 1.
     pvalue_fwer_ : float or ndarray of shape (n_targets,)
         Family-wise p-value: the proportion (with the same +1) of
         permutations whose best score over targets reaches the target's
-        ``score_``. Never below ``pvalue_``. For "uniform_average" there is a
-        single statistic and it equals ``pvalue_``. With ``exact_``, the
-        proportion over all distinct permutations, as for ``pvalue_``.
+        ``score_`` (the worst score for ``alternative="less"``; twice the
+        smaller of the two, clipped to 1, for "two-sided"). Never below
+        ``pvalue_``. For "uniform_average" there is a single statistic and
+        it equals ``pvalue_``. With ``exact_``, the proportion over all
+        distinct permutations, as for ``pvalue_``.
     pvalue_fdr_ : float or ndarray of shape (n_targets,)
         Benjamini–Hochberg adjusted p-values of ``pvalue_``, equal to
         :func:`scipy.stats.false_discovery_control` (``method="bh"``);
@@ -521,6 +549,20 @@ default="shuffle"
         under arbitrary dependence use ``pvalue_fwer_``, the stricter
         choice, which controls the chance of any false discovery. For
         "uniform_average" it equals ``pvalue_`` (a family of one).
+    pvalue_holm_ : float or ndarray of shape (n_targets,)
+        Holm's step-down adjusted p-values of ``pvalue_``, equal to
+        statsmodels' ``multipletests(method="holm")``; NaN targets left out
+        of the family as for ``pvalue_fdr_``. Controls the family-wise
+        error rate under any dependence, without the permutations' joint
+        null: usually less powerful than ``pvalue_fwer_`` for correlated
+        targets. For "uniform_average" it equals ``pvalue_``.
+    pvalue_by_ : float or ndarray of shape (n_targets,)
+        Benjamini–Yekutieli adjusted p-values of ``pvalue_``, equal to
+        :func:`scipy.stats.false_discovery_control` (``method="by"``); NaN
+        targets left out of the family. Controls the false discovery rate
+        under any dependence between the targets' tests, at the price of a
+        factor ``1 + 1/2 + ... + 1/n_targets`` over ``pvalue_fdr_``. For
+        "uniform_average" it equals ``pvalue_``.
     null_mean_ : float or ndarray of shape (n_targets,)
         Mean of the permuted scores.
     null_std_ : float or ndarray of shape (n_targets,)
@@ -573,10 +615,12 @@ default="shuffle"
     A p-value is never smaller than its definition allows. A permuted score
     within ``1000`` units in the last place of the compute dtype (relative
     to 1 for R^2 and correlation, to the score otherwise) below ``score_``
-    counts as reaching it, so that a permutation that reproduces the data
-    (the identity) counts whatever the round-off of the batch that scored
-    it. An undefined (NaN) ``score_`` gives a NaN p-value with a warning; an
-    undefined permuted score counts as reaching ``score_``.
+    (above it, for ``alternative="less"``; either, for the two tails of
+    "two-sided") counts as reaching it, so that a permutation that
+    reproduces the data (the identity) counts whatever the round-off of the
+    batch that scored it. An undefined (NaN) ``score_`` gives a NaN p-value
+    with a warning; an undefined permuted score counts as reaching
+    ``score_``.
 
     Examples
     --------
@@ -617,6 +661,7 @@ default="shuffle"
         scoring=None,
         cv=5,
         multioutput="uniform_average",
+        alternative="greater",
         permutation_type="shuffle",
         block_size=None,
         return_null=False,
@@ -631,6 +676,7 @@ default="shuffle"
         self.scoring = scoring
         self.cv = cv
         self.multioutput = multioutput
+        self.alternative = alternative
         self.permutation_type = permutation_type
         self.block_size = block_size
         self.return_null = return_null
@@ -667,6 +713,7 @@ default="shuffle"
             )
         for name, scoring in _metrics(self.scoring).items():
             self._check_scoring(scoring, "scoring" if name is None else name)
+        check_alternative(self.alternative)
         # Type and block_size here; block_size against the groups in fit.
         _check_permutation_type(self.permutation_type, self.block_size)
         if not isinstance(self.return_null, bool | np.bool_):
@@ -858,6 +905,8 @@ default="shuffle"
         self.pvalue_ = each(PermutationCounter.pvalue)
         self.pvalue_fwer_ = each(PermutationCounter.pvalue_fwer)
         self.pvalue_fdr_ = each(PermutationCounter.pvalue_fdr)
+        self.pvalue_holm_ = each(lambda c: c.pvalue_adjusted("holm"))
+        self.pvalue_by_ = each(lambda c: c.pvalue_adjusted("by"))
         self.null_mean_ = each(lambda c: c.null_mean)
         self.null_std_ = each(lambda c: c.null_std)
         if self.return_null:
@@ -906,7 +955,10 @@ default="shuffle"
     def _check_host_memory(self, n_stats):
         # The counter, and one id per permutation that the engine hands out.
         needed = 8 * self.n_permutations + PermutationCounter.nbytes_needed(
-            n_stats, self.n_permutations, keep_null=self.return_null
+            n_stats,
+            self.n_permutations,
+            keep_null=self.return_null,
+            alternative=self.alternative,
         )
         budget = memory_budget(None, self.max_memory_gb)
         if needed > budget * GB:
@@ -923,7 +975,10 @@ default="shuffle"
         """Refuse, before any fit, refits whose copies of the data exceed the
         budget: each worker of the generic path refits on one."""
         summaries = PermutationCounter.nbytes_needed(
-            n_stats, self.n_permutations, keep_null=self.return_null
+            n_stats,
+            self.n_permutations,
+            keep_null=self.return_null,
+            alternative=self.alternative,
         )
         refit_window(
             self.max_memory_gb,
@@ -961,6 +1016,7 @@ default="shuffle"
             keep_null=self.return_null,
             tolerance=tolerance,
             exact=exact,
+            alternative=self.alternative,
         )
 
     def _plan_ridge(self, X, y, splits, spec, n_items, inner_groups):

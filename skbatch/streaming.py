@@ -11,6 +11,18 @@ import numbers
 
 import numpy as np
 
+from ._rules import (
+    adjust_pvalues,
+    bh_adjusted,
+    check_alternative,
+    family_extreme,
+    maxstat_pvalue,
+    permutation_pvalue,
+    reaches,
+    sides,
+    threshold,
+)
+
 __all__ = [
     "BCaAccumulator",
     "BootstrapAccumulator",
@@ -139,63 +151,110 @@ def _check_ids(ids, n_new, n_seen, n_total):
     return ids
 
 
-def _percentile_plan(n_total, confidence_level):
-    """Where np.percentile reads the interval bounds, and the tail size k.
+def _check_method(method):
+    if not isinstance(method, str) or method not in _INTERVAL_METHODS:
+        raise ValueError(f"method must be one of {_INTERVAL_METHODS}, got {method!r}")
 
-    Returns the two virtual indexes into the sorted replicates and k, the
-    number of smallest (and of largest) replicates that contain every order
-    statistic the linear interpolation reads.
+
+def _quantiles_read(alternative, method="percentile"):
+    """Which quantiles of the replicates an interval reads: (lower, upper).
+
+    A two-sided interval reads both. A one-sided percentile interval reads
+    the quantile of its finite bound ("less": the upper one); "basic"
+    reflects it around the estimate, so its finite bound is read from the
+    other quantile ("less": ``2 * estimate - lower``).
+    """
+    if alternative == "two-sided":
+        return True, True
+    upper = (alternative == "less") == (method == "percentile")
+    return not upper, upper
+
+
+def _percentile_plan(n_total, confidence_level, sides=(True, True)):
+    """Where np.percentile reads the interval bounds, and the tail sizes.
+
+    Returns the two virtual indexes into the sorted replicates (lower and
+    upper quantile) and ``(k_low, k_high)``, the number of smallest and of
+    largest replicates that contain every order statistic the linear
+    interpolation of the quantiles in ``sides`` reads (0 for a side not
+    read). Two-sided: the ``(1 -+ c) / 2`` quantiles, one k for both tails.
+    One-sided (a single side): the ``1 - c`` and ``c`` quantiles, as scipy's
+    ``bootstrap`` reads them (its alpha not halved).
     """
     # The same arithmetic as np.percentile(x, [100 * (1 - c) / 2, ...]), so
     # the bounds round as numpy's do rather than a few ulps away; in double
     # precision whatever the level's type (a numpy float16 rounds to 1e-3).
     confidence_level = float(confidence_level)
-    quantiles = np.true_divide(
-        [100 * (1 - confidence_level) / 2, 100 * (1 + confidence_level) / 2], 100
-    )
+    if all(sides):
+        levels = [100 * (1 - confidence_level) / 2, 100 * (1 + confidence_level) / 2]
+    else:
+        levels = [100 * (1 - confidence_level), 100 * confidence_level]
+    quantiles = np.true_divide(levels, 100)
     virtual_indexes = (n_total - 1) * quantiles
     lower_prev, upper_prev = np.floor(virtual_indexes).astype(int)
     # The lower bound reads order statistics lower_prev and lower_prev + 1,
     # the upper bound upper_prev and upper_prev + 1, both capped at n_total - 1.
-    k = min(max(lower_prev + 2, n_total - upper_prev), n_total)
-    return virtual_indexes, int(k)
+    if all(sides):
+        k = int(min(max(lower_prev + 2, n_total - upper_prev), n_total))
+        return virtual_indexes, (k, k)
+    k_low = int(min(lower_prev + 2, n_total)) if sides[0] else 0
+    k_high = int(min(n_total - upper_prev, n_total)) if sides[1] else 0
+    return virtual_indexes, (k_low, k_high)
 
 
-def _fold_size(k):
-    """Pending replicates that trigger a fold into tails of k rows each.
+def _one_sided(lower, upper, alternative):
+    """The bounds with the open side of a one-sided interval at -inf or inf,
+    whatever the replicates (NaN ones included), as scipy's ``bootstrap``;
+    that side may be given as None."""
+    if alternative == "less":
+        lower = np.full(np.shape(upper), -np.inf)
+    elif alternative == "greater":
+        upper = np.full(np.shape(lower), np.inf)
+    return lower, upper
 
-    A fold selects both tails (2k rows) from themselves and the pending rows;
-    folding every FOLD_EVERY replicates would cost B * 2k / FOLD_EVERY rows in
-    all, quadratic in B since k grows with B. Waiting for 2k pending rows
-    bounds it by 2 * B, for a pending block no larger than the tails.
+
+def _fold_size(n_kept):
+    """Pending replicates that trigger a fold into tails of ``n_kept`` rows.
+
+    A fold selects the tails (2k rows, two-sided) from themselves and the
+    pending rows; folding every FOLD_EVERY replicates would cost B * 2k /
+    FOLD_EVERY rows in all, quadratic in B since k grows with B. Waiting for
+    as many pending rows as the tails hold bounds it by 2 * B, for a pending
+    block no larger than the tails.
     """
-    return max(FOLD_EVERY, 2 * k)
+    return max(FOLD_EVERY, n_kept)
 
 
-def _select_tails(rows, k):
-    """Order ``rows`` in place so that its first 2k rows hold both tails.
+def _select_tails(rows, tails):
+    """Order ``rows`` in place so that its first rows hold the tails.
 
-    Along axis 0, rows [0, k) become the k smallest and rows [k, 2k) the k
-    largest, per element; rows beyond 2k are left in any order. Returns the
-    number of rows that hold the tails, ``min(len(rows), 2k)``: with no more
-    than 2k rows, every row is kept as it is.
+    ``tails`` is ``(k_low, k_high)``: along axis 0, rows [0, k_low) become
+    the k_low smallest and rows [k_low, k_low + k_high) the k_high largest,
+    per element (a one-sided interval keeps one tail, the other 0); rows
+    beyond are left in any order. Returns the number of rows that hold the
+    tails, ``min(len(rows), k_low + k_high)``: with no more rows than that,
+    every row is kept as it is.
     """
+    k_low, k_high = tails
+    n_kept = k_low + k_high
     n_rows = len(rows)
-    if n_rows <= 2 * k:
+    if n_rows <= n_kept:
         return n_rows
     # NaNs sort last, but their elements are masked by _nan anyway.
     if n_rows <= SORT_MAX_ROWS:
         rows.sort(axis=0)
     else:
-        rows.partition(k - 1, axis=0)
-        rows[k:].partition(n_rows - 2 * k, axis=0)
-    # The largest k move down by the gap between the tails, a gap at a time:
-    # overlapping slices would be copied through a temporary.
-    gap = n_rows - 2 * k
-    for start in range(k, 2 * k, gap):
-        stop = min(start + gap, 2 * k)
+        if k_low:
+            rows.partition(k_low - 1, axis=0)
+        if k_high:
+            rows[k_low:].partition(n_rows - n_kept, axis=0)
+    # The largest k_high move down by the gap between the tails, a gap at a
+    # time: overlapping slices would be copied through a temporary.
+    gap = n_rows - n_kept
+    for start in range(k_low, n_kept, gap):
+        stop = min(start + gap, n_kept)
         rows[start:stop] = rows[start + gap : stop + gap]
-    return 2 * k
+    return n_kept
 
 
 def _in_parts(fn, shape, split):
@@ -338,6 +397,12 @@ class BootstrapAccumulator:
     replicates per element, not B, unless ``keep_samples=True``: replicates
     are folded into the tails every max(2k, 64).
 
+    A one-sided interval (``alternative="less"`` or ``"greater"``, as
+    ``scipy.stats.bootstrap`` defines it) reads one quantile, at level
+    ``1 - c`` or ``c``: it keeps only the tail that holds it, of
+    ``ceil((B - 1) (1 - c)) + 1`` replicates (51 for B=1000, c=0.95), and
+    none of the other, folded every max(k, 64).
+
     Parameters
     ----------
     shape : int or tuple of int
@@ -348,6 +413,14 @@ class BootstrapAccumulator:
         Coverage c of the interval, in the open interval (0, 1).
     keep_samples : bool, default=False
         Also keep every replicate, in :attr:`samples`.
+    alternative : {"two-sided", "less", "greater"}, default="two-sided"
+        The interval :meth:`interval` gives: two-sided, ``(-inf, upper]`` or
+        ``[lower, inf)``, the finite bound at level ``c`` (not ``(1 + c) /
+        2``), as ``scipy.stats.bootstrap(alternative=...)``.
+    method : {"percentile", "basic"}, default="percentile"
+        The interval's method, which decides the tail a one-sided interval
+        keeps (a "basic" upper bound reflects the lower quantile); the
+        default of :meth:`interval`.
 
     Attributes
     ----------
@@ -385,22 +458,47 @@ class BootstrapAccumulator:
     True
     >>> bool(np.allclose(rest.std, replicates.std(axis=0, ddof=1)))
     True
+
+    A one-sided 95% upper bound is the 95th percentile:
+
+    >>> less = BootstrapAccumulator((3,), 1000, alternative="less")
+    >>> lower, upper = less.update(replicates).interval()
+    >>> bool(np.all(lower == -np.inf))
+    True
+    >>> bool(np.allclose(upper, np.percentile(replicates, 95, axis=0)))
+    True
     """
 
-    def __init__(self, shape, n_total, confidence_level=0.95, *, keep_samples=False):
+    def __init__(
+        self,
+        shape,
+        n_total,
+        confidence_level=0.95,
+        *,
+        keep_samples=False,
+        alternative="two-sided",
+        method="percentile",
+    ):
         _check_n_total(n_total, minimum=2)
         if not 0 < confidence_level < 1:
             raise ValueError(
                 f"confidence_level must be in the open interval (0, 1), got "
                 f"{confidence_level!r}"
             )
+        check_alternative(alternative)
+        _check_method(method)
         self.shape = (shape,) if isinstance(shape, numbers.Integral) else tuple(shape)
         self.n_total = n_total
         self.confidence_level = confidence_level
         self.keep_samples = keep_samples
+        self.alternative = alternative
+        self.method = method
         self.n_seen = 0
-        self._virtual_indexes, self._k = _percentile_plan(n_total, confidence_level)
-        self._fold_size = _fold_size(self._k)
+        self._reads = _quantiles_read(alternative, method)
+        self._virtual_indexes, self._tails = _percentile_plan(
+            n_total, confidence_level, self._reads
+        )
+        self._fold_size = _fold_size(sum(self._tails))
         self._moments = _RunningMoments(self.shape)
         # Rows [0, n_tail) hold both tails (every replicate while there are no
         # more than 2k), the next n_pending rows the replicates not folded in
@@ -413,16 +511,25 @@ class BootstrapAccumulator:
         self._store = _RowStore(n_total, self.shape) if keep_samples else None
 
     @staticmethod
-    def nbytes_needed(shape, n_total, confidence_level=0.95, *, keep_samples=False):
+    def nbytes_needed(
+        shape,
+        n_total,
+        confidence_level=0.95,
+        *,
+        keep_samples=False,
+        alternative="two-sided",
+        method="percentile",
+    ):
         """Bytes an accumulator with these parameters retains, at most.
 
-        Mean, M2, both tails with the pending block (in float64, their
-        largest type), the NaN mask, and the samples when kept; for the
-        memory preflight before any work.
+        Mean, M2, the tails kept (both, or one for a one-sided interval)
+        with the pending block (in float64, their largest type), the NaN
+        mask, and the samples when kept; for the memory preflight before any
+        work.
 
         Parameters
         ----------
-        shape, n_total, confidence_level, keep_samples
+        shape, n_total, confidence_level, keep_samples, alternative, method
             As for the constructor.
 
         Returns
@@ -430,8 +537,9 @@ class BootstrapAccumulator:
         nbytes : int
         """
         size = shape if isinstance(shape, numbers.Integral) else math.prod(shape)
-        k = _percentile_plan(n_total, confidence_level)[1]
-        tails = (2 * k + _fold_size(k)) * _FLOAT_BYTES
+        reads = _quantiles_read(alternative, method)
+        n_kept = sum(_percentile_plan(n_total, confidence_level, reads)[1])
+        tails = (n_kept + _fold_size(n_kept)) * _FLOAT_BYTES
         nbytes = size * (2 * _FLOAT_BYTES + tails + _BOOL_BYTES)
         if keep_samples:
             nbytes += n_total * (size * _FLOAT_BYTES + _BOOL_BYTES)
@@ -472,7 +580,9 @@ class BootstrapAccumulator:
     def _hold(self, dtype):
         """Make the tails' buffer hold replicates of ``dtype`` (float32 or 64)."""
         if self._rows is None:
-            self._rows = np.empty((2 * self._k + self._fold_size, *self.shape), dtype)
+            self._rows = np.empty(
+                (sum(self._tails) + self._fold_size, *self.shape), dtype
+            )
         elif self._rows.dtype != np.result_type(self._rows, dtype):
             self._rows = self._rows.astype(np.float64)
 
@@ -487,7 +597,7 @@ class BootstrapAccumulator:
             self._nan[part] |= np.isnan(piece).any(axis=0)
             rows = self._rows[(slice(0, stop), *part)]
             rows[start:] = piece
-            return _select_tails(rows, self._k) if fold else None
+            return _select_tails(rows, self._tails) if fold else None
 
         tails = _in_parts(push_part, self.shape, split)
         self._moments.advance(len(block))
@@ -500,7 +610,7 @@ class BootstrapAccumulator:
         if self._rows is None:
             return
         n_rows = self._n_tail + self._n_pending
-        self._n_tail = _select_tails(self._rows[:n_rows], self._k)
+        self._n_tail = _select_tails(self._rows[:n_rows], self._tails)
         self._n_pending = 0
 
     def merge(self, other):
@@ -509,14 +619,19 @@ class BootstrapAccumulator:
         Parameters
         ----------
         other : BootstrapAccumulator
-            Built with the same shape, n_total, confidence_level and
-            keep_samples, and having seen other replicates than this one.
+            Built with the same shape, n_total, confidence_level,
+            keep_samples, alternative and method, and having seen other
+            replicates than this one.
 
         Returns
         -------
         self : BootstrapAccumulator
         """
-        for name in ("shape", "n_total", "confidence_level", "keep_samples"):
+        names = ["shape", "n_total", "confidence_level", "keep_samples", "alternative"]
+        if self.alternative != "two-sided":
+            # The method decides which tail a one-sided interval keeps.
+            names.append("method")
+        for name in names:
             _check_same(name, getattr(self, name), getattr(other, name))
         _check_room(self.n_seen, other.n_seen, self.n_total)
         if self._store is not None:
@@ -528,7 +643,7 @@ class BootstrapAccumulator:
             both = np.concatenate(
                 [self._rows[: self._n_tail], other._rows[: other._n_tail]]
             )
-            self._n_tail = _select_tails(both, self._k)
+            self._n_tail = _select_tails(both, self._tails)
             self._rows[: self._n_tail] = both[: self._n_tail]
         self._moments.merge(other._moments)
         self._nan |= other._nan
@@ -555,15 +670,20 @@ class BootstrapAccumulator:
         """ndarray of shape (n_total, *shape) or None: replicate i at row ids[i]."""
         return None if self._store is None else self._store.rows
 
-    def interval(self, method="percentile", estimate=None):
+    def interval(self, method=None, estimate=None):
         """Bootstrap confidence interval, once all n_total replicates are in.
 
         Parameters
         ----------
-        method : {"percentile", "basic"}, default="percentile"
+        method : {"percentile", "basic"} or None, default=None
             "percentile" gives ``np.percentile(replicates, [100 * (1 - c) / 2,
             100 * (1 + c) / 2], axis=0)``; "basic" reflects it around
             ``estimate``: ``(2 * estimate - upper, 2 * estimate - lower)``.
+            One-sided, the finite bound is read at ``100 * c`` ("less") or
+            ``100 * (1 - c)`` ("greater") before the reflection, the other
+            is -inf ("less") or inf ("greater"), as in
+            ``scipy.stats.bootstrap``. None: the constructor's ``method``;
+            a one-sided accumulator gives only that one.
         estimate : array-like of shape `shape`, default=None
             Statistic on the original data; required by "basic", ignored by
             "percentile".
@@ -572,38 +692,45 @@ class BootstrapAccumulator:
         -------
         lower, upper : ndarray of shape `shape`
         """
-        if method not in _INTERVAL_METHODS:
-            raise ValueError(
-                f"method must be one of {_INTERVAL_METHODS}, got {method!r}"
-            )
+        method = self.method if method is None else method
+        _check_method(method)
         if method == "basic" and estimate is None:
             raise ValueError("estimate is required for method='basic', got None")
+        if _quantiles_read(self.alternative, method) != self._reads:
+            raise ValueError(
+                f"method={method!r} with alternative={self.alternative!r} reads "
+                f"the other tail than the one this accumulator keeps (built "
+                f"with method={self.method!r}); build it with method={method!r}"
+            )
         _check_complete(self.n_seen, self.n_total)
         n_rows = self._n_tail + self._n_pending
         last = self.n_total - 1
         lower_index, upper_index = self._virtual_indexes
         lower_prev, upper_prev = int(lower_index), int(upper_index)
-        lower, upper = np.empty(self.shape), np.empty(self.shape)
+        read_lower, read_upper = self._reads
+        lower, upper = np.full(self.shape, -np.inf), np.full(self.shape, np.inf)
 
         def bounds(part):
             rows = self._rows[(slice(0, n_rows), *part)]
-            n_tail = _select_tails(rows, self._k)
-            # ordered[i] is order statistic i for i < k, ordered[-1 - j]
-            # order statistic B-1-j for j < k: the tails, or every replicate
-            # if B <= 2k. Interpolated in float64, as np.percentile does
-            # float64 replicates.
+            n_tail = _select_tails(rows, self._tails)
+            # ordered[i] is order statistic i for i < k_low, ordered[-1 - j]
+            # order statistic B-1-j for j < k_high: the tails, or every
+            # replicate if B <= k_low + k_high. Interpolated in float64, as
+            # np.percentile does float64 replicates.
             ordered = np.sort(rows[:n_tail], axis=0).astype(np.float64, copy=False)
             smallest, largest = ordered, ordered[::-1]
-            lower[part] = _lerp(
-                smallest[lower_prev],
-                smallest[min(lower_prev + 1, last)],
-                lower_index - lower_prev,
-            )
-            upper[part] = _lerp(
-                largest[last - upper_prev],
-                largest[last - min(upper_prev + 1, last)],
-                upper_index - upper_prev,
-            )
+            if read_lower:
+                lower[part] = _lerp(
+                    smallest[lower_prev],
+                    smallest[min(lower_prev + 1, last)],
+                    lower_index - lower_prev,
+                )
+            if read_upper:
+                upper[part] = _lerp(
+                    largest[last - upper_prev],
+                    largest[last - min(upper_prev + 1, last)],
+                    upper_index - upper_prev,
+                )
             return n_tail
 
         # The pending replicates are folded in, as the tails' selection does.
@@ -612,8 +739,8 @@ class BootstrapAccumulator:
         lower, upper = (np.where(self._nan, np.nan, x) for x in (lower, upper))
         if method == "basic":
             estimate = np.asarray(estimate, dtype=np.float64)
-            return 2 * estimate - upper, 2 * estimate - lower
-        return lower, upper
+            lower, upper = 2 * estimate - upper, 2 * estimate - lower
+        return _one_sided(lower, upper, self.alternative)
 
     def nan_reasons(self, estimate=None):
         """Why elements of :attr:`std` and :meth:`interval` may be NaN.
@@ -688,20 +815,27 @@ def bca_acceleration(sum1, sum2, sum3, n_units):
         return cube / (6 * np.maximum(square, 0) ** 1.5)
 
 
-def bca_levels(below, ties, n_total, acceleration, confidence_level):
+def bca_levels(
+    below, ties, n_total, acceleration, confidence_level, alternative="two-sided"
+):
     """Levels ``(alpha_1, alpha_2)`` at which a BCa interval reads the replicates.
 
     scipy's ``_bca_interval``: ``z0 = ndtri(share of replicates below the
     estimate, ties counted half)``, ``alpha_i = ndtr(z0 + (z0 + z) / (1 - a
-    (z0 + z)))`` for ``z = ndtri((1 - c) / 2)`` and its opposite. NaN where z0
-    or ``a`` is not finite (every replicate on one side, or no jackknife
-    spread), as scipy's interval then is.
+    (z0 + z)))`` for ``z = ndtri((1 - c) / 2)`` and its opposite, or
+    ``z = ndtri(1 - c)`` for a one-sided ``alternative`` (scipy's alpha is
+    not halved then; "less" reads only alpha_2, "greater" only alpha_1).
+    NaN where z0 or ``a`` is not finite (every replicate on one side, or no
+    jackknife spread), as scipy's interval then is.
     """
     from scipy.special import ndtr, ndtri
 
     share = (2 * below + ties) / (2 * n_total)
     z0 = ndtri(share)
-    z_alpha = float(ndtri((1 - float(confidence_level)) / 2))
+    alpha = 1 - float(confidence_level)
+    if alternative == "two-sided":
+        alpha /= 2
+    z_alpha = float(ndtri(alpha))
     levels = []
     with np.errstate(divide="ignore", invalid="ignore"):
         for z in (z_alpha, -z_alpha):
@@ -760,6 +894,10 @@ class BCaAccumulator:
         The statistic on all data.
     keep_samples : bool, default=False
         Keep every replicate (one pass) instead of the summary (two passes).
+    alternative : {"two-sided", "less", "greater"}, default="two-sided"
+        As for :class:`BootstrapAccumulator`: a one-sided interval reads one
+        level (see :func:`bca_levels`), so the second pass keeps the
+        replicates of one bound only; the other bound is -inf or inf.
 
     Examples
     --------
@@ -774,13 +912,24 @@ class BCaAccumulator:
     """
 
     def __init__(
-        self, shape, n_total, confidence_level, estimate, *, keep_samples=False
+        self,
+        shape,
+        n_total,
+        confidence_level,
+        estimate,
+        *,
+        keep_samples=False,
+        alternative="two-sided",
     ):
         _check_n_total(n_total, minimum=2)
+        check_alternative(alternative)
         self.shape = (shape,) if isinstance(shape, numbers.Integral) else tuple(shape)
         self.n_total = n_total
         self.confidence_level = confidence_level
         self.keep_samples = keep_samples
+        self.alternative = alternative
+        # BCa reads the replicates' own quantiles, as the percentile method.
+        self._reads = _quantiles_read(alternative)
         self.n_seen = 0
         self.estimate = np.broadcast_to(
             np.asarray(estimate, dtype=np.float64), self.shape
@@ -869,7 +1018,13 @@ class BCaAccumulator:
 
     def merge(self, other):
         """Add the replicates another accumulator saw (same parameters)."""
-        for name in ("shape", "n_total", "confidence_level", "keep_samples"):
+        for name in (
+            "shape",
+            "n_total",
+            "confidence_level",
+            "keep_samples",
+            "alternative",
+        ):
             _check_same(name, getattr(self, name), getattr(other, name))
         _check_room(self.n_seen, other.n_seen, self.n_total)
         if self._store is not None:
@@ -894,7 +1049,12 @@ class BCaAccumulator:
             np.asarray(acceleration, dtype=np.float64), self.shape
         )
         return bca_levels(
-            self.below, self.ties, self.n_total, acceleration, self.confidence_level
+            self.below,
+            self.ties,
+            self.n_total,
+            acceleration,
+            self.confidence_level,
+            self.alternative,
         )
 
     def second_pass(self, acceleration):
@@ -927,7 +1087,7 @@ class BCaAccumulator:
         # Values of the summary have a rank known to within ``slack``.
         slack = (BCA_SPACING - 1) * self._n_folds
         bounds = []
-        for level in levels:
+        for level in self._read(levels):
             previous, following, fraction, valid = _order_positions(level, self.n_total)
             pivots = _pivots(
                 summary, previous, following, valid & ~self._nan, slack, self.n_total
@@ -952,7 +1112,7 @@ class BCaAccumulator:
         """
         if self.acceleration is None:
             raise ValueError("second_pass(acceleration) must be called first")
-        levels = self.levels(self.acceleration)
+        levels = self._read(self.levels(self.acceleration))
         if second is None:
             if not self.keep_samples:
                 raise ValueError(
@@ -973,7 +1133,15 @@ class BCaAccumulator:
             _in_parts(read, self.shape, split=True)
         else:
             bounds = second.values()
-        return tuple(np.where(self._nan, np.nan, bound) for bound in bounds)
+        values = [np.where(self._nan, np.nan, bound) for bound in bounds]
+        lower = values.pop(0) if self._reads[0] else None
+        upper = values.pop(0) if self._reads[1] else None
+        return _one_sided(lower, upper, self.alternative)
+
+    def _read(self, levels):
+        """The levels of the bounds that the interval reads: both, or the
+        finite one of a one-sided interval."""
+        return [level for level, read in zip(levels, self._reads) if read]
 
     def nan_reasons(self, estimate=None):
         """Why elements of :attr:`std` and :meth:`interval` may be NaN.
@@ -1181,17 +1349,20 @@ def describe_nan(results):
 class PermutationCounter:
     """Exceedance counts and p-values of permutation null scores.
 
-    For each target, counts the null scores greater than or equal to the
-    observed one (ties count, as in
-    :func:`sklearn.model_selection.permutation_test_score`), and the
-    permutations whose maximum over targets reaches it, for family-wise
+    For each target, counts the null scores at least as extreme as the
+    observed one on the side(s) of ``alternative``: greater than or equal
+    to it for "greater" (ties count, as in
+    :func:`sklearn.model_selection.permutation_test_score`), less than or
+    equal for "less", both for "two-sided"; and the permutations whose
+    maximum (minimum) over targets reaches it, for family-wise
     (max-statistic) p-values. The null distribution itself is kept only when
-    asked.
+    asked. The p-value rules are those of :mod:`skbatch._rules`.
 
-    A null score within ``tolerance`` below the observed one counts as a tie:
-    a permutation that reproduces the observed data (the identity, or a
-    permutation within blocks of equal values) must count as reaching the
-    observed score whatever the round-off of the arithmetic that scored it.
+    A null score within ``tolerance`` of the observed one counts as a tie,
+    on either side: a permutation that reproduces the observed data (the
+    identity, or a permutation within blocks of equal values) must count as
+    reaching the observed score whatever the round-off of the arithmetic
+    that scored it.
 
     Parameters
     ----------
@@ -1211,6 +1382,11 @@ class PermutationCounter:
         then ``counts / n_total``, the exact share of permutations reaching
         the observed score (the identity counts itself), without the
         ``+ 1`` that Monte Carlo draws add for the observed data.
+    alternative : {"greater", "less", "two-sided"}, default="greater"
+        The side a null score must reach, as in
+        :func:`scipy.stats.permutation_test`: "greater" (the observed score
+        is higher than chance), "less", or "two-sided" (twice the smaller
+        one-sided p-value, clipped to 1).
 
     Attributes
     ----------
@@ -1240,10 +1416,19 @@ class PermutationCounter:
     array([0.01, 0.54])
     >>> counter.pvalue_fwer()
     array([0.01, 0.76])
+    >>> PermutationCounter([2.5, 0.0], 99, alternative="less").update(null).pvalue()
+    array([1.  , 0.47])
     """
 
     def __init__(
-        self, observed, n_total, *, keep_null=False, tolerance=0.0, exact=False
+        self,
+        observed,
+        n_total,
+        *,
+        keep_null=False,
+        tolerance=0.0,
+        exact=False,
+        alternative="greater",
     ):
         observed = np.array(observed, dtype=np.float64)
         if observed.ndim > 1:
@@ -1267,34 +1452,47 @@ class PermutationCounter:
         self.n_total = n_total
         self.keep_null = keep_null
         self.exact = bool(exact)
+        self.alternative = check_alternative(alternative)
         # NaN for an undefined observed score: nothing reaches it.
-        self._threshold = (observed - self.tolerance).reshape(-1)
+        self._limits = {
+            side: threshold(observed, self.tolerance, side).reshape(-1)
+            for side in sides(alternative)
+        }
+        self._undefined = np.isnan(observed).reshape(-1)
         self.n_seen = 0
         n_targets = observed.size
-        self._counts = np.zeros(n_targets, dtype=np.int64)
-        self._max_counts = np.zeros(n_targets, dtype=np.int64)
+        # Per side: null scores reaching the observed one, and permutations
+        # whose most extreme score over the family reaches it.
+        self._counts = {
+            side: np.zeros(n_targets, dtype=np.int64) for side in self._limits
+        }
+        self._family_counts = {
+            side: np.zeros(n_targets, dtype=np.int64) for side in self._limits
+        }
         self._moments = _RunningMoments(n_targets)
         self._store = _RowStore(n_total, observed.shape) if keep_null else None
 
     @staticmethod
-    def nbytes_needed(n_targets, n_total, *, keep_null=False):
+    def nbytes_needed(n_targets, n_total, *, keep_null=False, alternative="greater"):
         """Bytes a counter with these parameters retains.
 
-        Observed scores, both counts, null mean and M2, and the null scores
-        when kept; for the memory preflight before any work.
+        Observed scores, both counts of each side ``alternative`` counts,
+        null mean and M2, and the null scores when kept; for the memory
+        preflight before any work.
 
         Parameters
         ----------
         n_targets : int
             Size of ``observed``, 1 for a scalar.
-        n_total, keep_null
+        n_total, keep_null, alternative
             As for the constructor.
 
         Returns
         -------
         nbytes : int
         """
-        nbytes = n_targets * (3 * _FLOAT_BYTES + 2 * _COUNT_BYTES)
+        n_counts = 2 * len(sides(alternative))
+        nbytes = n_targets * (3 * _FLOAT_BYTES + n_counts * _COUNT_BYTES)
         if keep_null:
             nbytes += n_total * (n_targets * _FLOAT_BYTES + _BOOL_BYTES)
         return nbytes
@@ -1335,16 +1533,17 @@ class PermutationCounter:
                 null_scores, _check_ids(ids, n_new, self.n_seen, self.n_total)
             )
         scores = null_scores.reshape(n_new, -1)
-        threshold = self._threshold
-        undefined = np.isnan(scores)
-        self._counts += np.count_nonzero((scores >= threshold) | undefined, axis=0)
         # The family is the targets with a defined observed score; within it
-        # an undefined null score reaches every target, so max_counts >=
-        # counts still holds.
-        family = np.where(undefined, np.inf, scores)[:, ~np.isnan(threshold)]
-        if family.shape[1]:
-            max_scores = family.max(axis=1, keepdims=True)
-            self._max_counts += np.count_nonzero(max_scores >= threshold, axis=0)
+        # an undefined null score is extreme on either side, so the family
+        # counts are never below the counts.
+        family = scores[:, ~self._undefined]
+        for side, limit in self._limits.items():
+            self._counts[side] += np.count_nonzero(reaches(scores, limit, side), axis=0)
+            if family.shape[1]:
+                extreme = family_extreme(family, side)
+                self._family_counts[side] += np.count_nonzero(
+                    reaches(extreme, limit, side), axis=0
+                )
         self._moments.update(scores)
         self._moments.advance(len(scores))
         self.n_seen += n_new
@@ -1370,24 +1569,43 @@ class PermutationCounter:
         _check_same("n_total", self.n_total, other.n_total)
         _check_same("keep_null", self.keep_null, other.keep_null)
         _check_same("exact", self.exact, other.exact)
+        _check_same("alternative", self.alternative, other.alternative)
         _check_room(self.n_seen, other.n_seen, self.n_total)
         if self._store is not None:
             self._store.merge(other._store)
-        self._counts += other._counts
-        self._max_counts += other._max_counts
+        for side in self._limits:
+            self._counts[side] += other._counts[side]
+            self._family_counts[side] += other._family_counts[side]
         self._moments.merge(other._moments)
         self.n_seen += other.n_seen
         return self
 
+    def _read(self, counts, side):
+        return self._unpack(counts[side].copy()) if side in counts else None
+
     @property
     def counts(self):
-        """Per target, the number of null scores >= observed."""
-        return self._unpack(self._counts.copy())
+        """Per target, the number of null scores >= observed; None when
+        ``alternative="less"``."""
+        return self._read(self._counts, "greater")
+
+    @property
+    def counts_less(self):
+        """Per target, the number of null scores <= observed; None when
+        ``alternative="greater"``."""
+        return self._read(self._counts, "less")
 
     @property
     def max_counts(self):
-        """Per target, the permutations whose max over targets >= observed."""
-        return self._unpack(self._max_counts.copy())
+        """Per target, the permutations whose max over targets >= observed;
+        None when ``alternative="less"``."""
+        return self._read(self._family_counts, "greater")
+
+    @property
+    def min_counts(self):
+        """Per target, the permutations whose min over targets <= observed;
+        None when ``alternative="greater"``."""
+        return self._read(self._family_counts, "less")
 
     @property
     def null_mean(self):
@@ -1405,30 +1623,40 @@ class PermutationCounter:
         return None if self._store is None else self._store.rows
 
     def pvalue(self):
-        """Per-target p-value ``(counts + 1) / (n_total + 1)``.
+        """Per-target p-value for ``alternative``.
 
-        With ``exact``, ``counts / n_total``.
+        "greater": ``(counts + 1) / (n_total + 1)``, "less" the same of
+        :attr:`counts_less`, "two-sided" twice the smaller of the two,
+        clipped to 1 (:func:`skbatch._rules.permutation_pvalue`). With
+        ``exact``, ``counts / n_total``.
 
         Returns
         -------
         pvalue : float or ndarray of shape (n_targets,)
             NaN where the observed score is NaN.
         """
-        return self._pvalue(self._counts)
-
-    def _pvalue(self, counts):
         _check_complete(self.n_seen, self.n_total)
-        if self.exact:
-            pvalue = counts / self.n_total
-        else:
-            pvalue = (counts + 1) / (self.n_total + 1)
-        pvalue[np.isnan(self._threshold)] = np.nan
+        return self._defined(
+            permutation_pvalue(
+                self.n_total,
+                **self._counts,
+                alternative=self.alternative,
+                exact=self.exact,
+            )
+        )
+
+    def _defined(self, pvalue):
+        pvalue[self._undefined] = np.nan
         return self._unpack(pvalue)
 
     def pvalue_fwer(self):
-        """Family-wise p-value ``(max_counts + 1) / (n_total + 1)``.
+        """Family-wise p-value by the max statistic, for ``alternative``.
 
-        With ``exact``, ``max_counts / n_total``.
+        "greater": ``(max_counts + 1) / (n_total + 1)``; "less": the same of
+        :attr:`min_counts` (the min statistic); "two-sided": twice the
+        smaller of the two, clipped to 1
+        (:func:`skbatch._rules.maxstat_pvalue`). With ``exact``,
+        ``max_counts / n_total``.
 
         Controls the family-wise error rate over targets (max-statistic
         method); never below :meth:`pvalue`.
@@ -1437,7 +1665,36 @@ class PermutationCounter:
         -------
         pvalue : float or ndarray of shape (n_targets,)
         """
-        return self._pvalue(self._max_counts)
+        _check_complete(self.n_seen, self.n_total)
+        return self._defined(
+            maxstat_pvalue(
+                self.n_total,
+                max_counts=self._family_counts.get("greater"),
+                min_counts=self._family_counts.get("less"),
+                alternative=self.alternative,
+                exact=self.exact,
+            )
+        )
+
+    def pvalue_adjusted(self, method):
+        """:meth:`pvalue` adjusted for multiple testing over targets.
+
+        Parameters
+        ----------
+        method : {"holm", "bh", "by"}
+            Holm's step-down (family-wise error rate, any dependence),
+            Benjamini–Hochberg (false discovery rate, independent or
+            positively dependent tests) or Benjamini–Yekutieli (false
+            discovery rate, any dependence); see
+            :func:`skbatch._rules.adjust_pvalues`.
+
+        Returns
+        -------
+        pvalue : float or ndarray of shape (n_targets,)
+            NaN where the observed score is NaN, left out of the family; a
+            scalar equals :meth:`pvalue` (a family of one).
+        """
+        return self._unpack(adjust_pvalues(np.atleast_1d(self.pvalue()), method))
 
     def pvalue_fdr(self):
         """Benjamini–Hochberg adjusted p-values of :meth:`pvalue`.
@@ -1451,7 +1708,7 @@ class PermutationCounter:
             NaN where the observed score is NaN; a scalar equals
             :meth:`pvalue` (a family of one).
         """
-        return self._unpack(fdr_adjusted(np.atleast_1d(self.pvalue())))
+        return self.pvalue_adjusted("bh")
 
 
 def fdr_adjusted(pvalues):
@@ -1462,7 +1719,8 @@ def fdr_adjusted(pvalues):
     sorted p-values times ``m / i`` (rank ``i`` of ``m``), the running
     minimum from the largest down, clipped to [0, 1]. Rejecting where the
     adjusted value is at most ``q`` controls the false discovery rate at
-    ``q`` for independent or positively dependent tests.
+    ``q`` for independent or positively dependent tests. The same as
+    :func:`skbatch._rules.bh_adjusted`, where the rule lives.
 
     Parameters
     ----------
@@ -1488,25 +1746,4 @@ def fdr_adjusted(pvalues):
     >>> fdr_adjusted([0.01, 0.04, float("nan"), 0.03])
     array([0.03, 0.04,  nan, 0.04])
     """
-    pvalues = np.asarray(pvalues, dtype=np.float64)
-    if pvalues.ndim != 1:
-        raise ValueError(f"pvalues must be 1-D, got shape {pvalues.shape}")
-    outside = np.flatnonzero((pvalues < 0) | (pvalues > 1))
-    if outside.size:
-        first = int(outside[0])
-        raise ValueError(
-            f"pvalues must lie in [0, 1] (NaN for an undefined test), got "
-            f"{float(pvalues[first])!r} at index {first} ({outside.size} of "
-            f"{pvalues.size} outside)"
-        )
-    adjusted = np.full(pvalues.shape, np.nan)
-    defined = np.flatnonzero(~np.isnan(pvalues))
-    m = defined.size
-    if m == 0:
-        return adjusted
-    order = np.argsort(pvalues[defined])
-    ps = pvalues[defined][order]
-    ps *= m / np.arange(1, m + 1, dtype=np.float64)
-    np.minimum.accumulate(ps[::-1], out=ps[::-1])
-    adjusted[defined[order]] = np.clip(ps, 0.0, 1.0)
-    return adjusted
+    return bh_adjusted(pvalues)
