@@ -19,6 +19,7 @@ from .memory import (
     memory_budget,
 )
 from .oom import compute_oom_safe, is_oom_error
+from .partitioning import variance_partitioning
 from .permutation import PermutationScorer
 from .ridge import AlphaEdgeWarning, AutocorrelationWarning, BatchedRidge
 from .scoring import explainable_variance, score_per_target
@@ -49,4 +50,5 @@ __all__ = [
     "memory_budget",
     "resolve_backend",
     "score_per_target",
+    "variance_partitioning",
 ]
