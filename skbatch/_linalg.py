@@ -45,6 +45,8 @@ GATHER_MIN_COLUMNS = 64
 # float64 bytes of each widened operand block of accumulated_matmul: large
 # enough for full-rate GEMMs, a bounded temporary beside a batch.
 ACCUMULATION_BLOCK_BYTES = 2**23
+# An empty array whose namespace is array_api_compat's numpy (_namespace).
+_NUMPY_PROBE = np.empty(0)
 # Names accepted by the scoring functions; higher is better for all three.
 _SCORINGS = ("neg_mean_squared_error", "r2", "correlation")
 # R^2 and correlation need deviations from a mean: one row has none.
@@ -1290,7 +1292,11 @@ def _check_scoring(scoring, allow_none=False):
 
 
 def _namespace(xp, *arrays):
-    return array_namespace(*arrays) if xp is None else xp
+    if xp is None:
+        return array_namespace(*arrays)
+    # numpy 1.x is no array API namespace itself (no astype, no
+    # __array_namespace_info__): callers passing numpy get its wrapper.
+    return array_namespace(_NUMPY_PROBE) if xp is np else xp
 
 
 def weighted_primal_coef(

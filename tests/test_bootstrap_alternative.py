@@ -8,6 +8,7 @@ which computes its own jackknife and quantiles.
 """
 
 import functools
+import inspect
 import tracemalloc
 from types import SimpleNamespace
 
@@ -61,9 +62,19 @@ def fit(generic, X, Y, **params):
     return BootstrapEstimator(Ridge(), **params).fit(X, Y)
 
 
+def scipy_seed(value):
+    """scipy's bootstrap seed keyword: ``rng`` from 1.15 on, before it
+    ``random_state`` (the lowest scipy the project declares is 1.10)."""
+    if "rng" in inspect.signature(stats.bootstrap).parameters:
+        return {"rng": value}
+    return {"random_state": value}
+
+
 def scipy_interval(samples, data, method, alternative, confidence_level):
     """scipy's interval of the mean of each column of ``data`` (one per
     element), from our replicates ``samples`` of shape (B, n_elements)."""
+    if "alternative" not in inspect.signature(stats.bootstrap).parameters:
+        pytest.skip("scipy's bootstrap takes alternative from 1.12 on")
     return stats.bootstrap(
         (data.T,),
         np.mean,
@@ -333,7 +344,12 @@ def test_bca_accumulator_one_sided_equals_scipy(keep_samples, alternative):
     rng = np.random.default_rng(11)
     data = rng.lognormal(size=(40, 3))
     samples = stats.bootstrap(
-        (data.T,), np.mean, axis=-1, n_resamples=700, method="percentile", rng=rng
+        (data.T,),
+        np.mean,
+        axis=-1,
+        n_resamples=700,
+        method="percentile",
+        **scipy_seed(rng),
     ).bootstrap_distribution.T
     estimate = data.mean(axis=0)
     # The jackknife power sums of u_i = theta_(-i) - theta.

@@ -6,6 +6,7 @@ and warns :class:`skbatch.DegenerateDataWarning`, once per fit, naming the
 attribute, how many of its elements and why.
 """
 
+import inspect
 import warnings
 
 import numpy as np
@@ -37,6 +38,14 @@ def fit_recording(estimator, X, y, **params):
     return boot, [w for w in caught if issubclass(w.category, DegenerateDataWarning)]
 
 
+def scipy_seed(value):
+    """scipy's bootstrap seed keyword: ``rng`` from 1.15 on, before it
+    ``random_state`` (the lowest scipy the project declares is 1.10)."""
+    if "rng" in inspect.signature(stats.bootstrap).parameters:
+        return {"rng": value}
+    return {"random_state": value}
+
+
 def scipy_bca(statistic, n_samples):
     """scipy's BCa interval of ``statistic`` (of the rows' indices), and
     whether scipy warned DegenerateDataWarning."""
@@ -48,7 +57,7 @@ def scipy_bca(statistic, n_samples):
             vectorized=False,
             n_resamples=N_BOOTSTRAP,
             method="BCa",
-            rng=0,
+            **scipy_seed(0),
         )
     warned = any(issubclass(w.category, stats.DegenerateDataWarning) for w in caught)
     return result.confidence_interval, warned
