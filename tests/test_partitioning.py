@@ -135,6 +135,8 @@ def test_two_bands_match_a_naive_loop_and_the_set_differences():
     assert result.unique[1, 1] > result.unique[0, 1] + 0.2
 
 
+# Seven subsets of three bands, each a search per fold: about 2 s.
+@pytest.mark.slow
 def test_three_interleaved_bands_weighted_match_a_naive_loop():
     X, Y, labels, runs = _data((3, 4, 5), seed=1, interleaved=True)
     weight = np.random.default_rng(2).uniform(0.5, 2.0, X.shape[0])
