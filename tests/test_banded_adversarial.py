@@ -286,7 +286,15 @@ def grid_search_brute_force(X, Y, candidates, cv, groups=None):
 
 
 @pytest.mark.parametrize(
-    "cv", [TimeSeriesSplit(3), GroupKFold(3), LeaveOneGroupOut()], ids=str
+    # A GridSearchCV per target and candidate: about 2 s a splitter, so
+    # two of the three run with the slow tests.
+    "cv",
+    [
+        pytest.param(TimeSeriesSplit(3), marks=pytest.mark.slow),
+        pytest.param(GroupKFold(3), marks=pytest.mark.slow),
+        LeaveOneGroupOut(),
+    ],
+    ids=str,
 )
 def test_kfold_splitters_on_runs_equal_gridsearchcv(cv):
     X, Y = make_data(t=4, seed=5, runs=RUNS)

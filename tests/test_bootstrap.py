@@ -439,6 +439,8 @@ def test_random_state_instance_is_consumed_and_reproducible():
 # Statistical behaviour ----------------------------------------------------------------
 
 
+# Many refits or many data sets: over 2 s.
+@pytest.mark.slow
 def test_percentile_interval_covers_ols_truth_at_nominal_rate():
     rng = np.random.default_rng(2024)
     truth = np.array([1.0, -0.5, 0.0])
@@ -528,6 +530,8 @@ def test_himalaya_ridge_cv_through_generic_path():
     assert_allclose(boot.results_["coef_"].estimate, np.asarray(boot.estimator_.coef_))
 
 
+# Many refits or many data sets: over 2 s.
+@pytest.mark.slow
 def test_non_linear_estimator_with_callable_returning_an_array():
     X, y = make_data(60, 3, 1, seed=17)
     boot = BootstrapEstimator(
@@ -1006,6 +1010,8 @@ def test_block_bootstrap_invariant_to_batch_size_and_oom():
         _assert_same_results(reference, BootstrapEstimator(Ridge(), **params).fit(X, Y))
 
 
+# Many refits or many data sets: over 2 s.
+@pytest.mark.slow
 def test_block_bootstrap_widens_intervals_of_autocorrelated_rows():
     # AR(0.9) rows: the iid bootstrap ignores the dependence and gives
     # intervals too narrow; blocks of the documented length (20 for n=400)

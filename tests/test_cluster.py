@@ -300,6 +300,8 @@ def test_a_dask_y_on_the_cluster_gives_the_in_memory_serial_fit(client, cv):
     assert len(batches) == 4
 
 
+# A dask cluster's start and its tasks: over 2 s.
+@pytest.mark.slow
 def test_the_calling_process_never_computes_dask_targets(client, monkeypatch):
     # Chunks made by a graph, not held anywhere yet: the workers compute them.
     X, Y = make_data(n_samples=60, n_features=5, n_targets=120, seed=10)
@@ -756,6 +758,8 @@ def _bootstrap_closing_every_worker(restart, monkeypatch):
     return serial, fitted
 
 
+# A dask cluster's start and its tasks: over 2 s.
+@pytest.mark.slow
 def test_the_generic_path_sends_the_data_again_to_replaced_workers(monkeypatch, caplog):
     serial, on_cluster = _bootstrap_closing_every_worker(True, monkeypatch)
     assert "sending it again" in caplog.text

@@ -278,6 +278,8 @@ def test_strong_signal_gives_smallest_pvalue():
     assert perm.pvalue_ == 1 / 200
 
 
+# A null simulation: about 3 s.
+@pytest.mark.slow
 def test_family_wise_error_rate_is_controlled():
     hits = 0
     for seed in range(200):

@@ -84,6 +84,8 @@ def test_corrections_equal_their_definition(method, pvalues):
     assert np.all((adjusted >= pvalues) & (adjusted <= 1.0))
 
 
+# statsmodels is a heavy import; the definitions above are checked by hand.
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["holm", "bh", "by"])
 @pytest.mark.parametrize("pvalues", pvalue_sets(), ids=lambda p: f"m={p.size}")
 def test_corrections_equal_statsmodels_multipletests(method, pvalues):
