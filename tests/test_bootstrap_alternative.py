@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 from scipy import stats
-from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.linear_model import Ridge
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer
+from test_bootstrap import MustNotFit
 
 import skbatch.bootstrap
 from skbatch import BootstrapEstimator
@@ -28,13 +28,6 @@ from skbatch.streaming import BCaAccumulator, BootstrapAccumulator
 
 ONE_SIDED = ("less", "greater")
 TOL = {"rtol": 1e-12, "atol": 1e-12}
-
-
-class MustNotFit(RegressorMixin, BaseEstimator):
-    """Fails the test if bad parameters reach the estimator's fit."""
-
-    def fit(self, X, y):
-        raise AssertionError("fit was reached despite invalid parameters")
 
 
 def make_data(n_samples=40, n_features=3, n_targets=2, seed=0):

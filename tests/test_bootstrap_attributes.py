@@ -10,14 +10,14 @@ in drawn order from ``skbatch.random.bootstrap_rows``.
 import numpy as np
 import pytest
 from numpy.testing import assert_allclose
-from sklearn.base import BaseEstimator, RegressorMixin, clone
+from sklearn.base import clone
 from sklearn.linear_model import Ridge
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer, StandardScaler
+from test_bootstrap import FailsWithoutFirstRow, MustNotFit, resampled_rows
 
 from skbatch import BootstrapEstimator
-from skbatch.random import bootstrap_rows, resolve_entropy
 
 TOL = {"rtol": 1e-10, "atol": 1e-12}
 
@@ -29,30 +29,6 @@ def make_data(n_samples=50, n_features=4, n_targets=2, seed=0):
     Y = X @ rng.standard_normal((n_features, n_targets))
     Y += rng.standard_normal((n_samples, n_targets))
     return X, Y
-
-
-def drawn_rows(random_state, n_bootstrap, n_samples):
-    return bootstrap_rows(
-        resolve_entropy(random_state), np.arange(n_bootstrap), n_samples, None
-    )
-
-
-class FailsWithoutFirstRow(RegressorMixin, BaseEstimator):
-    """Fits only when the first sample (marked by X[:, 0] == -1) is present."""
-
-    def fit(self, X, y):
-        if not np.any(X[:, 0] == -1):
-            raise ArithmeticError("first row missing")
-        self.coef_ = np.zeros(X.shape[1])
-        return self
-
-    def predict(self, X):
-        return np.zeros(len(X))
-
-
-class MustNotFit(RegressorMixin, BaseEstimator):
-    def fit(self, X, y):
-        raise AssertionError("fit was reached despite invalid parameters")
 
 
 def test_pipeline_step_equals_a_naive_loop_of_pipeline_refits():
@@ -72,7 +48,7 @@ def test_pipeline_step_equals_a_naive_loop_of_pipeline_refits():
     expected = np.stack(
         [
             clone(pipeline).fit(X[rows], Y[rows]).named_steps["ridge"].coef_
-            for rows in drawn_rows(7, 40, len(X))
+            for rows in resampled_rows(7, 40, len(X))
         ]
     )
     assert_allclose(result.samples, expected, **TOL)
@@ -92,7 +68,7 @@ def test_dotted_and_plain_names_mix_and_keep_their_given_order():
         pipeline, attributes=list(names), n_bootstrap=25, return_samples=True
     ).fit(X, Y)
     assert tuple(boot.results_) == names
-    rows = drawn_rows(0, 25, len(X))
+    rows = resampled_rows(0, 25, len(X))
     means = np.stack([X[r].mean(axis=0) for r in rows])
     assert_allclose(boot.results_[names[1]].samples, means, **TOL)
     intercepts = np.stack(
@@ -120,7 +96,7 @@ def test_dotted_name_reads_the_best_estimator_of_a_search():
     expected = np.stack(
         [
             clone(best).fit(X[r], Y[r]).named_steps["ridge"].coef_
-            for r in drawn_rows(3, 10, len(X))
+            for r in resampled_rows(3, 10, len(X))
         ]
     )
     assert_allclose(result.samples, expected, **TOL)
@@ -163,6 +139,6 @@ def test_plain_names_on_a_linear_model_keep_the_batched_path():
     ).fit(X, Y)
     assert boot.fit_report_.stages[-1].path == "batched"
     expected = np.stack(
-        [Ridge().fit(X[r], Y[r]).coef_ for r in drawn_rows(0, 20, len(X))]
+        [Ridge().fit(X[r], Y[r]).coef_ for r in resampled_rows(0, 20, len(X))]
     )
     assert_allclose(boot.results_["coef_"].samples, expected, **TOL)
