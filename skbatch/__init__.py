@@ -10,7 +10,11 @@ from .backend import Backend, check_gpu_available, resolve_backend
 from .banded import BandedRidge
 from .bootstrap import BootstrapEstimator, BootstrapResult
 from .delays import Delayer
-from .exceptions import DegenerateDataWarning
+from .exceptions import (
+    AlphaEdgeWarning,
+    AutocorrelationWarning,
+    DegenerateDataWarning,
+)
 from .memory import (
     auto_batch_size,
     auto_n_jobs,
@@ -21,7 +25,7 @@ from .memory import (
 from .oom import compute_oom_safe, is_oom_error
 from .partitioning import variance_partitioning
 from .permutation import PermutationScorer
-from .ridge import AlphaEdgeWarning, AutocorrelationWarning, BatchedRidge
+from .ridge import BatchedRidge
 from .scoring import explainable_variance, score_per_target
 
 __version__ = "0.1.0.dev0"

@@ -7,7 +7,11 @@
   (leave-one-out, GCV, K-fold) and their registry keyed by ``cv``;
 - :mod:`~skbatch._ridge.problems`: the problems the engine runs in batches
   of item ids (targets, permutations, bootstrap replicates), each stating
-  its memory.
+  its memory;
+- :mod:`~skbatch._ridge.magnitudes`: data the compute dtype cannot
+  represent, refused before any work;
+- :mod:`~skbatch._ridge.batched`: every target of a ``BatchedRidge`` fit,
+  checked, solved and warned about.
 
 The estimators (``ridge.py``, ``permutation.py``, ``bootstrap.py``) import
 from here and never from each other's private names. The kernels are pure
