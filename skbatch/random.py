@@ -50,12 +50,34 @@ Per scheme, for ``n`` samples:
 
 :func:`item_rng` gives an independent :class:`numpy.random.Generator` per
 item for other uses; the functions above do not use it.
+
+The schemes themselves are small classes of ``skbatch/_resampling``, one
+per name behind a registry (its ``registry.py``); the functions above build
+the scheme their parameters name and draw through it, and the stream layout
+is implemented in its ``streams.py``.
 """
 
-import math
 import numbers
 
 import numpy as np
+
+from ._resampling.groups import check_groups
+from ._resampling.groups import group_codes as _group_codes  # noqa: F401
+from ._resampling.registry import (
+    BLOCK_SCHEMES,
+    PERMUTATION_TYPES,
+    bootstrap_scheme,
+    check_block_scheme,
+    permutation_scheme,
+    scheme,
+)
+from ._resampling.registry import check_permutation_type as _check_permutation_type
+from ._resampling.streams import check_items as _check_items
+from ._resampling.streams import integers as _integers  # noqa: F401
+from ._resampling.streams import sorted_positions as _sorted_positions  # noqa: F401
+
+# _group_codes, _integers and _sorted_positions are imported for the modules
+# that read them here: skbatch/_resampling/sign_flip.py, tests/test_random.py.
 
 __all__ = [
     "DEFAULT_RANDOM_STATE",
@@ -77,11 +99,6 @@ DEFAULT_RANDOM_STATE = 0
 # Entropy drawn from a RandomState / Generator: 128 bits, as SeedSequence
 # itself draws from the OS.
 _ENTROPY_WORDS = 4
-# Philox4x64 gives four 64-bit words per counter value.
-_WORDS_PER_COUNTER = 4
-# Lemire's method maps 32-bit words, whose product with the bound fits in
-# 64 bits: bounds up to 2**32 (more samples than any host holds).
-_MAX_BOUND = 2**32
 
 
 def resolve_entropy(random_state):
@@ -138,308 +155,6 @@ def item_rng(entropy, item):
     )
 
 
-def _keys(entropy):
-    """Philox keys of the main stream and of the redraws of rejected integers."""
-    state = np.random.SeedSequence(entropy).generate_state(4, np.uint64)
-    return state[:2], state[2:]
-
-
-def _item_words(key, items, n_words):
-    """Words ``0 .. n_words - 1`` of each item's window, of shape (len(items),
-    n_words), dtype uint64; the layout is in the module docstring."""
-    counters = -(-n_words // _WORDS_PER_COUNTER)
-    width = counters * _WORDS_PER_COUNTER
-    out = np.empty((items.shape[0], width), dtype=np.uint64)
-    # One generator per run of consecutive ids: the engine's batches are one.
-    bounds = [0, *(np.flatnonzero(np.diff(items) != 1) + 1), items.shape[0]]
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
-        if hi > lo:
-            generator = np.random.Philox(key=key, counter=int(items[lo]) * counters)
-            out[lo:hi] = generator.random_raw((hi - lo) * width).reshape(hi - lo, -1)
-    return out[:, :n_words]
-
-
-def _check_items(items):
-    items = np.asarray(items, dtype=np.int64).reshape(-1)
-    if items.size and items.min() < 0:
-        raise ValueError(f"items must be >= 0, got {items[items < 0][0]}")
-    return items
-
-
-def _integers(entropy, items, bounds):
-    """Uniform integers: column ``j`` in ``[0, bounds[j])``, one row per item.
-
-    Lemire's multiply-shift on 32-bit words, with rejection: exactly uniform.
-    Returns an int64 array of shape (len(items), len(bounds)).
-    """
-    bounds = np.asarray(bounds, dtype=np.uint64)
-    if bounds.size and int(bounds.max()) > _MAX_BOUND:
-        raise ValueError(
-            f"at most {_MAX_BOUND} samples or groups can be resampled, got "
-            f"{int(bounds.max())}"
-        )
-    main, redraw = _keys(entropy)
-    n_draws = bounds.shape[0]
-    words = _item_words(main, items, -(-n_draws // 2))
-    # Little-endian 32-bit halves: the low half of each word first.
-    halves = words.astype("<u8", copy=False).view("<u4")[:, :n_draws]
-    product = halves * bounds
-    # 2**32 mod m: low halves below it would favour some values.
-    threshold = ((_MAX_BOUND - bounds) % bounds).astype(np.uint32)
-    out = (product >> np.uint64(32)).astype(np.int64)
-    rejected = product.astype(np.uint32) < threshold
-    for row, j in zip(*np.nonzero(rejected)):
-        out[row, j] = _redraw(redraw, int(items[row]), j, int(bounds[j]))
-    return out
-
-
-def _redraw(key, item, j, bound):
-    """Draw ``j`` of ``item`` again, after a rejection (see _integers)."""
-    generator = np.random.Philox(key=key, counter=(item << 128) + (int(j) << 64))
-    threshold = (_MAX_BOUND - bound) % bound
-    while True:
-        word = int(generator.random_raw())
-        for half in (word & (_MAX_BOUND - 1), word >> 32):
-            product = half * bound
-            if product % _MAX_BOUND >= threshold:
-                return product >> 32
-
-
-def _sorted_positions(keys):
-    """Positions ``0 .. m - 1`` in the order of ``keys``, one row of keys per
-    item: a uniform permutation per item for independent uniform keys.
-
-    Each key's low bits are replaced by its position, so that one sort of
-    the values (1.6x faster than a stable argsort) orders by the random high
-    bits and breaks their ties by position.
-    """
-    n = keys.shape[1]
-    low = np.uint64((1 << max(1, (n - 1).bit_length())) - 1)
-    tagged = keys & ~low
-    tagged |= np.arange(n, dtype=np.uint64)
-    tagged.sort(axis=1)
-    tagged &= low
-    return tagged.view(np.int64)
-
-
-def _row_counts(rows, lengths, n_samples):
-    """How often each of ``0 .. n_samples - 1`` occurs in each replicate of
-    ``rows``, the replicates' rows one after another (``lengths`` each)."""
-    n_items = lengths.shape[0]
-    offset = rows + n_samples * np.repeat(np.arange(n_items), lengths)
-    counts = np.bincount(offset, minlength=n_items * n_samples)
-    return counts.astype(np.int64, copy=False).reshape(n_items, n_samples)
-
-
-def _missing_labels(groups):
-    """Where ``groups`` has no label: NaN or NaT, and in object arrays None or
-    a value whose equality with itself is undefined (``pd.NA``)."""
-    if groups.dtype.kind in "fc":
-        return np.isnan(groups)
-    if groups.dtype.kind in "mM":
-        return np.isnat(groups)
-    if groups.dtype.kind != "O":
-        return np.zeros(groups.shape, dtype=bool)
-    try:
-        return np.not_equal(groups, groups).astype(bool) | np.equal(groups, None)
-    except TypeError:
-        pass
-    # Label by label only when a comparison has no truth value: pd.NA's.
-    missing = np.zeros(groups.shape, dtype=bool)
-    for k, label in enumerate(groups.tolist()):
-        try:
-            missing[k] = label is None or bool(label != label)
-        except TypeError:
-            missing[k] = True
-    return missing
-
-
-def check_groups(groups, n_samples):
-    """Groups as a 1-D array of one sortable label per sample, or None.
-
-    The one check of group labels, for every estimator that takes them.
-
-    Parameters
-    ----------
-    groups : array-like of shape (n_samples,) or None
-        Group labels.
-    n_samples : int
-        Number of samples they label.
-
-    Returns
-    -------
-    groups : ndarray of shape (n_samples,) or None
-
-    Raises
-    ------
-    ValueError
-        If ``groups`` is not 1-D with one label per sample, if a label is
-        missing (NaN, NaT, None or ``pd.NA``: scikit-learn's group splitters
-        refuse them too, and one group of every unlabelled row would join
-        rows of different runs), or if the labels are not of one sortable
-        kind.
-
-    Examples
-    --------
-    >>> from skbatch.random import check_groups
-    >>> check_groups([1, 1, 2], 3)
-    array([1, 1, 2])
-    >>> check_groups([1.0, float("nan"), 2.0], 3)  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    ValueError: groups must label every sample, got 1 missing labels ...
-    """
-    if groups is None:
-        return None
-    groups = np.asarray(groups)
-    if groups.ndim != 1 or groups.shape[0] != n_samples:
-        raise ValueError(
-            f"groups must be 1-D with one label per sample ({n_samples}), got shape "
-            f"{groups.shape}"
-        )
-    missing = np.flatnonzero(_missing_labels(groups))
-    if missing.size:
-        raise ValueError(
-            f"groups must label every sample, got {missing.size} missing labels "
-            f"(NaN, NaT, None or pd.NA), the first at row {missing[0]}; allowed "
-            f"are ints, strings or other sortable labels of one kind"
-        )
-    try:
-        np.unique(groups)
-    except TypeError:
-        kinds = sorted({type(label).__name__ for label in groups.tolist()})
-        raise ValueError(
-            f"groups must be labels of one sortable kind (ints or strings), got a "
-            f"mix of {', '.join(kinds)}"
-        ) from None
-    return groups
-
-
-def _group_codes(groups, n_samples):
-    _, codes = np.unique(check_groups(groups, n_samples), return_inverse=True)
-    return codes
-
-
-def _group_rows(groups, n_samples):
-    """Row indices of each group, in row order (the whole series without groups)."""
-    if groups is None:
-        return [np.arange(n_samples)]
-    codes = _group_codes(groups, n_samples)
-    return [np.flatnonzero(codes == g) for g in range(codes.max() + 1)]
-
-
-def _check_block_size(block_size, members):
-    """Validate ``block_size`` against the smallest group it must fit in."""
-    if not isinstance(block_size, numbers.Integral) or isinstance(block_size, bool):
-        raise ValueError(
-            f"block_size must be an int >= 1, got {type(block_size).__name__}: "
-            f"{block_size!r}"
-        )
-    if block_size < 1:
-        raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
-    smallest = min(len(rows) for rows in members)
-    if block_size > smallest:
-        where = (
-            f"n_samples={smallest}"
-            if len(members) == 1
-            else f"the smallest group has {smallest} rows"
-        )
-        raise ValueError(
-            f"block_size must be at most the size of every group, got "
-            f"block_size={block_size!r} but {where}"
-        )
-    return int(block_size)
-
-
-def _n_blocks(n_samples, block_size):
-    """Blocks per moving-block replicate: n_samples / block_size rounded half up."""
-    return max(1, (2 * n_samples + block_size) // (2 * block_size))
-
-
-# What ``bootstrap_counts(block_scheme=...)`` accepts.
-BLOCK_SCHEMES = ("moving", "circular", "stationary")
-
-
-def check_block_scheme(block_scheme, block_size):
-    """Refuse an unknown ``block_scheme``, or one other than "moving" without
-    ``block_size``."""
-    if not isinstance(block_scheme, str) or block_scheme not in BLOCK_SCHEMES:
-        raise ValueError(
-            f"block_scheme must be one of {BLOCK_SCHEMES}, got {block_scheme!r} "
-            f"(with block_size={block_size!r})"
-        )
-    if block_scheme != "moving" and block_size is None:
-        raise ValueError(
-            f"block_scheme={block_scheme!r} needs block_size, got block_size=None; "
-            f"set block_size, or leave block_scheme='moving' for the iid bootstrap"
-        )
-
-
-def _moving_rows(entropy, items, members, n_samples, block_size):
-    """Rows of moving-block replicates, block after block (today's layout)."""
-    # One row per valid start: the rows of the block starting there.
-    blocks = np.concatenate(
-        [np.lib.stride_tricks.sliding_window_view(rows, block_size) for rows in members]
-    )
-    n_blocks = _n_blocks(n_samples, block_size)
-    starts = _integers(entropy, items, np.full(n_blocks, len(blocks)))
-    return blocks[starts].reshape(len(items), n_blocks * block_size)
-
-
-def _circular_rows(entropy, items, members, n_samples, block_size):
-    """Rows of circular-block replicates, at the positions of each group's rows."""
-    n_blocks = [-(-len(rows) // block_size) for rows in members]
-    bounds = np.repeat([len(rows) for rows in members], n_blocks)
-    starts = _integers(entropy, items, bounds)
-    out = np.empty((len(items), n_samples), dtype=np.int64)
-    first = 0
-    for rows, count in zip(members, n_blocks):
-        positions = np.arange(len(rows))
-        # Position p of the group reads block p // block_size at offset
-        # p % block_size from its start, wrapping around the group's end; the
-        # last block is cut at the group's length.
-        block_starts = starts[:, first + positions // block_size]
-        out[:, rows] = rows[(block_starts + positions % block_size) % len(rows)]
-        first += count
-    return out
-
-
-def _stationary_rows(entropy, items, members, n_samples, block_size):
-    """Rows of stationary-bootstrap replicates, at each group's rows' positions.
-
-    As arch's ``StationaryBootstrap``: each row of a group starts a new
-    block with probability ``1 / block_size`` (its draw in ``[0,
-    block_size)`` is 0; a group's first row always does), at a start drawn
-    uniformly among the group's rows; otherwise it reads the row after the
-    previous one, wrapping around the group's end. Block lengths are thus
-    geometric with mean ``block_size``, cut at the group's end.
-    """
-    sizes = np.zeros(n_samples, dtype=np.int64)
-    for rows in members:
-        sizes[rows] = len(rows)
-    draws = _integers(
-        entropy, items, np.concatenate([sizes, np.full(n_samples, block_size)])
-    )
-    starts, renew = draws[:, :n_samples], draws[:, n_samples:] == 0
-    out = np.empty((len(items), n_samples), dtype=np.int64)
-    for rows in members:
-        positions = np.arange(len(rows))
-        new = renew[:, rows]
-        new[:, 0] = True
-        # The position where each position's block started.
-        began = np.maximum.accumulate(np.where(new, positions, 0), axis=1)
-        block_starts = np.take_along_axis(starts[:, rows], began, axis=1)
-        out[:, rows] = rows[(block_starts + positions - began) % len(rows)]
-    return out
-
-
-_BLOCK_ROWS = {
-    "moving": _moving_rows,
-    "circular": _circular_rows,
-    "stationary": _stationary_rows,
-}
-
-
 def block_rows(
     entropy, items, n_samples, groups=None, *, block_size, block_scheme="moving"
 ):
@@ -452,9 +167,8 @@ def block_rows(
     """
     check_block_scheme(block_scheme, block_size)
     items = _check_items(items)
-    members = _group_rows(groups, n_samples)
-    block_size = _check_block_size(block_size, members)
-    return _BLOCK_ROWS[block_scheme](entropy, items, members, n_samples, block_size)
+    drawn = scheme(block_scheme, n_samples, groups, block_size=block_size)
+    return drawn.rows(entropy, items)
 
 
 def bootstrap_counts(
@@ -530,10 +244,12 @@ def bootstrap_counts(
     ... )
     array([10, 10])
     """
-    rows, lengths = _drawn_rows(
-        entropy, items, n_samples, groups, block_size, block_scheme
+    check_block_scheme(block_scheme, block_size)
+    items = _check_items(items)
+    drawn = bootstrap_scheme(
+        n_samples, groups, block_size=block_size, block_scheme=block_scheme
     )
-    return _row_counts(rows, lengths, n_samples)
+    return drawn.counts(entropy, items)
 
 
 def bootstrap_rows(
@@ -581,71 +297,12 @@ def bootstrap_rows(
     >>> bool((np.bincount(rows[1], minlength=10) == counts[1]).all())
     True
     """
-    rows, lengths = _drawn_rows(
-        entropy, items, n_samples, groups, block_size, block_scheme
-    )
-    return np.split(rows, np.cumsum(lengths)[:-1]) if lengths.size else []
-
-
-def _drawn_rows(entropy, items, n_samples, groups, block_size, block_scheme):
-    """``(rows, lengths)``: the rows of each replicate in drawn order (see
-    :func:`bootstrap_rows`), the replicates one after another, ``lengths[k]``
-    rows for item ``k``."""
     check_block_scheme(block_scheme, block_size)
     items = _check_items(items)
-    if block_size is not None:
-        drawn = block_rows(
-            entropy,
-            items,
-            n_samples,
-            groups,
-            block_size=block_size,
-            block_scheme=block_scheme,
-        )
-    elif groups is None:
-        drawn = _integers(entropy, items, np.full(n_samples, n_samples))
-    else:
-        return _cluster_rows(entropy, items, _group_codes(groups, n_samples))
-    return drawn.ravel(), np.full(items.shape[0], drawn.shape[1])
-
-
-def _cluster_rows(entropy, items, codes):
-    """Rows of cluster-bootstrap replicates: one draw in ``[0, n_groups)`` per
-    group, the drawn groups' rows one after another (see _drawn_rows)."""
-    n_groups = codes.max() + 1
-    draws = _integers(entropy, items, np.full(n_groups, n_groups)).ravel()
-    members = np.argsort(codes, kind="stable")
-    sizes = np.bincount(codes, minlength=n_groups)
-    firsts = np.cumsum(sizes) - sizes
-    taken = sizes[draws]
-    # Output position p of a group placed at ``placed`` reads
-    # ``members[first + p - placed]``.
-    placed = np.cumsum(taken) - taken
-    shift = np.repeat(firsts[draws] - placed, taken)
-    rows = members[shift + np.arange(shift.shape[0])]
-    return rows, taken.reshape(items.shape[0], n_groups).sum(axis=1)
-
-
-# What ``permutation_indices(permutation_type=...)`` accepts.
-PERMUTATION_TYPES = ("shuffle", "circular_shift", "block_shuffle")
-
-
-def _check_permutation_type(permutation_type, block_size):
-    if permutation_type not in PERMUTATION_TYPES:
-        raise ValueError(
-            f"permutation_type must be one of {PERMUTATION_TYPES}, got "
-            f"{permutation_type!r}"
-        )
-    if permutation_type == "block_shuffle" and block_size is None:
-        raise ValueError(
-            "permutation_type='block_shuffle' needs block_size, an int >= 1, got "
-            "block_size=None"
-        )
-    if permutation_type != "block_shuffle" and block_size is not None:
-        raise ValueError(
-            f"block_size is only used with permutation_type='block_shuffle', got "
-            f"block_size={block_size!r} with permutation_type={permutation_type!r}"
-        )
+    drawn = bootstrap_scheme(
+        n_samples, groups, block_size=block_size, block_scheme=block_scheme
+    )
+    return list(drawn.rows(entropy, items))
 
 
 def permutation_indices(
@@ -728,94 +385,14 @@ def permutation_indices(
     """
     _check_permutation_type(permutation_type, block_size)
     items = _check_items(items)
-    members = _group_rows(groups, n_samples)
-    if permutation_type == "block_shuffle":
-        block_size = _check_block_size(block_size, members)
-    if exact:
-        return _enumerated(items, members, n_samples, permutation_type, block_size)
-    out = np.empty((items.shape[0], n_samples), dtype=np.int64)
-    if permutation_type == "shuffle":
-        keys = _item_words(_keys(entropy)[0], items, n_samples)
-        if groups is None:
-            return _sorted_positions(keys)
-        for rows in members:
-            out[:, rows] = rows[_sorted_positions(keys[:, rows])]
-    elif permutation_type == "circular_shift":
-        offsets = _integers(entropy, items, [len(rows) for rows in members])
-        for g, rows in enumerate(members):
-            positions = np.arange(len(rows)) + offsets[:, g : g + 1]
-            out[:, rows] = rows[positions % len(rows)]
-    else:
-        n_blocks = [-(-len(rows) // block_size) for rows in members]
-        keys = _item_words(_keys(entropy)[0], items, sum(n_blocks))
-        first = 0
-        for rows, count in zip(members, n_blocks):
-            out[:, rows] = _block_shuffled(
-                keys[:, first : first + count], rows, block_size
-            )
-            first += count
-    return out
-
-
-def _block_shuffled(keys, rows, block_size):
-    """``rows`` cut into blocks of ``block_size`` (the last may be shorter), the
-    blocks in the order of ``keys``, one row of keys per item."""
-    order = np.argsort(keys, axis=1, kind="stable")
-    return _blocks_in_order(order, rows, block_size)
-
-
-def _blocks_in_order(order, rows, block_size):
-    """``rows`` cut into blocks of ``block_size`` (the last may be shorter),
-    block ``order[k, j]`` placed j-th in row k."""
-    starts = np.arange(0, len(rows), block_size)
-    lengths = np.diff([*starts, len(rows)])
-    taken = lengths[order]
-    # Output position j in a block moved from ``start`` to ``placed`` reads
-    # row ``j + start - placed``.
-    placed = np.cumsum(taken, axis=1) - taken
-    shift = np.repeat((starts[order] - placed).ravel(), taken.ravel())
-    return rows[shift.reshape(len(order), len(rows)) + np.arange(len(rows))]
-
-
-def _capped_product(factors, cap):
-    """The product of ``factors`` (Python ints), or None once it exceeds ``cap``."""
-    product = 1
-    for factor in factors:
-        product *= factor
-        if product > cap:
-            return None
-    return product
-
-
-def _scheme_counts(members, permutation_type, block_size, cap):
-    """Per group, its distinct permutations under the scheme, or None once the
-    product over groups exceeds ``cap``.
-
-    Rotations of ``m`` rows are ``m`` distinct permutations, orders of ``m``
-    rows ``m!``, orders of ``k`` blocks ``k!``: blocks are disjoint sets of
-    rows, so two orders of them never give the same rows, whatever their
-    sizes.
-    """
-    if permutation_type == "circular_shift":
-        sizes = [len(rows) for rows in members]
-        return sizes if _capped_product(sizes, cap) is not None else None
-    if permutation_type == "shuffle":
-        sizes = [len(rows) for rows in members]
-    else:
-        sizes = [-(-len(rows) // block_size) for rows in members]
-    counts = []
-    for size in sizes:
-        # Every factor is at least 1: m! exceeds the cap as soon as a
-        # partial product of it does.
-        count = _capped_product(range(2, size + 1), cap)
-        if count is None:
-            return None
-        counts.append(count)
-    return counts if _capped_product(counts, cap) is not None else None
-
-
-# Enumerated permutations are numbered by int64 item ids.
-_MAX_ENUMERATED = np.iinfo(np.int64).max
+    drawn = permutation_scheme(
+        n_samples,
+        groups,
+        permutation_type=permutation_type,
+        block_size=block_size,
+        exact=exact,
+    )
+    return drawn.rows(entropy, items)
 
 
 def count_permutations(
@@ -859,49 +436,7 @@ def count_permutations(
     True
     """
     _check_permutation_type(permutation_type, block_size)
-    members = _group_rows(groups, n_samples)
-    if permutation_type == "block_shuffle":
-        block_size = _check_block_size(block_size, members)
-    cap = _MAX_ENUMERATED if limit is None else min(int(limit), _MAX_ENUMERATED)
-    counts = _scheme_counts(members, permutation_type, block_size, cap)
-    return None if counts is None else _capped_product(counts, cap)
-
-
-def _unranked(ranks, m):
-    """The permutation of ``0 .. m - 1`` of each lexicographic rank (< m!)."""
-    out = np.empty((ranks.shape[0], m), dtype=np.int64)
-    remaining = np.broadcast_to(np.arange(m), (ranks.shape[0], m))
-    rest = ranks.copy()
-    every = np.arange(ranks.shape[0])
-    for k in range(m):
-        place, rest = np.divmod(rest, math.factorial(m - 1 - k))
-        out[:, k] = remaining[every, place]
-        kept = np.arange(m - k)[None, :] != place[:, None]
-        remaining = remaining[kept].reshape(ranks.shape[0], m - k - 1)
-    return out
-
-
-def _enumerated(items, members, n_samples, permutation_type, block_size):
-    """Permutation ``items`` of the scheme's enumeration (see
-    :func:`permutation_indices`, ``exact=True``)."""
-    counts = _scheme_counts(members, permutation_type, block_size, _MAX_ENUMERATED)
-    total = None if counts is None else _capped_product(counts, _MAX_ENUMERATED)
-    if total is None or (items.size and items.max() >= total):
-        raise ValueError(
-            f"exact=True enumerates the {total or 'more than 2**63'} distinct "
-            f"permutations of permutation_type={permutation_type!r}: items must "
-            f"be below that, got {int(items.max()) if items.size else None}"
-        )
-    out = np.empty((items.shape[0], n_samples), dtype=np.int64)
-    rest = items.copy()
-    for rows, count in zip(members, counts):
-        rest, digit = np.divmod(rest, count)
-        if permutation_type == "circular_shift":
-            positions = (np.arange(len(rows)) + digit[:, None]) % len(rows)
-            out[:, rows] = rows[positions]
-        elif permutation_type == "shuffle":
-            out[:, rows] = rows[_unranked(digit, len(rows))]
-        else:
-            order = _unranked(digit, -(-len(rows) // block_size))
-            out[:, rows] = _blocks_in_order(order, rows, block_size)
-    return out
+    enumerated = permutation_scheme(
+        n_samples, groups, permutation_type=permutation_type, block_size=block_size
+    )
+    return enumerated.n_distinct(limit)
