@@ -12,6 +12,13 @@ Every heavy loop of skbatch goes through one of the functions here.
 - :func:`run_problem` runs a problem object (``skbatch/_ridge/problems.py``)
   through :func:`run_batched`, or, when a dask client is active, its batches
   as tasks on the cluster's workers (:func:`run_on_cluster`).
+- :class:`BatchPlanner` is the bookkeeping both loops of batches share:
+  their batch sizes, item order, out-of-memory shrinking, progress, logs
+  and :class:`~skbatch.FitStage`.
+
+What only a dask cluster needs (submitting batches, sending data once and
+again after a loss, pickling problems) is in ``skbatch/_cluster.py``; its
+names are re-exported here.
 
 Reducers always receive results in item order, whatever the batch size, OOM
 splits or number of workers, so results do not depend on them.
@@ -20,17 +27,13 @@ splits or number of workers, so results do not depend on them.
 import contextlib
 import contextvars
 import functools
-import importlib
 import logging
 import math
-import os
 import sys
 import threading
 import time
-import types
-import warnings
 from collections import deque
-from concurrent.futures import CancelledError, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -51,6 +54,21 @@ from sklearn.utils.parallel import Parallel, delayed
 from tqdm.auto import tqdm
 
 from . import _backends
+from ._cluster import DASK_TIMEOUT_ENV as DASK_TIMEOUT_ENV
+from ._cluster import DASK_TIMEOUT_S as DASK_TIMEOUT_S
+from ._cluster import DATA_LOSS_RETRIES as DATA_LOSS_RETRIES
+from ._cluster import SCATTER_MIN_BYTES as SCATTER_MIN_BYTES
+from ._cluster import TASKS_IN_FLIGHT_PER_WORKER as TASKS_IN_FLIGHT_PER_WORKER
+from ._cluster import Portable as Portable
+from ._cluster import (
+    _dask_client,
+    _resolved,
+    _send_lost_data_again,
+    _TaskData,
+    active_dask_client,
+    run_on_cluster,
+)
+from ._cluster import dask_timeout as dask_timeout
 from ._report import (
     FitStage,
     Progress,
@@ -59,7 +77,7 @@ from ._report import (
     stages_not_collected,
 )
 from ._targets import chunk_aligned
-from .backend import Backend, backend_of_array, to_numpy
+from .backend import to_numpy
 from .memory import (
     GB,
     _check_n_items,
@@ -82,21 +100,6 @@ MAX_WINDOW = 4096
 # floating-point sums round the same way, whatever n_jobs, the joblib backend
 # or the size of the tasks.
 REDUCE_BLOCK = 64
-# Seconds any exchange with a dask scheduler (sending the data, asking who
-# holds it, waiting for a worker) may take before it fails, instead of
-# hanging a fit; the environment variable DASK_TIMEOUT_ENV overrides it.
-DASK_TIMEOUT_S = 60
-DASK_TIMEOUT_ENV = "SKBATCH_DASK_TIMEOUT"
-# Batches per dask worker thread in flight at once: one computing, one queued,
-# so that no worker waits for the client; more would only hold more results.
-TASKS_IN_FLIGHT_PER_WORKER = 2
-# Times the data is sent again, and the tasks that needed it rerun, after the
-# dask workers holding every copy of it died.
-DATA_LOSS_RETRIES = 2
-# Task arguments bigger than this (dask's sizeof) go to a dask cluster once,
-# scattered, instead of inside every task: joblib's dask backend scatters from
-# the same size on, but again for every window.
-SCATTER_MIN_BYTES = 1e3
 # joblib backends whose workers run on this host and share its memory budget.
 _LOCAL_BACKENDS = (LokyBackend, MultiprocessingBackend, ThreadingBackend)
 
@@ -106,7 +109,7 @@ class Plan:
     """What :func:`plan_batches` decided, and how many batches then ran.
 
     The record published in ``fit_report_`` is the :class:`FitStage` that
-    :func:`run_batched` builds from it.
+    :class:`BatchPlanner` builds from it.
     """
 
     n_items: int
@@ -290,6 +293,219 @@ def _is_terminal():
         return False
 
 
+def _planned_stage(desc, path, backend, plan, n_workers, n_in_flight, memory, n_held=0):
+    """The :class:`~skbatch.FitStage` of a loop of batches, as planned.
+
+    ``n_in_flight`` batches at once on the memory ``memory`` (the problem's
+    ``device_bytes_per_item``, ``host_bytes_per_item`` and ``fixed_bytes``),
+    and the host results of ``n_held`` more, make its planned peak.
+    """
+    host = memory["host_bytes_per_item"]
+    per_batch = n_in_flight * (memory["device_bytes_per_item"] + host) + n_held * host
+    return FitStage(
+        name=desc,
+        path=path,
+        runs_on=backend.name,
+        n_items=plan.n_items,
+        batch_size=plan.batch_size,
+        n_batches=plan.n_batches,
+        n_workers=n_workers,
+        n_batches_run=0,
+        n_oom_splits=0,
+        planned_peak_bytes=memory["fixed_bytes"] + plan.batch_size * per_batch,
+        budget_gb=plan.budget_gb,
+        seconds=0.0,
+        **memory,
+    )
+
+
+def _finished_stage(stage, plan, started, verbose):
+    """``stage`` with what the loop did (batches run, OOM splits, seconds),
+    printed at ``verbose >= 1``."""
+    stage = replace(
+        stage,
+        n_batches_run=plan.n_kernel_calls,
+        n_oom_splits=plan.n_oom_recoveries,
+        seconds=time.perf_counter() - started,
+    )
+    _say(verbose, stage.format_summary())
+    return stage
+
+
+class BatchPlanner:
+    """The bookkeeping of one loop of batches, here or on a dask cluster.
+
+    :func:`run_batched` and :func:`~skbatch._cluster.run_on_cluster` share
+    it, so that they cut the same batches and record the same stage: it
+    plans the batch size (:func:`plan_batches`), cuts the item ids into
+    batches in item order, shrinks later batches after an out-of-memory
+    split, counts kernel calls and splits, makes the progress bar, logs the
+    plan and the outcome, and records the loop's :class:`~skbatch.FitStage`.
+    What runs the batches (threads here, tasks on a cluster) stays with the
+    loop.
+
+    Parameters
+    ----------
+    n_items, backend, device_bytes_per_item, host_bytes_per_item, \
+fixed_bytes, max_memory_gb, batch_size, max_batch_size, chunk_width :
+        See :func:`plan_batches`.
+    threads : bool, default=False
+        Batches run side by side, one per thread of the library
+        (:func:`cpu_workers`): the plan gives each its share of the budget.
+    hold_result : bool, default=False
+        Whether the loop holds a finished batch's host result while the
+        batches side by side compute, charged to the plan.
+    verbose : int, default=0
+    desc : str, default="items"
+        See :func:`run_batched`.
+
+    Attributes
+    ----------
+    plan : Plan
+    n_side_by_side : int
+        Batches side by side (1 without ``threads``).
+    n_held : int
+        Results held besides, as planned.
+    """
+
+    def __init__(
+        self,
+        *,
+        n_items,
+        backend,
+        device_bytes_per_item,
+        host_bytes_per_item=0.0,
+        fixed_bytes=0.0,
+        max_memory_gb=None,
+        batch_size="auto",
+        max_batch_size=None,
+        chunk_width=None,
+        threads=False,
+        hold_result=False,
+        verbose=0,
+        desc="items",
+    ):
+        self.n_side_by_side = cpu_workers(backend) if threads else 1
+        # Side by side, one batch more than the threads is in flight: the threads
+        # compute while this thread reduces a finished batch, whose result is
+        # held meanwhile (n_held). With one batch per thread they waited for
+        # every reduction (a bootstrap fit took 0.93 s against 0.77 s,
+        # benchmarks/RESULTS.md).
+        self.n_held = 1 if hold_result and self.n_side_by_side > 1 else 0
+        self.plan = plan_batches(
+            n_items,
+            backend=backend,
+            device_bytes_per_item=device_bytes_per_item,
+            host_bytes_per_item=host_bytes_per_item,
+            fixed_bytes=fixed_bytes,
+            max_memory_gb=max_memory_gb,
+            batch_size=batch_size,
+            max_batch_size=max_batch_size,
+            n_workers=self.n_side_by_side,
+            n_held=self.n_held,
+            chunk_width=chunk_width,
+        )
+        self.backend = backend
+        self.memory = dict(
+            device_bytes_per_item=device_bytes_per_item,
+            host_bytes_per_item=host_bytes_per_item,
+            fixed_bytes=fixed_bytes,
+        )
+        self.verbose = verbose
+        self.desc = desc
+        # The plan is always logged: at DEBUG for whoever configures the
+        # "skbatch" logger, at INFO with verbose>=2.
+        self.log_level = logging.INFO if verbose >= 2 else logging.DEBUG
+        self.size = self.plan.batch_size
+        self.stage = None
+        self.started = None
+
+    def start(self, path, n_workers, n_in_flight, n_held=0, *, where):
+        """Build the stage as planned, say and log the plan, start the clock.
+
+        ``path``, ``n_workers``, ``n_in_flight`` and ``n_held`` are those of
+        :func:`_planned_stage`; ``where``, a format and its arguments, ends
+        the logged plan.
+        """
+        self.stage = _planned_stage(
+            self.desc,
+            path,
+            self.backend,
+            self.plan,
+            n_workers,
+            n_in_flight,
+            self.memory,
+            n_held=n_held,
+        )
+        _say(self.verbose, self.stage.format_plan())
+        self.started = time.perf_counter()
+        message, *args = where
+        plan = self.plan
+        self.log(
+            "%d %s in batches of %d (%d batches)" + message,
+            plan.n_items,
+            self.desc,
+            plan.batch_size,
+            plan.n_batches,
+            *args,
+        )
+
+    def log(self, message, *args):
+        """One record of the "skbatch" logger, after the loop's ``desc``."""
+        logger.log(self.log_level, "%s: " + message, self.desc, *args)
+
+    def progress(self):
+        """The loop's :class:`~skbatch._report.Progress` (see :func:`_progress`)."""
+        return _progress(self.plan.n_items, self.verbose, self.desc)
+
+    def batches(self):
+        """Item ids of each batch (host int64 arrays), in item order.
+
+        Each of ``size`` items, the planned batch size until :meth:`shrink`
+        lowers it for the batches not yet cut.
+        """
+        n_items = self.plan.n_items
+        all_ids = np.arange(n_items, dtype=np.int64)
+        start = 0
+        while start < n_items:
+            ids = all_ids[start : start + self.size]
+            yield ids
+            start += len(ids)
+
+    def shrink(self, largest_ok):
+        """Cut later batches at ``largest_ok`` items, the largest chunk that ran
+        after an out-of-memory split (``ChunkRunner.largest_ok``; None when
+        none was split), instead of failing at full size again."""
+        if largest_ok is not None and largest_ok < self.size:
+            self.log(
+                "out of memory at %d, continuing with batches of %d",
+                self.size,
+                largest_ok,
+            )
+            self.size = largest_ok
+
+    def count(self, n_calls, n_splits):
+        """Add kernel calls and out-of-memory splits to the plan."""
+        self.plan.n_kernel_calls += n_calls
+        self.plan.n_oom_recoveries += n_splits
+
+    def finish(self, where):
+        """Say and log what the loop did, record its stage; returns the plan.
+
+        ``where``, a format and its arguments, ends the logged outcome.
+        """
+        self.stage = _finished_stage(self.stage, self.plan, self.started, self.verbose)
+        message, *args = where
+        self.log(
+            "done in %d kernel calls, %d out-of-memory recoveries on " + message,
+            self.plan.n_kernel_calls,
+            self.plan.n_oom_recoveries,
+            *args,
+        )
+        record_stage(self.stage)
+        return self.plan
+
+
 def run_batched(
     kernel,
     reduce,
@@ -342,15 +558,8 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size, chunk_width :
         loop's :class:`~skbatch.FitStage` goes to the fit reports being
         collected (see :func:`skbatch._report.collect_stages`).
     """
-    n_workers = cpu_workers(backend) if threads else 1
-    # Side by side, one batch more than the threads is in flight: the threads
-    # compute while this thread reduces a finished batch, whose result is
-    # held meanwhile (n_held). With one batch per thread they waited for
-    # every reduction (a bootstrap fit took 0.93 s against 0.77 s,
-    # benchmarks/RESULTS.md).
-    n_held = 1 if n_workers > 1 else 0
-    plan = plan_batches(
-        n_items,
+    planner = BatchPlanner(
+        n_items=n_items,
         backend=backend,
         device_bytes_per_item=device_bytes_per_item,
         host_bytes_per_item=host_bytes_per_item,
@@ -358,36 +567,22 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size, chunk_width :
         max_memory_gb=max_memory_gb,
         batch_size=batch_size,
         max_batch_size=max_batch_size,
-        n_workers=n_workers,
-        n_held=n_held,
         chunk_width=chunk_width,
+        threads=threads,
+        hold_result=True,
+        verbose=verbose,
+        desc=desc,
     )
-    n_workers = min(n_workers, plan.n_batches)
-    n_in_flight = min(n_workers + n_held, plan.n_batches)
+    plan = planner.plan
+    n_workers = min(planner.n_side_by_side, plan.n_batches)
+    n_in_flight = min(n_workers + planner.n_held, plan.n_batches)
     n_held = n_in_flight - n_workers
-    memory = dict(
-        device_bytes_per_item=device_bytes_per_item,
-        host_bytes_per_item=host_bytes_per_item,
-        fixed_bytes=fixed_bytes,
-    )
-    stage = _planned_stage(
-        desc, "batched", backend, plan, n_workers, n_workers, memory, n_held=n_held
-    )
-    _say(verbose, stage.format_plan())
-    started = time.perf_counter()
-    # The plan is always logged: at DEBUG for whoever configures the
-    # "skbatch" logger, at INFO with verbose>=2.
-    log_level = logging.INFO if verbose >= 2 else logging.DEBUG
-    logger.log(
-        log_level,
-        "%s: %d %s in batches of %d (%d batches), budget %.3g GB on %s",
-        desc,
-        n_items,
-        desc,
-        plan.batch_size,
-        plan.n_batches,
-        plan.budget_gb,
-        backend.name,
+    planner.start(
+        "batched",
+        n_workers,
+        n_workers,
+        n_held,
+        where=(", budget %.3g GB on %s", plan.budget_gb, backend.name),
     )
     runner = ChunkRunner(
         backend=backend, hint="lower max_memory_gb, or the batch size, or the data size"
@@ -400,9 +595,6 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size, chunk_width :
             calls[0] += 1
         return kernel(ids)
 
-    all_ids = np.arange(n_items, dtype=np.int64)
-    size = plan.batch_size
-    start = 0
     pending = deque()
 
     recycle = getattr(kernel, "recycle", None)
@@ -415,10 +607,9 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size, chunk_width :
                 recycle(result)
 
     last = None
-    with _progress(n_items, verbose, desc) as bar, backend.context():
+    with planner.progress() as bar, backend.context():
         with _side_by_side(n_workers, backend) as pool:
-            while start < n_items:
-                ids = all_ids[start : start + size]
+            for ids in planner.batches():
                 if pool is None:
                     finish(ids, runner.run(counted, ids))
                 else:
@@ -433,16 +624,7 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size, chunk_width :
                 # Results are dropped once reduced: otherwise the next batch's
                 # kernel runs while this batch's last device result is still
                 # held, two working sets where one is budgeted.
-                start += len(ids)
-                if runner.largest_ok is not None and runner.largest_ok < size:
-                    logger.log(
-                        log_level,
-                        "%s: out of memory at %d, continuing with batches of %d",
-                        desc,
-                        size,
-                        runner.largest_ok,
-                    )
-                    size = runner.largest_ok
+                planner.shrink(runner.largest_ok)
             while len(pending) > 1:
                 ids_done, task = pending.popleft()
                 finish(ids_done, task.result())
@@ -455,58 +637,8 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size, chunk_width :
         # its last update, skbatch/streaming.py).
         if last is not None:
             finish(*last)
-    plan.n_oom_recoveries = runner.n_recoveries
-    plan.n_kernel_calls = calls[0]
-    stage = _finished_stage(stage, plan, started, verbose)
-    logger.log(
-        log_level,
-        "%s: done in %d kernel calls, %d out-of-memory recoveries on %s",
-        desc,
-        plan.n_kernel_calls,
-        plan.n_oom_recoveries,
-        backend.name,
-    )
-    record_stage(stage)
-    return plan
-
-
-def _planned_stage(desc, path, backend, plan, n_workers, n_in_flight, memory, n_held=0):
-    """The :class:`~skbatch.FitStage` of a loop of batches, as planned.
-
-    ``n_in_flight`` batches at once on the memory ``memory`` (the problem's
-    ``device_bytes_per_item``, ``host_bytes_per_item`` and ``fixed_bytes``),
-    and the host results of ``n_held`` more, make its planned peak.
-    """
-    host = memory["host_bytes_per_item"]
-    per_batch = n_in_flight * (memory["device_bytes_per_item"] + host) + n_held * host
-    return FitStage(
-        name=desc,
-        path=path,
-        runs_on=backend.name,
-        n_items=plan.n_items,
-        batch_size=plan.batch_size,
-        n_batches=plan.n_batches,
-        n_workers=n_workers,
-        n_batches_run=0,
-        n_oom_splits=0,
-        planned_peak_bytes=memory["fixed_bytes"] + plan.batch_size * per_batch,
-        budget_gb=plan.budget_gb,
-        seconds=0.0,
-        **memory,
-    )
-
-
-def _finished_stage(stage, plan, started, verbose):
-    """``stage`` with what the loop did (batches run, OOM splits, seconds),
-    printed at ``verbose >= 1``."""
-    stage = replace(
-        stage,
-        n_batches_run=plan.n_kernel_calls,
-        n_oom_splits=plan.n_oom_recoveries,
-        seconds=time.perf_counter() - started,
-    )
-    _say(verbose, stage.format_summary())
-    return stage
+    planner.count(calls[0], runner.n_recoveries)
+    return planner.finish(("%s", backend.name))
 
 
 def cpu_workers(backend):
@@ -584,6 +716,55 @@ def _to_host(result):
     if isinstance(result, tuple):
         return tuple(to_numpy(r) for r in result)
     return to_numpy(result)
+
+
+def _run_batch(problem, ids, one_thread, inputs=(), simulated_oom=None):
+    """One batch on a dask worker: ``problem(ids)`` under OOM recovery.
+
+    ``inputs``, when the problem gives them (``problem.task_inputs(ids)``),
+    are the batch's own data, bound to the problem here (``problem.bind``).
+    ``simulated_oom`` is the limit of :func:`skbatch.testing.simulate_oom`
+    in the calling process, which the worker's threads do not inherit.
+
+    With ``one_thread``, on one thread of the library, as :func:`run_batched`
+    runs batches side by side: a product's rounding can depend on the
+    threads that compute it.
+
+    Returns
+    -------
+    pieces : list of (start, stop, numpy result)
+        Consecutive pieces of ``ids``, more than one after out-of-memory
+        splits, each as :func:`run_batched` hands it to the reducer.
+    n_calls, n_splits : int
+        Kernel calls and out-of-memory splits.
+    """
+    if inputs:
+        problem = problem.bind(*inputs)
+    backend = problem.backend
+    runner = ChunkRunner(
+        backend=backend,
+        hint="lower max_memory_gb, or the batch size, or the data size",
+    )
+    calls = []
+
+    def counted(chunk):
+        calls.append(len(chunk))
+        return problem(chunk)
+
+    library = _backends.get(backend.library)
+    token = _SIMULATED_OOM_LIMIT.set(simulated_oom)
+    try:
+        with (
+            backend.context(),
+            library.one_thread() if one_thread else contextlib.nullcontext(),
+        ):
+            pieces = [
+                (lo, hi, _to_host(result))
+                for lo, hi, result in runner.run(counted, ids)
+            ]
+    finally:
+        _SIMULATED_OOM_LIMIT.reset(token)
+    return pieces, len(calls), runner.n_recoveries
 
 
 def run_parallel(
@@ -832,180 +1013,6 @@ def _run_window(parallel, function, data, chunks, progress=None, start=0):
             n_losses = _send_lost_data_again(data, n_losses, exc)
 
 
-def _send_lost_data_again(data, n_losses, cause):
-    """Send again the :class:`_TaskData` ``data`` after an error, ``cause``,
-    that followed ``n_losses`` losses of it; returns the losses counted now.
-
-    ``cause`` is raised as it is when every argument still has a worker
-    holding it. Data lost with every worker holding it is sent again (up to
-    ``DATA_LOSS_RETRIES`` times, then :func:`_data_lost_error` is raised),
-    and a re-send that no worker takes within :func:`dask_timeout` raises
-    :func:`_data_lost_error` too, never the raw ``TimeoutError``.
-    """
-    if not data.any_lost():
-        raise cause
-    n_losses += 1
-    if n_losses > DATA_LOSS_RETRIES:
-        raise _data_lost_error(n_losses) from cause
-    timeout = dask_timeout()
-    try:
-        data.scatter_lost()
-    except TimeoutError as error:
-        # No worker came to take it.
-        raise _data_lost_error(n_losses, timeout) from error
-    return n_losses
-
-
-def _data_lost_error(n_losses, resend_timeout=None):
-    """The error of a fit whose data died with the workers holding it,
-    ``n_losses`` times, or once more with no worker to send it again to
-    within ``resend_timeout`` seconds."""
-    resend = (
-        ""
-        if resend_timeout is None
-        else f", and no worker took it again within {resend_timeout:g} s"
-    )
-    return RuntimeError(
-        f"The dask workers holding the data of this fit were lost {n_losses} "
-        f"times (the data sent to the cluster is gone with them){resend}. "
-        "Check the workers' logs for why they died (often their memory limit); "
-        "give them more memory, or fit without a dask client and without "
-        "joblib.parallel_config(backend='dask')."
-    )
-
-
-def _resolved(function, *args, **kwargs):
-    """``function`` called with any dask future among its arguments resolved.
-
-    On a worker, joblib's dask backend hands a task the data of its futures.
-    A cluster that loses workers while a window is dispatched can leave joblib
-    with one worker, when it runs the tasks in this process, futures and all:
-    they are fetched here then, from a worker that still holds a copy.
-    """
-    distributed = sys.modules.get("distributed")
-    if distributed is None:
-        return function(*args, **kwargs)
-
-    def value(argument):
-        if isinstance(argument, distributed.Future):
-            return argument.result(timeout=dask_timeout())
-        return argument
-
-    args = [value(argument) for argument in args]
-    kwargs = {name: value(argument) for name, argument in kwargs.items()}
-    return function(*args, **kwargs)
-
-
-class _TaskData:
-    """Task arguments, the large ones sent once to a dask cluster.
-
-    Arguments bigger than ``min_bytes`` (dask's sizeof) are replaced by their
-    dask futures, which a worker resolves to the data it received once. If
-    the workers holding a copy die, the cluster cannot recompute it:
-    :meth:`scatter_lost` sends it again from this process. Without a client
-    (another joblib backend, or one worker, when joblib runs the tasks in
-    this process), the arguments are kept as they are.
-
-    Parameters
-    ----------
-    args : tuple
-    kwargs : dict
-    client : distributed.Client or None
-    min_bytes : float, default=SCATTER_MIN_BYTES
-    broadcast : bool, default=False
-        Send a copy to every worker, which then all compute without fetching
-        it, and any of which can recompute the tasks of one that dies.
-    """
-
-    def __init__(
-        self, args, kwargs, client, *, min_bytes=SCATTER_MIN_BYTES, broadcast=False
-    ):
-        self._values = [*args, *kwargs.values()]
-        self._n_args = len(args)
-        self._names = list(kwargs)
-        self._client = client
-        self._broadcast = broadcast
-        self._large = []
-        if self._client is not None:
-            from dask.sizeof import sizeof
-            from distributed import Future
-
-            self._large = [
-                i
-                for i, value in enumerate(self._values)
-                if not isinstance(value, Future) and sizeof(value) > min_bytes
-            ]
-        self._sent = list(self._values)
-        self._scatter(self._large)
-
-    @property
-    def local(self):
-        """``(args, kwargs)`` as given."""
-        return self._split(self._values)
-
-    @property
-    def sent(self):
-        """``(args, kwargs)`` with the large ones replaced by their futures."""
-        return self._split(self._sent)
-
-    def _split(self, values):
-        return tuple(values[: self._n_args]), dict(
-            zip(self._names, values[self._n_args :])
-        )
-
-    def _scatter(self, indices):
-        if not indices:
-            return
-        # hash=False, as joblib does: hashed keys are unreliable when a task
-        # on a worker scatters again (nested parallelism).
-        futures = self._client.scatter(
-            [self._values[i] for i in indices],
-            hash=False,
-            broadcast=self._broadcast,
-            timeout=dask_timeout(),
-        )
-        for i, future in zip(indices, futures):
-            self._sent[i] = future
-
-    def _lost(self):
-        """Indices of the arguments whose data no worker holds any more."""
-        if not self._large:
-            return []
-        keys = [self._sent[i].key for i in self._large]
-        # Client.who_has takes no timeout: the scheduler is asked directly.
-        holders = self._client.sync(
-            self._client.scheduler.who_has, keys=keys, callback_timeout=dask_timeout()
-        )
-        return [
-            i
-            for i, key in zip(self._large, keys)
-            if self._sent[i].status != "finished" or not holders.get(key)
-        ]
-
-    def any_lost(self):
-        return bool(self._lost())
-
-    def scatter_lost(self):
-        """Send again the arguments whose every copy was lost with a worker."""
-        lost = self._lost()
-        if lost:
-            logger.warning("A dask worker holding the data was lost; sending it again.")
-            self._scatter(lost)
-
-
-def _dask_client():
-    """The client of the active joblib backend when it is dask, else None."""
-    backend, _ = get_active_backend()
-    # joblib defines its dask backend in joblib._dask, imported when the
-    # "dask" backend is first configured: absent, the backend is not dask.
-    dask_module = sys.modules.get("joblib._dask")
-    if dask_module is None or not isinstance(
-        backend, dask_module.DaskDistributedBackend
-    ):
-        return None
-    return backend.client
-
-
 def _block_result(results, chunk, lo, hi):
     """Rows ``lo:hi`` of a window's results, given per task of ``chunk`` rows.
 
@@ -1057,403 +1064,3 @@ def run_problem(problem, reduce, *, max_memory_gb=None, batch_size="auto", verbo
         verbose=verbose,
         desc=problem.desc,
     )
-
-
-def dask_timeout():
-    """Seconds an exchange with a dask cluster may take before a fit fails.
-
-    ``DASK_TIMEOUT_S``, unless the environment variable ``SKBATCH_DASK_TIMEOUT``
-    gives another number of seconds (read at every use, so that it can be set
-    in a job script, or in ``os.environ`` before a fit).
-
-    Raises
-    ------
-    ValueError
-        If the variable is not a number of seconds > 0.
-    """
-    value = os.environ.get(DASK_TIMEOUT_ENV)
-    if value is None:
-        return DASK_TIMEOUT_S
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = math.nan
-    if not (seconds > 0 and math.isfinite(seconds)):
-        raise ValueError(
-            f"The environment variable {DASK_TIMEOUT_ENV} must be a number of "
-            f"seconds > 0, got {value!r}."
-        )
-    return seconds
-
-
-def active_dask_client():
-    """The dask client batched work goes to, or None to run in this process.
-
-    The client of ``joblib.parallel_config(backend="dask")`` when that is
-    active, else dask's default client (the last ``distributed.Client``
-    made in this process, or the one of ``client.as_current()``). None when
-    dask's ``distributed`` was never imported (no client can exist), and
-    inside a task on a dask worker, whose fits run where they are.
-    """
-    distributed = sys.modules.get("distributed")
-    if distributed is None:
-        return None
-    try:
-        distributed.get_worker()
-    except ValueError:
-        pass
-    else:
-        return None
-    client = _dask_client()
-    if client is None:
-        try:
-            client = distributed.default_client()
-        except ValueError:
-            return None
-    return client if client.status == "running" else None
-
-
-def run_on_cluster(
-    client,
-    problem,
-    reduce,
-    *,
-    n_items,
-    backend,
-    device_bytes_per_item,
-    host_bytes_per_item=0.0,
-    fixed_bytes=0.0,
-    max_memory_gb=None,
-    batch_size="auto",
-    max_batch_size=None,
-    chunk_width=None,
-    threads=False,
-    verbose=0,
-    desc="items",
-):
-    """Run a problem's batches as tasks on the workers of a dask cluster.
-
-    The problem (the data and its decompositions) is sent to every worker
-    once; each batch of item ids is a task calling ``problem(ids)`` under the
-    worker's own out-of-memory recovery, whose numpy results come back and
-    are reduced in item order. Data of the batch's own items
-    (``problem.task_inputs(ids)``, such as its targets' columns) goes with
-    its task; a dask collection among them (a dask array's columns) is
-    computed by the cluster, next to its chunks, never in this process.
-    The batches are those :func:`run_batched` plans in this process, so the
-    results are the same. At most ``TASKS_IN_FLIGHT_PER_WORKER`` batches per
-    worker thread, and no more than the host budget holds, are in flight.
-
-    A worker that dies mid-fit is replaced by dask, which recomputes its
-    batches from another worker's copy of the problem; if every copy was
-    lost, the problem is sent again, up to ``DATA_LOSS_RETRIES`` times. No
-    wait lasts longer than :func:`dask_timeout` without a worker in the
-    cluster.
-
-    Parameters
-    ----------
-    client : distributed.Client
-    problem : object
-        A picklable problem (see :func:`run_problem`), called as
-        ``problem(ids)`` on the workers.
-    reduce, n_items, backend, device_bytes_per_item, host_bytes_per_item, \
-fixed_bytes, max_memory_gb, batch_size, max_batch_size, chunk_width, threads, \
-verbose, desc :
-        See :func:`run_batched`; ``backend`` is where each worker computes (a
-        GPU backend: the worker's own card, for workers that see one each,
-        as dask-cuda's do).
-
-    Returns
-    -------
-    Plan
-    """
-    from distributed import wait
-
-    timeout = dask_timeout()
-    n_side_by_side = cpu_workers(backend) if threads else 1
-    plan = plan_batches(
-        n_items,
-        backend=backend,
-        device_bytes_per_item=device_bytes_per_item,
-        host_bytes_per_item=host_bytes_per_item,
-        fixed_bytes=fixed_bytes,
-        max_memory_gb=max_memory_gb,
-        batch_size=batch_size,
-        max_batch_size=max_batch_size,
-        n_workers=n_side_by_side,
-        chunk_width=chunk_width,
-    )
-    n_threads = _cluster_threads(client, timeout)
-    result_bytes = plan.batch_size * host_bytes_per_item
-    host_room = memory_budget(None, max_memory_gb) * GB
-    in_flight = min(
-        TASKS_IN_FLIGHT_PER_WORKER * n_threads,
-        max(1, int(host_room // result_bytes)) if result_bytes else math.inf,
-    )
-    memory = dict(
-        device_bytes_per_item=device_bytes_per_item,
-        host_bytes_per_item=host_bytes_per_item,
-        fixed_bytes=fixed_bytes,
-    )
-    # One batch in flight per worker, on the worker's own memory.
-    stage = _planned_stage(desc, "cluster", backend, plan, n_threads, 1, memory)
-    _say(verbose, stage.format_plan())
-    started = time.perf_counter()
-    log_level = logging.INFO if verbose >= 2 else logging.DEBUG
-    logger.log(
-        log_level,
-        "%s: %d %s in batches of %d (%d batches) on %d dask worker threads, "
-        "%d in flight",
-        desc,
-        n_items,
-        desc,
-        plan.batch_size,
-        plan.n_batches,
-        n_threads,
-        in_flight,
-    )
-    all_ids = np.arange(n_items, dtype=np.int64)
-    batches = deque(
-        all_ids[start : start + plan.batch_size]
-        for start in range(0, n_items, plan.batch_size)
-    )
-    data = _TaskData((problem,), {}, client, min_bytes=0, broadcast=True)
-    pending = deque()
-    n_losses = 0
-
-    # A problem whose items have data of their own (the targets' columns)
-    # sends each task its batch's share, not all of it to every worker.
-    task_inputs = getattr(problem, "task_inputs", lambda ids: ())
-
-    def submit(ids):
-        (sent,), _ = data.sent
-        with warnings.catch_warnings():
-            # The batch's columns travel inside its task, or are computed by
-            # the cluster from a dask array's graph, so that the scheduler
-            # can compute them again elsewhere if their worker dies (data
-            # scattered on its own would die with that worker); dask warns
-            # of any task over 10 MB.
-            warnings.filterwarnings(
-                "ignore", message="Sending large graph", category=UserWarning
-            )
-            inputs = _computed_on(client, task_inputs(ids))
-            future = client.submit(
-                _run_batch,
-                sent,
-                ids,
-                n_side_by_side > 1,
-                inputs,
-                _SIMULATED_OOM_LIMIT.get(),
-                pure=False,
-            )
-        return _Task(ids, future)
-
-    def send_again(pending, exc):
-        """``pending`` with its unfinished batches sent again, once the data
-        was lost with every worker holding it; else ``exc`` is raised."""
-        nonlocal n_losses
-        n_losses = _send_lost_data_again(data, n_losses, exc)
-        return deque(
-            task if task.future.status == "finished" else submit(task.ids)
-            for task in pending
-        )
-
-    # Current, so that dask's wait finds the client of joblib's dask backend.
-    with _progress(n_items, verbose, desc) as bar, client.as_current():
-        while batches or pending:
-            while batches and len(pending) < in_flight:
-                pending.append(submit(batches.popleft()))
-            try:
-                wait(
-                    [task.future for task in pending],
-                    timeout=timeout,
-                    return_when="FIRST_COMPLETED",
-                )
-            except TimeoutError:
-                # Batches may compute for longer than the timeout; a cluster
-                # without workers would wait for ever.
-                _cluster_threads(client, timeout)
-                continue
-            except CancelledError as exc:
-                # Batches whose data died with every worker holding it.
-                pending = send_again(pending, exc)
-                continue
-            for task in pending:
-                if not task.counted and task.future.status == "finished":
-                    task.counted = True
-                    bar.update(len(task.ids))
-            while pending and pending[0].future.done():
-                task = pending[0]
-                try:
-                    pieces, n_calls, n_splits = task.future.result(timeout=timeout)
-                except Exception as exc:
-                    pending = send_again(pending, exc)
-                    break
-                pending.popleft()
-                for lo, hi, result in pieces:
-                    reduce(task.ids[lo:hi], result)
-                plan.n_kernel_calls += n_calls
-                plan.n_oom_recoveries += n_splits
-    stage = _finished_stage(stage, plan, started, verbose)
-    logger.log(
-        log_level,
-        "%s: done in %d kernel calls, %d out-of-memory recoveries on %d dask "
-        "worker threads",
-        desc,
-        plan.n_kernel_calls,
-        plan.n_oom_recoveries,
-        n_threads,
-    )
-    record_stage(stage)
-    return plan
-
-
-@dataclass
-class _Task:
-    """A batch sent to the cluster; ``counted`` once the progress bar has it."""
-
-    ids: np.ndarray
-    future: object
-    counted: bool = False
-
-
-def _cluster_threads(client, timeout):
-    """Threads of the cluster's workers, waiting up to ``timeout`` for one."""
-    try:
-        client.wait_for_workers(1, timeout=timeout)
-        n_threads = sum(client.nthreads(callback_timeout=timeout).values())
-    except TimeoutError as exc:
-        raise RuntimeError(
-            f"The dask cluster had no worker for {timeout:g} s; start workers "
-            f"(or wait for the ones requested to start), or raise the "
-            f"environment variable {DASK_TIMEOUT_ENV}."
-        ) from exc
-    return max(n_threads, 1)
-
-
-def _computed_on(client, inputs):
-    """``inputs`` with each dask collection among them computed on the cluster.
-
-    A collection becomes the future of its result, which the scheduler
-    computes next to the chunks it reads and hands to the task that takes
-    it, on the same worker where it can: the data never comes to this
-    process.
-    """
-    from dask import is_dask_collection
-
-    return tuple(
-        client.compute(value) if is_dask_collection(value) else value
-        for value in inputs
-    )
-
-
-def _run_batch(problem, ids, one_thread, inputs=(), simulated_oom=None):
-    """One batch on a dask worker: ``problem(ids)`` under OOM recovery.
-
-    ``inputs``, when the problem gives them (``problem.task_inputs(ids)``),
-    are the batch's own data, bound to the problem here (``problem.bind``).
-    ``simulated_oom`` is the limit of :func:`skbatch.testing.simulate_oom`
-    in the calling process, which the worker's threads do not inherit.
-
-    With ``one_thread``, on one thread of the library, as :func:`run_batched`
-    runs batches side by side: a product's rounding can depend on the
-    threads that compute it.
-
-    Returns
-    -------
-    pieces : list of (start, stop, numpy result)
-        Consecutive pieces of ``ids``, more than one after out-of-memory
-        splits, each as :func:`run_batched` hands it to the reducer.
-    n_calls, n_splits : int
-        Kernel calls and out-of-memory splits.
-    """
-    if inputs:
-        problem = problem.bind(*inputs)
-    backend = problem.backend
-    runner = ChunkRunner(
-        backend=backend,
-        hint="lower max_memory_gb, or the batch size, or the data size",
-    )
-    calls = []
-
-    def counted(chunk):
-        calls.append(len(chunk))
-        return problem(chunk)
-
-    library = _backends.get(backend.library)
-    token = _SIMULATED_OOM_LIMIT.set(simulated_oom)
-    try:
-        with (
-            backend.context(),
-            library.one_thread() if one_thread else contextlib.nullcontext(),
-        ):
-            pieces = [
-                (lo, hi, _to_host(result))
-                for lo, hi, result in runner.run(counted, ids)
-            ]
-    finally:
-        _SIMULATED_OOM_LIMIT.reset(token)
-    return pieces, len(calls), runner.n_recoveries
-
-
-class Portable:
-    """Pickles with host arrays and device strings; unpickles on its backend.
-
-    For the problems that :func:`run_on_cluster` sends to dask workers. A
-    problem holds device arrays and its array namespace: a namespace (a
-    module) does not pickle, and a device array would come back on the
-    device it was made on rather than the receiving worker's own (on
-    dask-cuda, each worker's ``cuda:0`` is its card). Pickled, every device
-    array becomes a host numpy array and its backend's strings, the
-    namespace its module's name; unpickling re-creates them there.
-    """
-
-    def __getstate__(self):
-        return {name: _portable(value) for name, value in vars(self).items()}
-
-    def __setstate__(self, state):
-        # Arrays first: re-creating a jax array configures jax before its
-        # namespace is imported (skbatch/_backends/jax.py).
-        restored = {name: _restored(value) for name, value in state.items()}
-        vars(self).update(restored)
-        vars(self).update(
-            {
-                name: importlib.import_module(value.name)
-                for name, value in state.items()
-                if isinstance(value, _Namespace)
-            }
-        )
-
-
-@dataclass(frozen=True)
-class _Namespace:
-    name: str
-
-
-@dataclass(frozen=True)
-class _DeviceArray:
-    array: np.ndarray
-    backend: Backend
-
-
-def _portable(value):
-    if isinstance(value, types.ModuleType):
-        return _Namespace(value.__name__)
-    if isinstance(value, list | tuple):
-        return type(value)(_portable(item) for item in value)
-    if isinstance(value, dict):
-        return {key: _portable(item) for key, item in value.items()}
-    backend = backend_of_array(value)
-    if backend is None:
-        return value
-    return _DeviceArray(to_numpy(value), backend)
-
-
-def _restored(value):
-    if isinstance(value, list | tuple):
-        return type(value)(_restored(item) for item in value)
-    if isinstance(value, dict):
-        return {key: _restored(item) for key, item in value.items()}
-    if isinstance(value, _DeviceArray):
-        return value.backend.asarray(value.array)
-    return value

@@ -98,7 +98,8 @@ def test_joblib_backends():
 
 
 def test_joblib_dask_backend():
-    # _engine.py finds the client of joblib's dask backend in joblib._dask.
+    # _cluster.py (re-exported by _engine.py) finds the client of joblib's
+    # dask backend in joblib._dask.
     distributed = pytest.importorskip("distributed")
     from joblib import parallel_config
 
