@@ -51,7 +51,7 @@ BCA_WINDOW_PAD = 2 * BCA_SPACING
 # measures 350 at most, for n_bootstrap=20.
 BCA_TEMPORARY_BYTES = 512
 # Arrays of n_samples x (n_features + 1) float64 that the closed-form
-# jackknife holds at once (skbatch.bootstrap._linear_jackknife_sums): Z and
+# jackknife holds at once (skbatch._bootstrap.jackknife.linear_jackknife_sums): Z and
 # the centred X it is built from, A^-1 Z', its map to the uncentred
 # intercept, the gains G, their power and its signed copy.
 JACKKNIFE_COLUMN_ARRAYS = 7
@@ -266,11 +266,11 @@ def linear_jackknife_bytes(
 ):
     """Host bytes of the closed-form jackknife of ridge at fixed alphas.
 
-    The arrays :func:`skbatch.bootstrap._linear_jackknife_sums` holds at once
+    The arrays :func:`skbatch._bootstrap.jackknife.linear_jackknife_sums` holds at once
     (``JACKKNIFE_*_ARRAYS``, the ones column counted), or with groups those
     of the largest group's update if more; ``copies`` float64 values made of
     a design or targets not given in float64; and for a banded ridge
-    (``_banded_jackknife_sums``) a candidate's rescaled design, its targets'
+    (``banded_jackknife_sums``) a candidate's rescaled design, its targets'
     columns and the power sums over all features.
     """
     n, c, t = n_samples, n_features + 1, n_targets

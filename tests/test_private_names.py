@@ -15,7 +15,8 @@ from skbatch import BatchedRidge
 
 
 def test_row_slicing_of_sklearn_cross_validation():
-    # permutation.py and bootstrap.py slice folds and resampled rows so.
+    # permutation.py and _bootstrap/ (refit.py, jackknife.py) slice folds and
+    # resampled rows so.
     from sklearn.utils import _safe_indexing
     from sklearn.utils.metaestimators import _safe_split
     from sklearn.utils.validation import _check_method_params
@@ -52,7 +53,7 @@ def test_row_slicing_keeps_pandas_objects():
 
 
 def test_sample_weight_check():
-    # bootstrap.py and ridge.py check sample_weight as Ridge does.
+    # _bootstrap/linear.py and _predict.py check sample_weight as Ridge does.
     from sklearn.utils.validation import _check_sample_weight
 
     X = np.zeros((4, 2))
