@@ -122,6 +122,7 @@ def run_tiny(name, quick):
     from sklearn.linear_model import Ridge
     from sklearn.model_selection import KFold, permutation_test_score
 
+    import skbatch._permutation_plan
     import skbatch._ridge.problems
     import skbatch.permutation
     from skbatch import PermutationScorer, resolve_backend
@@ -145,8 +146,9 @@ def run_tiny(name, quick):
             def lookup(_, ids, *args, **kwargs):
                 return indices[np.asarray(ids)]
 
-            skbatch.permutation.permutation_indices = lookup
-            skbatch._ridge.problems.permutation_indices = lookup
+            skbatch.permutation.signed_rows = lookup
+            skbatch._permutation_plan.signed_rows = lookup
+            skbatch._ridge.problems.signed_rows = lookup
 
         def run(b=n_permutations):
             return scorer.set_params(n_permutations=b).fit(X, y).pvalue_

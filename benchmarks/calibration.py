@@ -22,6 +22,15 @@ its fast path redoes the search over band weights and alphas for every
 permuted target, on white noise shuffled within runs and on circular AR(0.95)
 runs shifted circularly.
 
+One-sample tests by sign flips (``--only sign-flip``): ``y`` symmetric about
+0 under the null (per-subject effects), X independent of it;
+``PermutationScorer(Ridge(alpha=1), permutation_type="sign_flip",
+multioutput="raw_values")`` flags a false positive when any of the 50 targets
+has ``pvalue_fwer_ <= 0.05``. Rows: 20 subjects of one row each, one sign per
+row, ``KFold(5)``; 12 subjects of 5 AR(0.8) rows each, one sign per subject
+(``groups``), ``GroupKFold(4)``. The targets share half their noise
+(positive dependence, where the max statistic matters).
+
 Part 2, bootstrap intervals: how often the 95% percentile interval of
 ``BootstrapEstimator`` covers a known regression coefficient:
 
@@ -76,6 +85,7 @@ Part 3, false discovery rate and exact enumeration (``--only fdr``):
     python benchmarks/calibration.py --only permutation --datasets 200
     python benchmarks/calibration.py --only banded-bootstrap --n-jobs 1
     python benchmarks/calibration.py --only one-sided
+    python benchmarks/calibration.py --only sign-flip
 
 Every row is seeded: the same command prints the same table.
 """
@@ -133,6 +143,15 @@ BANDED_FWER_ROWS = [
         None,
     ),
 ]
+# ``--only sign-flip``: (name, subjects, rows per subject, AR coefficient of
+# a subject's rows, outer folds); one sign per subject.
+SIGN_FLIP_ROWS = [
+    ("20 subjects x 1 row, iid", 20, 1, 0.0, 5),
+    ("12 subjects x 5 AR(0.8) rows, groups", 12, 5, 0.8, 4),
+]
+SIGN_FLIP_TARGETS = 50
+# Share of each target's noise common to all targets.
+SIGN_FLIP_COMMON_NOISE = 0.5
 # (name, generator, run length, permutation_type, block_size)
 FWER_ROWS = [
     ("white noise, shuffle", "white", 60, "shuffle", None),
@@ -253,6 +272,64 @@ def false_positive(
     if banded:
         assert scorer.fit_report_.stages[-1].path == "batched"
     return bool(np.any(scorer.pvalue_fwer_ <= ALPHA_LEVEL))
+
+
+def sign_flip_data(seed, n_subjects, rows, phi):
+    """X independent of Y; Y's subjects independent and symmetric about 0
+    (Gaussian, mean 0), AR(phi) rows within a subject, targets sharing
+    SIGN_FLIP_COMMON_NOISE of their noise."""
+    rng = np.random.default_rng(seed)
+    n = n_subjects * rows
+    X = rng.standard_normal((n, N_FEATURES))
+    own = np.concatenate(
+        [ar_series(rng, rows, SIGN_FLIP_TARGETS, phi) for _ in range(n_subjects)]
+    )
+    common = np.concatenate([ar_series(rng, rows, 1, phi) for _ in range(n_subjects)])
+    share = SIGN_FLIP_COMMON_NOISE
+    Y = np.sqrt(share) * common + np.sqrt(1 - share) * own
+    return X, Y, np.repeat(np.arange(n_subjects), rows)
+
+
+def sign_flip_false_positive(seed, n_subjects, rows, phi, n_folds, sizes):
+    X, Y, groups = sign_flip_data(seed, n_subjects, rows, phi)
+    scorer = PermutationScorer(
+        Ridge(alpha=1.0),
+        n_permutations=sizes["permutations"],
+        cv=KFold(n_folds) if rows == 1 else GroupKFold(n_folds),
+        multioutput="raw_values",
+        permutation_type="sign_flip",
+        random_state=seed,
+        device="cpu",
+    ).fit(X, Y, groups=None if rows == 1 else groups)
+    if scorer.exact_:
+        raise RuntimeError("expected drawn sign vectors, not an enumeration")
+    return bool(np.any(scorer.pvalue_fwer_ <= ALPHA_LEVEL))
+
+
+def sign_flip_table(sizes, n_jobs):
+    print(
+        f"\nSign-flip FWER under the null: {sizes['sign_flip_datasets']} data sets "
+        f"per row, {SIGN_FLIP_TARGETS} targets (common noise "
+        f"{SIGN_FLIP_COMMON_NOISE:.0%}), {sizes['permutations']} sign vectors, "
+        f"Ridge(alpha=1); nominal {ALPHA_LEVEL:.0%}"
+    )
+    header = "| data, units | FWER | 95% interval | verdict |"
+    lines = [header, "|---|---|---|---|"]
+    print(header)
+    for name, n_subjects, rows, phi, n_folds in SIGN_FLIP_ROWS:
+        start = time.perf_counter()
+        flags = Parallel(n_jobs=n_jobs)(
+            delayed(sign_flip_false_positive)(
+                seed, n_subjects, rows, phi, n_folds, sizes
+            )
+            for seed in range(sizes["sign_flip_datasets"])
+        )
+        rate, low, high = rate_with_interval(sum(flags), len(flags))
+        verdict = "within 5%" if low <= ALPHA_LEVEL else "too liberal"
+        line = f"| {name} | {rate:.1%} | {low:.1%} - {high:.1%} | {verdict} |"
+        lines.append(line)
+        print(line, f"({time.perf_counter() - start:.0f} s)")
+    return lines
 
 
 def rate_with_interval(successes, trials):
@@ -827,6 +904,7 @@ def main():
             "bca",
             "one-sided",
             "banded-bootstrap",
+            "sign-flip",
         ],
     )
     parser.add_argument("--datasets", type=int, help="data sets per FWER row")
@@ -844,14 +922,17 @@ def main():
         "bca_datasets": 1000 if args.full else BCA_DATASETS,
         "bca_replicates": BCA_REPLICATES,
         "one_sided_replicates": ONE_SIDED_REPLICATES,
+        "sign_flip_datasets": 4000 if args.full else 2000,
     }
     if args.datasets:
-        sizes["datasets"] = args.datasets
+        sizes["datasets"] = sizes["sign_flip_datasets"] = args.datasets
     start = time.perf_counter()
     if args.only in (None, "permutation"):
         fwer_table(sizes, args.n_jobs)
     if args.only in (None, "banded"):
         fwer_table(sizes, args.n_jobs, banded=True)
+    if args.only in (None, "sign-flip"):
+        sign_flip_table(sizes, args.n_jobs)
     if args.only in (None, "permutation", "fdr"):
         fdr_table(sizes, args.n_jobs)
         exact_table(sizes, args.n_jobs)

@@ -8,16 +8,19 @@ scores at least as high as the true one (``alternative="greater"``; "less"
 and "two-sided" as :func:`scipy.stats.permutation_test` defines them, the
 rules in :mod:`skbatch._rules`); when the scheme has at most
 ``n_permutations`` distinct permutations, each is scored once and
-``p = C / (their number)``, exact.
+``p = C / (their number)``, exact. ``permutation_type="sign_flip"`` is the
+one-sample test instead: the rows of ``y`` (or whole groups of rows) are
+multiplied by random signs, with the same scores and p-value rules.
 
 Two paths compute the null with the same permutations (one seed stream per
 permutation, see :mod:`skbatch.random`):
 
 - ridge family (``BatchedRidge``, ``Ridge``, ``RidgeCV``,
-  ``LinearRegression``): permuting ``y`` leaves the decomposition of every
-  fold's ``X`` unchanged, so each outer fold is decomposed once and a batch
-  of permutations goes through it as extra target columns, alpha selection
-  included, on the device and in batches sized by the engine;
+  ``LinearRegression``): permuting ``y`` (or flipping the signs of its
+  rows) leaves the decomposition of every fold's ``X`` unchanged, so each
+  outer fold is decomposed once and a batch of permutations goes through it
+  as extra target columns, alpha selection included, on the device and in
+  batches sized by the engine;
 - any other estimator: refits through joblib, in bounded windows.
 """
 
@@ -27,33 +30,9 @@ import numbers
 import warnings
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.base import BaseEstimator, RegressorMixin, clone, is_classifier
-from sklearn.metrics import (
-    check_scoring,
-    explained_variance_score,
-    get_scorer_names,
-    mean_absolute_error,
-    mean_absolute_percentage_error,
-    mean_squared_error,
-    median_absolute_error,
-    r2_score,
-    root_mean_squared_error,
-)
-from sklearn.model_selection import (
-    GroupKFold,
-    GroupShuffleSplit,
-    KFold,
-    LeaveOneGroupOut,
-    LeaveOneOut,
-    LeavePGroupsOut,
-    LeavePOut,
-    PredefinedSplit,
-    RepeatedKFold,
-    ShuffleSplit,
-    TimeSeriesSplit,
-    check_cv,
-)
+from sklearn.metrics import check_scoring
+from sklearn.model_selection import check_cv
 
 # Private to scikit-learn, without a public twin: the row slicing of its own
 # cross-validation. The folds and permutations slice X, y and the fit
@@ -64,7 +43,7 @@ from sklearn.utils import _safe_indexing, get_tags
 from sklearn.utils.metaestimators import _safe_split
 from sklearn.utils.validation import _check_method_params
 
-from . import _backends, _linalg
+from . import _backends
 from ._base import (
     WrapperMixin,
     atomic_fit,
@@ -74,22 +53,34 @@ from ._base import (
     refit_params,
 )
 from ._engine import _say, run_parallel, run_problem
-from ._preflight import DataBytes, refit_window, refuse
-from ._ridge.banded import banded_spec, permuted_problem
-from ._ridge.cv import cv_scheme, fold_rows, uses_groups
-from ._ridge.problems import DEVICE_SCORINGS, PermutedRidgeProblem
-from ._ridge.spec import check_column_scales, refit_reason, resolve_dtype, ridge_spec
-from ._rules import check_alternative
-from ._timeseries import autocorrelation_warning
-from .backend import resolve_backend, to_numpy
-from .memory import GB, memory_budget
-from .random import (
-    DEFAULT_RANDOM_STATE,
-    _check_permutation_type,
-    count_permutations,
-    permutation_indices,
-    resolve_entropy,
+from ._permutation_cv import (
+    _PER_TARGET_METRICS,
+    _check_scoring,
+    _flipped,
+    _metrics,
+    _per_target_score,
+    _split_rows,
+    _splits_ignore_y,
 )
+
+# Read here by skbatch/partitioning.py.
+from ._permutation_plan import TIE_ULPS as TIE_ULPS
+from ._permutation_plan import (
+    _check_host_memory,
+    _check_refit_memory,
+    _counter,
+    _fast_path,
+    _plan_resamples,
+    _plan_ridge,
+)
+from ._preflight import DataBytes
+from ._resampling.sign_flip import split_signed_rows
+from ._resampling.signed import check_resampling_type, signed_rows
+from ._ridge.banded import permuted_problem
+from ._ridge.problems import DEVICE_SCORINGS, PermutedRidgeProblem
+from ._rules import check_alternative
+from .backend import resolve_backend, to_numpy
+from .random import DEFAULT_RANDOM_STATE, resolve_entropy
 from .ridge import AlphaEdgeWarning, AutocorrelationWarning, BatchedRidge
 from .streaming import PermutationCounter
 
@@ -102,148 +93,6 @@ __all__ = ["PermutationScorer"]
 # thread costs at most a few ms here; drawing the permutations dominates.
 SMALL_FIT_FLOPS = 1e9
 _MULTIOUTPUTS = ("uniform_average", "raw_values")
-# Scores bounded by 1 whose round-off is relative to 1, not to the score:
-# R^2 = 1 - SSE / SST near 0 still carries errors of order eps.
-_UNIT_SCALE_SCORINGS = (None, "r2", "correlation", "explained_variance")
-# A permuted score this many units in the last place (of the compute dtype,
-# relative to the score's scale) below the observed one counts as a tie: the
-# same score computed in batches of other widths differs by a few ulps per
-# summed row, and a permutation that reproduces the data must count.
-TIE_ULPS = 1000
-
-
-def _pearson(y_true, y_pred, *, multioutput="raw_values"):
-    """Pearson correlation of each column; NaN where it is undefined.
-
-    Undefined: fewer than 2 rows, or a constant column (as ``np.corrcoef``).
-    The correlation of every path, that of the ridge fast path included
-    (:func:`skbatch._linalg.score_per_target`); NaN is reported by the
-    scorer once, not per fold.
-    """
-    y_true = np.asarray(y_true).reshape(len(y_true), -1)
-    y_pred = np.asarray(y_pred).reshape(len(y_pred), -1)
-    r = _linalg.score_per_target(y_true, y_pred, "correlation", warn=False, xp=np)
-    return r if multioutput == "raw_values" else float(np.mean(r))
-
-
-# Scorings with a per-target value (multioutput="raw_values"): the metric and
-# the sign of the scorer of that name (scorers are higher-is-better).
-_PER_TARGET_METRICS = {
-    "r2": (r2_score, 1.0),
-    "correlation": (_pearson, 1.0),
-    "explained_variance": (explained_variance_score, 1.0),
-    "neg_mean_squared_error": (mean_squared_error, -1.0),
-    "neg_root_mean_squared_error": (root_mean_squared_error, -1.0),
-    "neg_mean_absolute_error": (mean_absolute_error, -1.0),
-    "neg_median_absolute_error": (median_absolute_error, -1.0),
-    "neg_mean_absolute_percentage_error": (mean_absolute_percentage_error, -1.0),
-}
-# Splitters whose folds depend on X's length (and groups) but not on y: their
-# folds are the same for every permutation of y, so they are drawn once.
-# What check_cv makes of an iterable of splits, whose folds are fixed: its
-# class is private to scikit-learn, check_cv is not.
-_FIXED_SPLITS = type(check_cv([(np.array([0]), np.array([1]))]))
-# Exact types: a subclass may split on y. Any other splitter (stratified, or
-# a user's) is re-run on every permuted y, as ``permutation_test_score``
-# does.
-_Y_FREE_SPLITTERS = (
-    KFold,
-    GroupKFold,
-    TimeSeriesSplit,
-    LeaveOneOut,
-    LeavePOut,
-    LeaveOneGroupOut,
-    LeavePGroupsOut,
-    ShuffleSplit,
-    GroupShuffleSplit,
-    PredefinedSplit,
-    RepeatedKFold,
-    _FIXED_SPLITS,
-)
-
-
-def _warn_if_autocorrelated(y, groups):
-    """Warn when shuffling rows of ``y`` that are clearly autocorrelated
-    (:func:`skbatch._timeseries.autocorrelation_warning`); labels
-    (classifiers' ``y``) are not checked."""
-    y = np.asarray(y)
-    if y.dtype.kind not in "biuf":
-        return
-    found = autocorrelation_warning(y, groups)
-    if found is None or found[0] <= found[1]:
-        return
-    within = "within groups" if groups is not None else "(no groups given)"
-    warnings.warn(
-        f"The rows of y are autocorrelated {within}: median lag-1 "
-        f"autocorrelation {found[0]:.2f} over the targets, above {found[1]:.2f}. "
-        f"permutation_type='shuffle' breaks that dependence, so the null is "
-        f"too narrow and the p-values too small. Use "
-        f"permutation_type='circular_shift' or 'block_shuffle' (with "
-        f"block_size), with the runs as groups.",
-        AutocorrelationWarning,
-        # _warn_if_autocorrelated, fit, atomic_fit.
-        stacklevel=4,
-    )
-
-
-def _splits_ignore_y(cv):
-    """Whether the folds of splitter ``cv`` (after ``check_cv``) ignore y."""
-    return type(cv) in _Y_FREE_SPLITTERS
-
-
-def _split_rows(cv, X, y, groups):
-    """``cv.split``, with groups only for a splitter that uses them."""
-    if not uses_groups(cv):
-        groups = None
-    n_samples = X.shape[0]
-    # Integer indices from here on, as the batched paths index rows with
-    # them (masks and negative indices are read as X[rows] would read them).
-    splits = [
-        (
-            fold_rows(train, n_samples, fold, "training"),
-            fold_rows(test, n_samples, fold, "test"),
-        )
-        for fold, (train, test) in enumerate(cv.split(X, y, groups))
-    ]
-    if not splits:
-        raise ValueError(f"cv={cv!r} gave no train/test split")
-    for train, test in splits:
-        if len(train) == 0 or len(test) == 0:
-            raise ValueError(
-                f"cv={cv!r} gave an empty training or test fold (train "
-                f"{len(train)} rows, test {len(test)} rows)"
-            )
-    return splits
-
-
-def _metrics(scoring):
-    """The metrics of ``scoring``: name -> single scoring, ``{None: scoring}``
-    for a single one.
-
-    A list, tuple or set of unique scorer names, or a dict of name to scorer
-    (a name or a callable), as :func:`sklearn.model_selection.cross_validate`
-    takes several metrics.
-    """
-    if isinstance(scoring, dict):
-        if not scoring or not all(isinstance(name, str) for name in scoring):
-            raise ValueError(
-                f"scoring as a dict must map at least one metric name (a str) to "
-                f"a scorer, got {scoring!r}"
-            )
-        return dict(scoring)
-    if isinstance(scoring, list | tuple | set | frozenset):
-        names = list(scoring)
-        if (
-            not names
-            or not all(isinstance(name, str) for name in names)
-            or len(set(names)) != len(names)
-        ):
-            raise ValueError(
-                f"scoring as a list, tuple or set must hold at least one scorer "
-                f"name, each once, got {scoring!r}"
-            )
-        return {name: name for name in names}
-    return {None: scoring}
 
 
 def _cv_score(estimator, X, y, splits, scorers, fit_params):
@@ -289,20 +138,6 @@ def _cv_score(estimator, X, y, splits, scorers, fit_params):
     ]
 
 
-def _per_target_score(value, y):
-    """A callable scorer's value, checked to hold one score per target."""
-    value = np.asarray(value, dtype=np.float64)
-    n_targets = 1 if np.ndim(y) == 1 else np.shape(y)[1]
-    if value.shape != (n_targets,) and not (value.shape == () and n_targets == 1):
-        raise ValueError(
-            f"With multioutput='raw_values' a callable scoring must return one "
-            f"score per target, an array of shape ({n_targets},); it returned "
-            f"shape {value.shape}. Or use one of the per-target scorings "
-            f"{tuple(_PER_TARGET_METRICS)}."
-        )
-    return value.reshape(n_targets)
-
-
 def _null_scores_task(
     ids,
     *,
@@ -323,10 +158,13 @@ def _null_scores_task(
     ``splits`` None re-splits every permuted ``y`` with ``cv``, whose folds
     then depend on it (stratified splitters).
     """
-    indices = permutation_indices(entropy, ids, y.shape[0], groups, **permutation)
+    codes = signed_rows(entropy, ids, y.shape[0], groups, **permutation)
     scores = []
-    for perm in indices:
+    for code in codes:
+        perm, signs = split_signed_rows(code)
         permuted = _safe_indexing(y, perm)
+        if signs is not None:
+            permuted = _flipped(permuted, signs)
         if hasattr(y, "index") and hasattr(permuted, "set_axis"):
             # The permuted values on y's own index: pandas code that aligns
             # on it (X.join(y)) would otherwise put the rows back in order.
@@ -357,11 +195,24 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
     (max-statistic method: every target's permuted score comes from the same
     row permutation).
 
-    Permuting ``y`` leaves each fold's decomposition of X unchanged, so for
-    ridge problems one SVD per fold serves every permutation: they go
-    through it as a batch of extra targets, alpha chosen per permuted target
-    by the estimator's own LOO, GCV or K-fold criterion on the fold's
-    training rows (or held at ``Ridge``'s per-target ``alpha`` array),
+    ``permutation_type="sign_flip"`` makes it a one-sample (group-level)
+    test: under the null hypothesis the rows of ``y`` are symmetric about 0
+    (one row per subject of a per-subject effect map, say, testing whether
+    the mean map is 0). Each resample multiplies the rows of ``y`` by a sign
+    vector ``s`` in ``{-1, +1}**n`` (one sign per group, all rows of a group
+    flipped together, when ``groups`` is given), ``X`` unchanged, and the
+    statistic is the same cross-validated score: the one-sample case of
+    :func:`scipy.stats.permutation_test` with ``permutation_type="samples"``,
+    of MNE's ``permutation_t_test`` and of nilearn's ``permuted_ols`` sign
+    swaps. Every p-value attribute and ``alternative`` work as for
+    permutations.
+
+    Permuting ``y`` (or flipping the signs of its rows) leaves each fold's
+    decomposition of X unchanged, so for ridge problems one SVD per fold
+    serves every permutation: they go through it as a batch of extra
+    targets, alpha chosen per permuted target by the estimator's own LOO,
+    GCV or K-fold criterion on the fold's training rows (or held at
+    ``Ridge``'s per-target ``alpha`` array),
     scored on the device (``device``), in batches sized from the memory
     budget and recovered from out-of-memory errors. This fast path is taken
     when all of these hold:
@@ -400,9 +251,10 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
         distinct permutations than this (see
         :func:`skbatch.random.count_permutations`: ``n`` rotations of a run
         of ``n`` rows, the product over runs; ``k!`` orders of ``k``
-        blocks; ``n!`` orders of ``n`` rows, per run), each is enumerated
-        once instead of drawn, the identity among them, and the p-values are
-        exact (``exact_``, ``n_permutations_``).
+        blocks; ``n!`` orders of ``n`` rows, per run; ``2**n_units`` sign
+        vectors of ``n_units`` rows or groups for "sign_flip"), each is
+        enumerated once instead of drawn, the identity among them, and the
+        p-values are exact (``exact_``, ``n_permutations_``).
     scoring : str, callable, list, tuple, dict or None, default=None
         Scorer name (:func:`sklearn.metrics.get_scorer_names`),
         ``"correlation"`` (Pearson correlation of predictions and targets,
@@ -460,10 +312,10 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
         "two-sided" twice the smaller of the two one-sided family-wise
         p-values, clipped to 1 (valid by the union bound over the two
         tails); the other corrections adjust ``pvalue_``.
-    permutation_type : {"shuffle", "circular_shift", "block_shuffle"}, \
-default="shuffle"
+    permutation_type : {"shuffle", "circular_shift", "block_shuffle", \
+"sign_flip"}, default="shuffle"
         How the rows of ``y`` move within each group (each run), or within
-        the whole series without groups:
+        the whole series without groups, or ("sign_flip") change sign:
 
         - ``"shuffle"``: a uniform random permutation, valid when rows are
           exchangeable (independent trials). Invalid for autocorrelated rows
@@ -482,12 +334,29 @@ default="shuffle"
           consecutive rows and permute the blocks; exact when the process
           restarts at block boundaries (a block per trial), close when
           blocks are much longer than the autocorrelation.
+        - ``"sign_flip"``: multiply the rows by random signs: one sign per
+          row without ``groups``, one per group with them (all rows of a
+          run or subject flipped together, which keeps their dependence:
+          valid for autocorrelated rows within a run). Valid when, under
+          the null hypothesis, ``y`` is symmetric about 0: ``s * y`` has
+          the distribution of ``y`` for every sign vector ``s``
+          (independent subjects' effects centred on 0); not for a
+          regressor's usual ``y``, whose mean is not 0 under the null.
+          Needs a numeric ``y`` (not a classifier). Unit ``u`` (a row, or
+          the ``u``-th group in sorted label order) of resample ``i`` draws
+          one integer in ``[0, 2)`` from that resample's seed stream;
+          exact enumeration flips unit ``u`` of resample ``i`` when bit
+          ``u`` of ``i`` is set (resample 0 is the identity; ``s`` and
+          ``-s`` both count, as :func:`scipy.stats.permutation_test` counts
+          them).
 
         See the user guide's permutation page for the calibration of each
         (family-wise error under the null).
     block_size : int or None, default=None
         Rows per block, required by and only allowed with
-        ``permutation_type="block_shuffle"``; at most the smallest group.
+        ``permutation_type="block_shuffle"`` (a ValueError with
+        "sign_flip": pass runs as ``groups`` to flip them whole); at most
+        the smallest group.
     return_null : bool, default=False
         Keep every permuted score in ``permutation_scores_``. Without it
         memory does not grow with ``n_permutations``.
@@ -609,8 +478,9 @@ default="shuffle"
     over that permutation's targets, as its refit on permuted data would.
 
     All targets of a permutation share one row permutation (as
-    ``permutation_test_score`` permutes the rows of a 2-D ``y``), which keeps
-    their dependence and makes the max-statistic ``pvalue_fwer_`` valid.
+    ``permutation_test_score`` permutes the rows of a 2-D ``y``), or one
+    sign vector with "sign_flip", which keeps their dependence and makes the
+    max-statistic ``pvalue_fwer_`` valid.
 
     A p-value is never smaller than its definition allows. A permuted score
     within ``1000`` units in the last place of the compute dtype (relative
@@ -651,6 +521,22 @@ default="shuffle"
     ... ).fit(X, signal, groups=runs)
     >>> bool(perm.pvalue_ <= 0.05)
     True
+
+    A one-sample test, ``y`` symmetric about 0 under the null hypothesis:
+    flip the signs of its rows (of whole runs, given ``groups``) instead.
+
+    >>> flips = PermutationScorer(
+    ...     Ridge(alpha=1.0), n_permutations=99, permutation_type="sign_flip",
+    ...     random_state=0,
+    ... ).fit(X, signal)
+    >>> float(flips.pvalue_)
+    0.01
+    >>> flips = PermutationScorer(
+    ...     Ridge(alpha=1.0), n_permutations=99, permutation_type="sign_flip",
+    ...     cv=GroupKFold(3),
+    ... ).fit(X, signal, groups=runs)
+    >>> flips.exact_, flips.n_permutations_  # 2**3 sign vectors of 3 runs
+    (True, 8)
     """
 
     def __init__(
@@ -712,39 +598,16 @@ default="shuffle"
                 f"multioutput must be one of {_MULTIOUTPUTS}, got {self.multioutput!r}"
             )
         for name, scoring in _metrics(self.scoring).items():
-            self._check_scoring(scoring, "scoring" if name is None else name)
+            _check_scoring(
+                scoring, "scoring" if name is None else name, self.multioutput
+            )
         check_alternative(self.alternative)
         # Type and block_size here; block_size against the groups in fit.
-        _check_permutation_type(self.permutation_type, self.block_size)
+        check_resampling_type(self.permutation_type, self.block_size)
         if not isinstance(self.return_null, bool | np.bool_):
             raise ValueError(f"return_null must be a bool, got {self.return_null!r}")
         check_max_memory_gb(self.max_memory_gb)
         check_verbose(self.verbose)
-
-    def _check_scoring(self, scoring, where):
-        """Refuse a single scoring (``where``: "scoring" or a metric's name)."""
-        if where != "scoring":
-            where = f"scoring[{where!r}]"
-        if isinstance(scoring, str):
-            if scoring not in get_scorer_names() and scoring != "correlation":
-                raise ValueError(
-                    f"{where} must be None, a callable, 'correlation' or a name "
-                    f"from sklearn.metrics.get_scorer_names(), got {scoring!r}"
-                )
-        elif scoring is not None and not callable(scoring):
-            raise ValueError(
-                f"{where} must be None, a callable or a scorer name, got {scoring!r}"
-            )
-        if (
-            self.multioutput == "raw_values"
-            and isinstance(scoring, str)
-            and scoring not in _PER_TARGET_METRICS
-        ):
-            raise ValueError(
-                f"multioutput='raw_values' needs a scoring with a value per "
-                f"target: None, a callable returning one score per target, or "
-                f"one of {tuple(_PER_TARGET_METRICS)}, got {where}={scoring!r}"
-            )
 
     @atomic_fit
     def fit(self, X, y, groups=None, **fit_params):
@@ -760,7 +623,9 @@ default="shuffle"
             stays one; a permuted one keeps the index of ``y``).
         groups : array-like of shape (n_samples,), default=None
             Exchangeability blocks: ``y`` is permuted (or shifted, or its
-            blocks shuffled) within each group only. Also passed to a ``cv``
+            blocks shuffled) within each group only; with
+            ``permutation_type="sign_flip"``, all rows of a group share one
+            sign. Also passed to a ``cv``
             splitter that uses groups, and to every fit of an estimator that
             takes ``groups`` (under metadata routing, one that requests
             them), sliced to its rows: ``PermutationScorer(BatchedRidge(
@@ -797,29 +662,16 @@ default="shuffle"
         n_targets = 1 if y.ndim == 1 else y.shape[1]
         metrics = _metrics(self.scoring)
         n_stats = len(metrics) * (n_targets if raw else 1)
-        self._check_host_memory(n_stats)
-        permutation = dict(
-            permutation_type=self.permutation_type, block_size=self.block_size
-        )
-        # Checks the scheme against the groups (a block longer than a group)
-        # before any work.
-        permutation_indices(0, [0], n_samples, groups, **permutation)
-        if self.permutation_type == "shuffle":
-            _warn_if_autocorrelated(y, groups)
-        n_distinct = count_permutations(
-            n_samples, groups, **permutation, limit=self.n_permutations
-        )
-        # Every distinct permutation fits: each once, instead of draws.
-        permutation["exact"] = n_distinct is not None
-        n_items = self.n_permutations if n_distinct is None else n_distinct
+        _check_host_memory(self, n_stats)
+        permutation, n_items = _plan_resamples(self, estimator, y, groups)
         entropy = resolve_entropy(self.random_state)
         # The folds, the device and the memory may refuse: before any fit.
         cv = check_cv(self.cv, y, classifier=is_classifier(estimator))
         splits = _split_rows(cv, X, y, groups)
         # The generic path's; the fast path's weighs its work ("auto").
         backend = resolve_backend(self.device)
-        spec, reason = self._fast_path(
-            estimator, X_valid, cv, splits, fit_params, n_targets
+        spec, reason = _fast_path(
+            self, estimator, X_valid, cv, splits, fit_params, n_targets
         )
         if reason is not None:
             _say(
@@ -844,12 +696,12 @@ default="shuffle"
         # The estimator's fits get the rows' groups when they take them.
         refits = refit_params(estimator, groups, fit_params)
         if fast:
-            ridge = self._plan_ridge(
-                X_valid, y, splits, spec, n_items, refits.get("groups")
+            ridge = _plan_ridge(
+                self, X_valid, y, splits, spec, n_items, refits.get("groups")
             )
         if slow:
             data = DataBytes.of(X_input, y_input, X_valid, y, fit_params)
-            self._check_refit_memory(data, n_samples, n_stats)
+            _check_refit_memory(self, data, n_samples, n_stats)
         estimator_ = clone(estimator).fit(X, y_fit, **refits)
         counters = {}
         if fast:
@@ -917,173 +769,14 @@ default="shuffle"
         self.estimator_ = estimator_
         return self
 
-    def _fast_path(self, estimator, X, cv, splits, fit_params, n_targets):
-        """``(spec, reason)``: the ridge problem of the fast path, or None and
-        why not, the reason None for an estimator nobody expects there (see
-        :func:`skbatch._ridge.spec.refit_reason`)."""
-        spec = banded_spec(estimator) or ridge_spec(estimator)
-        if spec is None:
-            return None, refit_reason(estimator)
-        if fit_params:
-            reason = f"fit parameters {sorted(fit_params)} go to every refit"
-        elif sp.issparse(X):
-            reason = "X is sparse"
-        elif not any(s in DEVICE_SCORINGS for s in _metrics(self.scoring).values()):
-            reason = (
-                f"scoring={self.scoring!r} is not among the fast path's "
-                f"{DEVICE_SCORINGS}"
-            )
-        elif not _splits_ignore_y(cv):
-            reason = f"the folds of cv={cv!r} depend on y, split again per permutation"
-        elif min(len(train) for train, _ in splits) < 2:
-            # BatchedRidge refuses a one-row training fold, Ridge fits it.
-            reason = "a training fold has fewer than 2 rows"
-        elif spec.fixed_per_target and spec.alphas.size not in (1, n_targets):
-            # The estimator's fit refuses it.
-            reason = f"{spec.alphas.size} alphas for {n_targets} targets"
-        elif (
-            spec.cv is not None
-            and not isinstance(spec.cv, str)
-            and not _splits_ignore_y(check_cv(spec.cv))
-        ):
-            # Its own inner folds depend on y: its refits decide them.
-            reason = f"the estimator's inner cv={spec.cv!r} splits depend on y"
-        else:
-            return spec, None
-        return None, reason
-
-    def _check_host_memory(self, n_stats):
-        # The counter, and one id per permutation that the engine hands out.
-        needed = 8 * self.n_permutations + PermutationCounter.nbytes_needed(
-            n_stats,
-            self.n_permutations,
-            keep_null=self.return_null,
-            alternative=self.alternative,
-        )
-        budget = memory_budget(None, self.max_memory_gb)
-        if needed > budget * GB:
-            raise ValueError(
-                f"PermutationScorer would retain {needed / GB:.3g} GB on the host "
-                f"(n_permutations={self.n_permutations} x {n_stats} "
-                f"{'score' if n_stats == 1 else 'scores'}, "
-                f"return_null={self.return_null}) but the host budget is "
-                f"{budget:.3g} GB. Set return_null=False (p-values, null mean and "
-                "std do not need it), lower n_permutations, or raise max_memory_gb."
-            )
-
-    def _check_refit_memory(self, data, n_samples, n_stats):
-        """Refuse, before any fit, refits whose copies of the data exceed the
-        budget: each worker of the generic path refits on one."""
-        summaries = PermutationCounter.nbytes_needed(
-            n_stats,
-            self.n_permutations,
-            keep_null=self.return_null,
-            alternative=self.alternative,
-        )
-        refit_window(
-            self.max_memory_gb,
-            self.n_jobs,
-            data,
-            summaries,
-            n_samples,
-            n_stats,
-            self._refuse,
-        )
-
-    def _refuse(self, need, budget, where, parts):
-        refuse(
-            "PermutationScorer",
-            self.max_memory_gb,
-            "Lower n_jobs, set return_null=False, use fewer targets or samples, "
-            "or raise max_memory_gb.",
-            need,
-            budget,
-            where,
-            parts,
-        )
-
-    def _counter(self, observed, dtype, n_items, exact, scoring):
-        """The exceedance counter of ``n_items`` permutations (every distinct
-        one if ``exact``) of a ``scoring``, with ties judged at ``dtype``'s
-        round-off."""
-        scale = np.abs(observed)
-        if scoring in _UNIT_SCALE_SCORINGS:
-            scale = np.maximum(scale, 1.0)
-        tolerance = TIE_ULPS * np.finfo(dtype).eps * np.nan_to_num(scale)
-        return PermutationCounter(
-            observed,
-            n_total=n_items,
-            keep_null=self.return_null,
-            tolerance=tolerance,
-            exact=exact,
-            alternative=self.alternative,
-        )
-
-    def _plan_ridge(self, X, y, splits, spec, n_items, inner_groups):
-        """The fast path's device, dtype and work for ``n_items``
-        permutations, its memory checked. ``inner_groups`` (or None) are
-        the groups the estimator's own CV splits each training fold's rows by.
-
-        Returns
-        -------
-        ridge : dict
-            ``X`` and ``Y`` in float64, ``spec``, ``backend``, ``dtype``,
-            ``flops`` and ``inner_scheme``, for :meth:`_fit_ridge`.
-        """
-        input_dtype = np.asarray(X).dtype
-        X = np.asarray(X, dtype=np.float64)
-        Y = np.asarray(y, dtype=np.float64).reshape(X.shape[0], -1)
-        n_samples, n_features = X.shape
-        columns = n_items * Y.shape[1]
-        rank = min(n_samples, n_features)
-        n_alphas = 1 if spec.fixed_per_target else spec.alphas.size
-        flops = 2.0 * len(splits) * n_samples * rank * columns * (n_alphas + 2)
-        backend = resolve_backend(self.device, flops=flops)
-        # scikit-learn's estimators in float64 whatever X (float32 on MPS):
-        # ties with the observed score are judged at the compute precision
-        # (TIE_ULPS), so the null is computed as precisely as the device
-        # allows. A BatchedRidge computes in its own dtype.
-        own_dtype = spec.dtype != "input"
-        dtype = resolve_dtype(spec.dtype, backend, input_dtype if own_dtype else None)
-        check_column_scales(
-            X, dtype, backend, fit_intercept=spec.fit_intercept, alphas=spec.alphas
-        )
-
-        def inner_scheme(X_train, Y_train, train):
-            groups = None if inner_groups is None else inner_groups[train]
-            return cv_scheme(spec.cv, spec.scoring).split(
-                X_train, Y_train, groups=groups
-            )
-
-        permuted_problem(spec).check_memory(
-            X,
-            Y,
-            splits,
-            spec,
-            [inner_scheme(X[train], Y[train], train) for train, _ in splits],
-            backend,
-            dtype,
-            n_permutations=n_items,
-            max_memory_gb=self.max_memory_gb,
-        )
-        return dict(
-            X=X,
-            Y=Y,
-            spec=spec,
-            backend=backend,
-            dtype=dtype,
-            flops=flops,
-            inner_scheme=inner_scheme,
-        )
-
     def _fit_ridge(
         self, X, y, groups, splits, ridge, entropy, raw, permutation, n_items, metrics
     ):
         """Fast path: permutations as extra targets through one SVD per fold.
 
-        ``ridge`` is what :meth:`_plan_ridge` planned; ``metrics`` (name ->
-        scoring) are among ``DEVICE_SCORINGS``. Returns the backend and a
-        counter per metric.
+        ``ridge`` is what :func:`~skbatch._permutation_plan._plan_ridge`
+        planned; ``metrics`` (name -> scoring) are among
+        ``DEVICE_SCORINGS``. Returns the backend and a counter per metric.
         """
         X, Y, spec = ridge["X"], ridge["Y"], ridge["spec"]
         backend, dtype = ridge["backend"], ridge["dtype"]
@@ -1141,7 +834,8 @@ default="shuffle"
             counters = {}
             for k, (name, scoring) in enumerate(metrics.items()):
                 part = observed[k * n_targets : (k + 1) * n_targets]
-                counters[name] = self._counter(
+                counters[name] = _counter(
+                    self,
                     part if raw else part.mean(),
                     dtype,
                     n_items,
@@ -1204,7 +898,8 @@ default="shuffle"
         host_bytes_per_item = 8 * sum(sizes)
         bounds = np.cumsum([0, *sizes])
         counters = {
-            name: self._counter(
+            name: _counter(
+                self,
                 # A per-target metric averaged over targets, as r2_score does.
                 value if raw else np.mean(value),
                 np.float64,

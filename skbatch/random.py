@@ -77,7 +77,7 @@ from ._resampling.streams import integers as _integers  # noqa: F401
 from ._resampling.streams import sorted_positions as _sorted_positions  # noqa: F401
 
 # _group_codes, _integers and _sorted_positions are imported for the modules
-# that read them here: skbatch/_resampling/sign_flip.py, tests/test_random.py.
+# that read them here: tests/test_random.py.
 
 __all__ = [
     "DEFAULT_RANDOM_STATE",

@@ -14,6 +14,8 @@ wants them. Estimators choose a scheme; they do not draw.
 - ``permutations.py``: shuffles, circular shifts and block shuffles within
   groups; ``enumeration.py``: each of their distinct permutations once;
 - ``sign_flip.py``: sign flips of rows or of whole groups;
+- ``signed.py``: any ``permutation_type``'s resamples as signed row codes
+  (``~r`` for ``-y[r]``), the one form ``PermutationScorer`` reads;
 - ``registry.py``: :data:`SCHEMES`, name to class, and the factories.
 
 The public functions of :mod:`skbatch.random` draw through these schemes.

@@ -13,6 +13,7 @@ from .cluster import ClusterBootstrap
 from .enumeration import Exact
 from .iid import IIDBootstrap
 from .permutations import BlockShuffle, CircularShift, Shuffle
+from .sign_flip import SignFlip
 
 __all__ = [
     "BLOCK_SCHEMES",
@@ -36,6 +37,7 @@ SCHEMES = {
     "circular_shift": CircularShift,
     "block_shuffle": BlockShuffle,
     "exact": Exact,
+    "sign_flip": SignFlip,
 }
 
 

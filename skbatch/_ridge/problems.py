@@ -37,9 +37,11 @@ from array_api_compat import device as array_device
 
 from .. import _backends, _linalg
 from .._engine import Portable, cpu_workers, plan_batches
+from .._resampling.sign_flip import split_signed_rows
+from .._resampling.signed import signed_rows
 from .._targets import TargetColumns
 from ..memory import GB, memory_budget
-from ..random import bootstrap_counts, permutation_indices
+from ..random import bootstrap_counts
 
 __all__ = [
     "BootstrapRidgeProblem",
@@ -668,7 +670,9 @@ class PermutedRidgeProblem(Portable):
     per fold over all their columns: projection, alpha choice by the inner
     CV of the estimator, prediction of the test rows and their score.
     ``problem(ids)`` gives the scores (len(ids), t) of permutations ``ids``,
-    drawn from their own seed streams (:func:`skbatch.random.permutation_indices`).
+    drawn from their own seed streams
+    (:func:`skbatch._resampling.signed.signed_rows`: row permutations, or
+    sign flips of the rows).
 
     Parameters
     ----------
@@ -686,8 +690,9 @@ class PermutedRidgeProblem(Portable):
         (len(ids), len(scoring) * t), metric k in columns ``k * t ...``.
     n_permutations : int
     permutation : dict
-        ``entropy``, ``groups``, ``permutation_type``, ``block_size`` and
-        optionally ``exact`` of :func:`skbatch.random.permutation_indices`.
+        ``entropy``, ``groups``, ``permutation_type`` (a permutation
+        scheme or "sign_flip"), ``block_size`` and optionally ``exact`` of
+        :func:`skbatch._resampling.signed.signed_rows`.
     """
 
     desc = "permutations"
@@ -859,7 +864,7 @@ class PermutedRidgeProblem(Portable):
 
     def __call__(self, ids):
         return self.scores(
-            permutation_indices(
+            signed_rows(
                 self.permutation["entropy"],
                 ids,
                 self.n_samples,
@@ -922,14 +927,24 @@ class PermutedRidgeProblem(Portable):
     def _permute(self, indices):
         """``Y[indices[k]]`` for every k, as columns ``k * t + j``: (n, b * t).
 
-        ``indices`` (b, n) are host row permutations, moved to the device
-        here, where every permutation problem gathers its targets. Gathered
-        once per batch; each fold then copies whole rows of it.
+        ``indices`` (b, n) are host signed row codes
+        (:func:`skbatch._resampling.signed.signed_rows`: ``r`` for
+        ``+Y[r]``, ``~r`` for ``-Y[r]``), moved to the device here, where
+        every permutation problem gathers its targets. Gathered once per
+        batch; each fold then copies whole rows of it. Sign flips multiply
+        the gathered rows once, before any fold's work is allocated.
         """
         xp = self.xp
+        indices, signs = split_signed_rows(indices)
+        n_items, n_samples = indices.shape
         indices = self.backend.asarray(indices)
         rows = xp.reshape(xp.permute_dims(indices, (1, 0)), (-1,))
-        return xp.reshape(xp.take(self.Y, rows, axis=0), (indices.shape[1], -1))
+        gathered = xp.take(self.Y, rows, axis=0)
+        if signs is not None:
+            signs = self.backend.asarray(np.ascontiguousarray(signs.T), self.dtype)
+            gathered = xp.reshape(gathered, (n_samples, n_items, -1))
+            gathered = gathered * signs[:, :, None]
+        return xp.reshape(gathered, (n_samples, -1))
 
 
 def fit_flops(n_samples, n_features, n_targets, n_alphas, scheme, n_candidates=1):
