@@ -5,7 +5,9 @@ scored on held-out folds; the set-theoretic maths on those scores is in
 :mod:`skbatch._ridge.partition`.
 """
 
+import functools
 import numbers
+import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -13,13 +15,32 @@ from sklearn.base import clone
 from sklearn.model_selection import KFold, LeaveOneGroupOut, check_cv
 from sklearn.utils import check_array, check_X_y
 
-from ._linalg import score_per_target
+from ._base import check_max_memory_gb, check_verbose
+from ._engine import run_parallel
+from ._preflight import DataBytes, refit_window, refuse
 from ._ridge.banded import WEIGHT_FLOOR, check_band_weights, check_bands
 from ._ridge.cv import MIN_SAMPLES, fold_rows, uses_groups
 from ._ridge.partition import subsets as _subsets
 from ._ridge.partition import unique_variance, venn_regions
+from ._ridge.partition_inference import (
+    band_null_scores,
+    band_shares,
+    bootstrap_statistics,
+    check_replicable,
+    held_out_scores,
+)
+from ._rules import check_alternative
 from .banded import BandedRidge
-from .random import check_groups
+from .permutation import TIE_ULPS
+from .random import (
+    DEFAULT_RANDOM_STATE,
+    _check_permutation_type,
+    check_groups,
+    count_permutations,
+    permutation_indices,
+    resolve_entropy,
+)
+from .streaming import BootstrapAccumulator, PermutationCounter
 
 __all__ = ["VariancePartition", "variance_partitioning"]
 
@@ -30,8 +51,29 @@ MAX_BANDS = 8
 DEFAULT_N_SPLITS = 5
 
 
-class VariancePartition(NamedTuple):
+# Refits of the models warn (alphas at an edge of the grid, coarse
+# candidates, autocorrelated residuals) as their fits on the data already
+# did: once, there.
+_QUIET = (UserWarning,)
+# What an interval or p-value field holds when it was not asked for.
+_NOT_ASKED = None
+
+
+class _Fields(NamedTuple):
+    subsets: list
+    scores: np.ndarray
+    regions: np.ndarray
+    unique: np.ndarray
+    band_names: np.ndarray
+
+
+class VariancePartition(_Fields):
     """What :func:`variance_partitioning` returns.
+
+    A named tuple ``(subsets, scores, regions, unique, band_names)``, with
+    the shares and the inference on the unique variance as attributes (not
+    tuple items, so that unpacking the five items keeps working; ``_replace``
+    and ``_make`` drop them).
 
     Attributes
     ----------
@@ -48,13 +90,51 @@ class VariancePartition(NamedTuple):
         Unique variance of each band, ``f(all) - f(all but that band)``.
     band_names : ndarray of shape (n_bands,)
         The bands, in the order of the rows of ``unique``.
+    share : ndarray of shape (n_bands, n_targets)
+        Each band's share of the full model: ``unique / f(all)``, NaN where
+        ``f(all) <= 0``.
+    pvalue : ndarray of shape (n_bands, n_targets) or None
+        Permutation p-value of each band's unique variance, per target
+        (None without ``n_permutations``).
+    pvalue_fwer : ndarray of shape (n_bands, n_targets) or None
+        Family-wise p-value over the targets, by the max statistic, per
+        band.
+    pvalue_fdr : ndarray of shape (n_bands, n_targets) or None
+        Benjamini–Hochberg adjusted ``pvalue`` over the targets, per band.
+    null_mean : ndarray of shape (n_bands, n_targets) or None
+        Mean of the unique variance under the permutations.
+    n_permutations : int
+        Permutations scored per band (0: none; every distinct one when
+        ``exact``).
+    exact : bool
+        Whether every distinct permutation of the scheme was enumerated once.
+    unique_ci : ndarray of shape (2, n_bands, n_targets) or None
+        Lower and upper bounds of the percentile bootstrap interval of
+        ``unique`` (None without ``n_bootstrap``).
+    share_ci : ndarray of shape (2, n_bands, n_targets) or None
+        The same for ``share``.
+    n_bootstrap : int
+        Bootstrap replicates (0: none).
     """
 
-    subsets: list
-    scores: np.ndarray
-    regions: np.ndarray
-    unique: np.ndarray
-    band_names: np.ndarray
+    share = _NOT_ASKED
+    pvalue = _NOT_ASKED
+    pvalue_fwer = _NOT_ASKED
+    pvalue_fdr = _NOT_ASKED
+    null_mean = _NOT_ASKED
+    n_permutations = 0
+    exact = False
+    unique_ci = _NOT_ASKED
+    share_ci = _NOT_ASKED
+    n_bootstrap = 0
+
+    def __new__(cls, subsets, scores, regions, unique, band_names, **inference):
+        self = super().__new__(cls, subsets, scores, regions, unique, band_names)
+        for name, value in inference.items():
+            if not hasattr(cls, name) or name in _Fields._fields:
+                raise TypeError(f"VariancePartition has no attribute {name!r}")
+            setattr(self, name, value)
+        return self
 
 
 def variance_partitioning(
@@ -66,8 +146,19 @@ def variance_partitioning(
     cv=None,
     groups=None,
     sample_weight=None,
+    n_permutations=0,
+    permutation_type="circular_shift",
+    block_size=None,
+    alternative="greater",
+    n_bootstrap=0,
+    confidence_level=0.95,
+    random_state=DEFAULT_RANDOM_STATE,
+    n_jobs=None,
+    max_memory_gb=None,
+    verbose=0,
 ):
-    """Held-out R^2 of every subset of bands, and its Venn regions.
+    """Held-out R^2 of every subset of bands, its Venn regions, and tests
+    and intervals of each band's unique variance.
 
     For each non-empty subset ``U`` of the bands, a clone of ``estimator``
     restricted to the columns of ``U`` is fit on each training fold of
@@ -113,13 +204,65 @@ default=None
     sample_weight : array-like of shape (n_samples,), default=None
         Non-negative weights, given to every fit (training rows) and to the
         R^2 of every fold (test rows).
+    n_permutations : int, default=0
+        Permutations per band for the p-values of the unique variance; 0
+        tests nothing. For band b, permutation i moves the rows of band b's
+        columns relative to ``y`` and to the other bands (within each run of
+        ``groups``) and refits the full model, its own search included, on
+        the same folds; the statistic is the full model's R^2 minus that of
+        the model without b (which does not see the permutation, so it is
+        computed once). ``p = (1 + #{null >= observed}) / (1 +
+        n_permutations)``, ties counting. When the scheme has no more
+        distinct permutations than this, each is enumerated once and ``p``
+        is exact, as for :class:`~skbatch.PermutationScorer`. Costs
+        ``n_bands * n_permutations * n_folds`` searches.
+    permutation_type : {"circular_shift", "block_shuffle", "shuffle"}, \
+default="circular_shift"
+        How band b's rows move within each run (the whole series without
+        ``groups``), as :func:`skbatch.random.permutation_indices`:
+        ``"circular_shift"`` rotates each run by a random offset, keeping
+        its autocorrelation (the default, for time series);
+        ``"block_shuffle"`` permutes blocks of ``block_size`` rows;
+        ``"shuffle"`` permutes rows, valid only for exchangeable rows.
+    block_size : int or None, default=None
+        Rows per block, required by and only allowed with
+        ``permutation_type="block_shuffle"``.
+    alternative : {"greater", "less", "two-sided"}, default="greater"
+        The side of the test, as :class:`~skbatch.PermutationScorer` reads
+        it: "greater" tests that band b adds to the other bands.
+    n_bootstrap : int, default=0
+        Bootstrap replicates for the intervals of the unique variance and
+        of the shares; 0, or at least 2. Replicate i resamples whole runs
+        of ``groups`` with replacement (rows without groups), through
+        :func:`skbatch.random.bootstrap_rows`; every outer fold keeps its
+        sides (a copy of a test run is a test run: see Notes), and the full
+        and leave-one-band-out models are refit, their searches included,
+        on the replicate's training rows and scored on its test rows.
+        Costs ``(1 + n_bands) * n_bootstrap * n_folds`` searches.
+    confidence_level : float, default=0.95
+        Coverage of the two-sided percentile intervals.
+    random_state : int, RandomState instance, Generator or None, default=0
+        Seeds the permutations and the replicates: item i depends on this
+        and i alone, whatever ``n_jobs``. The estimator's own
+        ``random_state`` still draws its band weights.
+    n_jobs : int or None, default=None
+        Workers for the refits of the permutations and replicates (joblib
+        convention).
+    max_memory_gb : float or None, default=None
+        Host memory budget in GB for the refits in flight and the retained
+        summaries; None measures free memory. Checked before any fit.
+    verbose : int, default=0
+        1: progress over the permutations and replicates.
 
     Returns
     -------
     result : VariancePartition
         A named tuple ``(subsets, scores, regions, unique, band_names)``;
         ``scores[i]``, ``regions[i]`` belong to ``subsets[i]``, subsets by
-        size then lexicographic in band order.
+        size then lexicographic in band order. Its attributes ``share``,
+        ``pvalue``, ``pvalue_fwer``, ``pvalue_fdr``, ``null_mean``,
+        ``unique_ci`` and ``share_ci`` hold the shares and the inference
+        (None when not asked for).
 
     Raises
     ------
@@ -137,6 +280,37 @@ default=None
     is undefined (fewer than 2 test rows) makes it NaN. Held-out scores are
     not exactly additive, so a region can come out slightly negative: no
     region is clipped.
+
+    **P-values.** Permuting ``y`` would test that ``y`` is independent of
+    every band; permuting band b's rows tests that band b is independent of
+    ``y`` and of the other bands together. It is exact under that null
+    (for ``"circular_shift"``, when each run is a stationary circular
+    process; close for runs much longer than the autocorrelation). When
+    band b is correlated with the other bands its permuted copy loses that
+    correlation, and what the test rejects is then that null, not only
+    "band b adds nothing". Every permutation permutes the rows of all
+    targets alike, so ``pvalue_fwer`` (the max statistic over targets, per
+    band) controls the family-wise error over targets; ``pvalue_fdr`` is
+    Benjamini–Hochberg's adjustment of ``pvalue`` over targets
+    (:func:`skbatch._rules.bh_adjusted`). Bands are separate families.
+
+    **Intervals.** The replicates resample runs (the clusters of
+    ``groups``), rows keeping their run label and weight. A replicate's
+    fold k trains on the copies of fold k's training rows and tests on the
+    copies of its test rows; a fold is left out of the replicate's mean
+    when no copy of its test rows was drawn or its training rows come from
+    fewer than 2 distinct runs, and a replicate without a fold left is NaN
+    (which makes the interval NaN, as ``np.percentile``). The inner fits
+    receive the rows' run labels, so an inner cross-validation over runs
+    (``BandedRidge(cv=LeaveOneGroupOut())``) holds out every copy of a run
+    together; an inner leave-one-out over rows would not. A share is
+    ``unique / f(all)``, the part of the full model's held-out R^2 that
+    only band b explains (the shares and the shared regions sum to 1),
+    NaN where ``f(all) <= 0``. The intervals are percentile intervals of
+    the replicates (equal to ``np.percentile``) and include the variability
+    of the searches. With few runs they are too narrow: 71% coverage of the
+    unique variance for a 90% interval over 5 runs (the user guide's page
+    on variance partitioning gives the calibration).
 
     Examples
     --------
@@ -161,6 +335,20 @@ default=None
     True
     >>> bool(np.allclose(result.regions.sum(axis=0), result.scores[-1]))
     True
+
+    P-values and intervals of the unique variance (band rows rotated
+    within runs; whole runs resampled):
+
+    >>> result = variance_partitioning(
+    ...     X, Y[:, :2], bands=bands, estimator=model, groups=runs,
+    ...     n_permutations=4, n_bootstrap=3,
+    ... )
+    >>> result.pvalue.shape                        # bands x targets
+    (2, 2)
+    >>> float(result.pvalue[0, 0]), float(result.pvalue[1, 1])  # the least of 5
+    (0.2, 0.2)
+    >>> result.unique_ci.shape                     # (lower, upper) x bands x targets
+    (2, 2, 2)
     """
     estimator = BandedRidge() if estimator is None else estimator
     if not isinstance(estimator, BandedRidge):
@@ -168,6 +356,22 @@ default=None
             f"estimator must be a BandedRidge (or None for BandedRidge()), got "
             f"{type(estimator).__name__}: {estimator!r}"
         )
+    n_permutations = _check_count(n_permutations, "n_permutations", 1)
+    n_bootstrap = _check_count(n_bootstrap, "n_bootstrap", 2)
+    _check_permutation_type(permutation_type, block_size)
+    check_alternative(alternative)
+    if not (
+        isinstance(confidence_level, numbers.Real)
+        and not isinstance(confidence_level, bool)
+        and 0 < confidence_level < 1
+    ):
+        raise ValueError(
+            f"confidence_level must be a float in the open interval (0, 1), got "
+            f"{confidence_level!r}"
+        )
+    entropy = resolve_entropy(random_state)
+    check_max_memory_gb(max_memory_gb)
+    check_verbose(verbose)
     X, Y = check_X_y(
         X, y, multi_output=True, y_numeric=True, dtype=[np.float64, np.float32]
     )
@@ -181,10 +385,16 @@ default=None
             f"2**{n_bands} - 1 = {2**n_bands - 1} models for {n_bands} bands; "
             f"at most {MAX_BANDS} bands are allowed. Merge bands first."
         )
-    weights = check_band_weights(estimator.band_weights, n_bands)
+    weights = check_band_weights(estimator.band_weights, len(columns))
     groups = check_groups(groups, n_samples)
     sample_weight = _check_sample_weight(sample_weight, n_samples)
     splits = _outer_splits(cv, X, Y, groups)
+    if n_bootstrap:
+        check_replicable(splits, groups, n_samples)
+    permutation = dict(permutation_type=permutation_type, block_size=block_size)
+    n_items, permutation["exact"] = _permutation_count(
+        n_permutations, n_samples, groups, permutation
+    )
     models = [
         clone(estimator).set_params(
             bands=_positions(columns, subset),
@@ -192,29 +402,246 @@ default=None
         )
         for subset in _subsets(n_bands)
     ]
-    scores = np.empty((len(models), len(splits), Y.shape[1]))
-    for i, (model, subset) in enumerate(zip(models, _subsets(n_bands))):
-        keep = np.sort(np.concatenate([columns[b] for b in subset]))
-        for fold, (train, test) in enumerate(splits):
-            model.fit(
-                X[np.ix_(train, keep)],
-                Y[train],
-                sample_weight=None if sample_weight is None else sample_weight[train],
-                groups=None if groups is None else groups[train],
+    keeps = [
+        np.sort(np.concatenate([columns[b] for b in subset]))
+        for subset in _subsets(n_bands)
+    ]
+    _check_memory(
+        X,
+        Y,
+        n_bands,
+        n_items,
+        n_bootstrap,
+        confidence_level,
+        alternative,
+        n_jobs,
+        max_memory_gb,
+    )
+    scores = np.stack(
+        [
+            held_out_scores(
+                model,
+                X,
+                Y,
+                splits,
+                sample_weight=sample_weight,
+                groups=groups,
+                columns=keep,
             )
-            scores[i, fold] = score_per_target(
-                Y[test],
-                model.predict(X[np.ix_(test, keep)]),
-                "r2",
-                sample_weight=None if sample_weight is None else sample_weight[test],
-            )
-    scores = scores.mean(axis=1)
+            for model, keep in zip(models, keeps)
+        ]
+    )
+    unique = unique_variance(scores, n_bands)
+    inference = dict(share=band_shares(unique, scores[-1]))
+    data = dict(
+        X=X,
+        Y=Y,
+        splits=splits,
+        sample_weight=sample_weight,
+        groups=groups,
+        entropy=entropy,
+        quiet=_QUIET,
+    )
+    run = dict(n_jobs=n_jobs, max_memory_gb=max_memory_gb, verbose=verbose)
+    if n_items:
+        inference.update(
+            _permutation_test(
+                models[-1],
+                columns,
+                unique,
+                scores,
+                data,
+                permutation,
+                n_items,
+                alternative,
+                run,
+            ),
+            n_permutations=n_items,
+            exact=permutation["exact"],
+        )
+    if n_bootstrap:
+        inference.update(
+            _bootstrap(
+                models, keeps, n_bands, data, n_bootstrap, confidence_level, run
+            ),
+            n_bootstrap=n_bootstrap,
+        )
     return VariancePartition(
         subsets=[tuple(names[b].item() for b in s) for s in _subsets(n_bands)],
         scores=scores,
         regions=venn_regions(scores, n_bands),
-        unique=unique_variance(scores, n_bands),
+        unique=unique,
         band_names=names,
+        **inference,
+    )
+
+
+def _check_count(value, name, smallest):
+    """An int that is 0 (nothing asked) or at least ``smallest``."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Integral)
+        or (value != 0 and value < smallest)
+    ):
+        raise ValueError(
+            f"{name} must be 0 (none) or an int >= {smallest}, got {value!r}"
+        )
+    return int(value)
+
+
+def _permutation_count(n_permutations, n_samples, groups, permutation):
+    """``(n_items, exact)``: every distinct permutation of the scheme when
+    there are at most ``n_permutations`` (each once), else that many draws.
+    Checks the scheme against the groups (a block longer than a run)."""
+    if not n_permutations:
+        return 0, False
+    permutation_indices(0, [0], n_samples, groups, **permutation)
+    n_distinct = count_permutations(
+        n_samples, groups, **permutation, limit=n_permutations
+    )
+    if n_distinct is None:
+        return n_permutations, False
+    return n_distinct, True
+
+
+def _check_memory(
+    X,
+    Y,
+    n_bands,
+    n_items,
+    n_bootstrap,
+    confidence_level,
+    alternative,
+    n_jobs,
+    max_memory_gb,
+):
+    """Refuse, before any fit, summaries and refits that exceed the host
+    budget: each worker refits on its own permuted or resampled copy of the
+    data."""
+    n_targets = Y.shape[1]
+    summaries = 0
+    if n_items:
+        summaries += 8 * n_items + n_bands * PermutationCounter.nbytes_needed(
+            n_targets, n_items, alternative=alternative
+        )
+    if n_bootstrap:
+        summaries += 8 * n_bootstrap + BootstrapAccumulator.nbytes_needed(
+            (2, n_bands, n_targets), n_bootstrap, confidence_level
+        )
+    if not (n_items or n_bootstrap):
+        return
+    refit_window(
+        max_memory_gb,
+        n_jobs,
+        DataBytes.of(X, Y, X, Y, {}),
+        summaries,
+        X.shape[0],
+        2 * n_bands * n_targets,
+        functools.partial(
+            refuse,
+            "variance_partitioning",
+            max_memory_gb,
+            "Lower n_jobs, n_bootstrap or n_permutations, use fewer targets, or "
+            "raise max_memory_gb.",
+        ),
+    )
+
+
+def _permutation_test(
+    full, columns, unique, scores, data, permutation, n_items, alternative, run
+):
+    """P-values of each band's unique variance: band b's rows permuted, the
+    full model refit; ``f(all but b)`` is the same under every permutation."""
+    n_bands = len(columns)
+    full_scores = scores[-1]
+    reduced = full_scores - unique
+    # Ties within the round-off of the refits count, as PermutationScorer
+    # counts them for R^2.
+    tolerance = TIE_ULPS * np.finfo(np.float64).eps * np.maximum(np.abs(unique), 1.0)
+    fields = {
+        name: np.empty_like(unique)
+        for name in ("pvalue", "pvalue_fwer", "pvalue_fdr", "null_mean")
+    }
+    for b in range(n_bands):
+        counter = PermutationCounter(
+            unique[b],
+            n_total=n_items,
+            tolerance=np.nan_to_num(tolerance[b]),
+            exact=permutation["exact"],
+            alternative=alternative,
+        )
+        task = functools.partial(
+            band_null_scores,
+            model=full,
+            columns=columns[b],
+            permutation=permutation,
+            **data,
+        )
+        run_parallel(
+            task,
+            lambda ids, null, counter=counter, b=b: counter.update(
+                null - reduced[b], ids
+            ),
+            n_items=n_items,
+            host_bytes_per_item=8 * unique.shape[1],
+            desc=f"permutations of band {b}",
+            **run,
+        )
+        fields["pvalue"][b] = counter.pvalue()
+        fields["pvalue_fwer"][b] = counter.pvalue_fwer()
+        fields["pvalue_fdr"][b] = counter.pvalue_fdr()
+        fields["null_mean"][b] = counter.null_mean
+    return fields
+
+
+def _bootstrap(models, keeps, n_bands, data, n_bootstrap, confidence_level, run):
+    """Percentile intervals of the unique variance and of the shares over
+    cluster-bootstrap replicates."""
+    every = _subsets(n_bands)
+    everything = tuple(range(n_bands))
+    reduced, columns = [], []
+    for b in range(n_bands):
+        rest = tuple(c for c in everything if c != b)
+        if rest:
+            reduced.append(models[every.index(rest)])
+            columns.append(keeps[every.index(rest)])
+        else:
+            reduced.append(None)
+            columns.append(None)
+    n_targets = data["Y"].shape[1]
+    accumulator = BootstrapAccumulator(
+        (2, n_bands, n_targets), n_bootstrap, confidence_level
+    )
+    task = functools.partial(
+        bootstrap_statistics,
+        full=models[-1],
+        reduced=reduced,
+        columns=columns,
+        n_items=n_bootstrap,
+        **data,
+    )
+    run_parallel(
+        task,
+        lambda ids, values: accumulator.update(values, ids),
+        n_items=n_bootstrap,
+        host_bytes_per_item=8 * 2 * n_bands * n_targets,
+        desc="bootstrap replicates",
+        **run,
+    )
+    lower, upper = accumulator.interval()
+    undefined = np.isnan(lower[0]) | np.isnan(upper[0])
+    if undefined.any():
+        warnings.warn(
+            f"The bootstrap interval of the unique variance is undefined (NaN) "
+            f"for {int(undefined.sum())} of {undefined.size} (band, target) "
+            f"pairs: R^2 was undefined in a replicate (a test fold of fewer "
+            f"than 2 rows, or a constant target).",
+            UserWarning,
+            stacklevel=3,
+        )
+    return dict(
+        unique_ci=np.stack([lower[0], upper[0]]),
+        share_ci=np.stack([lower[1], upper[1]]),
     )
 
 

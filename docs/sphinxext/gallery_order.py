@@ -9,6 +9,7 @@ from pathlib import Path
 GALLERY_ORDER = [
     "plot_quickstart_encoding_model.py",
     "plot_voxelwise_encoding_model.py",
+    "plot_variance_partitioning.py",
     "plot_permutation_fwer.py",
     "plot_bootstrap_intervals.py",
     "plot_memory_budget_oom.py",

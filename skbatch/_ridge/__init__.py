@@ -11,7 +11,11 @@
 - :mod:`~skbatch._ridge.magnitudes`: data the compute dtype cannot
   represent, refused before any work;
 - :mod:`~skbatch._ridge.batched`: every target of a ``BatchedRidge`` fit,
-  checked, solved and warned about.
+  checked, solved and warned about;
+- :mod:`~skbatch._ridge.partition` and
+  :mod:`~skbatch._ridge.partition_inference`: Venn regions of subset
+  scores, and the refits of permuted and resampled designs for their
+  p-values and intervals.
 
 The estimators (``ridge.py``, ``permutation.py``, ``bootstrap.py``) import
 from here and never from each other's private names. The kernels are pure
