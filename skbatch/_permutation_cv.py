@@ -3,8 +3,8 @@
 The metrics of ``scoring`` (and those with a value per target) and their
 checks, the folds of ``cv`` as integer rows and whether they depend on
 ``y`` (then split again for every resampled ``y``), and a resampled ``y``
-with the signs of its rows flipped. :mod:`skbatch.permutation` refits and
-scores with them.
+with the signs of its rows flipped. :mod:`skbatch._permutation_paths`
+refits and scores with them.
 """
 
 import numpy as np

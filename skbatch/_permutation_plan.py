@@ -2,11 +2,12 @@
 
 The resampling scheme checked against the data (with the warning against
 shuffling autocorrelated rows), whether the ridge fast path applies (and
-why not), the memory preflights of the retained results and of the refits,
-the fast path's device, dtype and memory plan, and the exceedance counter
-of each metric with its tie tolerance. Functions of the scorer (its
-parameters) and the data; :mod:`skbatch.permutation` runs the paths they
-plan.
+why not) and which metrics it scores, the memory preflights of the
+retained results and of the refits, the fast path's device, dtype and
+memory plan, and the exceedance counter of each metric with its tie
+tolerance. Functions of the scorer's
+parameters (:class:`~skbatch._permutation_inputs.Settings`) and the data;
+:mod:`skbatch._permutation_paths` runs the paths they plan.
 """
 
 import functools
@@ -17,8 +18,9 @@ import scipy.sparse as sp
 from sklearn.base import is_classifier
 from sklearn.model_selection import check_cv
 
+from ._engine import _say
 from ._permutation_cv import _metrics, _splits_ignore_y
-from ._preflight import refit_window, refuse
+from ._preflight import DataBytes, refit_window, refuse
 from ._resampling.sign_flip import SIGN_FLIP
 from ._resampling.signed import count_resamples, signed_rows
 from ._ridge.banded import banded_spec, permuted_problem
@@ -65,15 +67,15 @@ def _warn_if_autocorrelated(y, groups):
     )
 
 
-def _plan_resamples(scorer, estimator, y, groups):
+def _plan_resamples(settings, estimator, y, groups):
     """``(permutation, n_items)``: the resampling scheme's parameters
     (``permutation_type``, ``block_size``, ``exact``) and how many resamples
     to score, checked against ``y`` and ``groups`` before any work."""
     n_samples = y.shape[0]
     permutation = dict(
-        permutation_type=scorer.permutation_type, block_size=scorer.block_size
+        permutation_type=settings.permutation_type, block_size=settings.block_size
     )
-    if scorer.permutation_type == SIGN_FLIP and (
+    if settings.permutation_type == SIGN_FLIP and (
         is_classifier(estimator) or y.dtype.kind not in "biuf"
     ):
         raise ValueError(
@@ -85,21 +87,23 @@ def _plan_resamples(scorer, estimator, y, groups):
     # Checks the scheme against the groups (a block longer than a group)
     # before any work.
     signed_rows(0, [0], n_samples, groups, **permutation)
-    if scorer.permutation_type == "shuffle":
+    if settings.permutation_type == "shuffle":
         _warn_if_autocorrelated(y, groups)
     n_distinct = count_resamples(
-        n_samples, groups, **permutation, limit=scorer.n_permutations
+        n_samples, groups, **permutation, limit=settings.n_permutations
     )
     # Every distinct permutation fits: each once, instead of draws.
     permutation["exact"] = n_distinct is not None
-    n_items = scorer.n_permutations if n_distinct is None else n_distinct
+    n_items = settings.n_permutations if n_distinct is None else n_distinct
     return permutation, n_items
 
 
-def _fast_path(scorer, estimator, X, cv, splits, fit_params, n_targets):
+def _fast_path(settings, estimator, inputs, cv, splits):
     """``(spec, reason)``: the ridge problem of the fast path, or None and
     why not, the reason None for an estimator nobody expects there (see
-    :func:`skbatch._ridge.spec.refit_reason`)."""
+    :func:`skbatch._ridge.spec.refit_reason`); ``inputs``, the
+    :class:`~skbatch._permutation_inputs.FitInputs`."""
+    X, fit_params, n_targets = inputs.X, inputs.fit_params, inputs.n_targets
     spec = banded_spec(estimator) or ridge_spec(estimator)
     if spec is None:
         return None, refit_reason(estimator)
@@ -107,9 +111,10 @@ def _fast_path(scorer, estimator, X, cv, splits, fit_params, n_targets):
         reason = f"fit parameters {sorted(fit_params)} go to every refit"
     elif sp.issparse(X):
         reason = "X is sparse"
-    elif not any(s in DEVICE_SCORINGS for s in _metrics(scorer.scoring).values()):
+    elif not any(s in DEVICE_SCORINGS for s in _metrics(settings.scoring).values()):
         reason = (
-            f"scoring={scorer.scoring!r} is not among the fast path's {DEVICE_SCORINGS}"
+            f"scoring={settings.scoring!r} is not among the fast path's "
+            f"{DEVICE_SCORINGS}"
         )
     elif not _splits_ignore_y(cv):
         reason = f"the folds of cv={cv!r} depend on y, split again per permutation"
@@ -131,50 +136,81 @@ def _fast_path(scorer, estimator, X, cv, splits, fit_params, n_targets):
     return None, reason
 
 
-def _check_host_memory(scorer, n_stats):
+def _split_metrics(settings, estimator, spec, reason, metrics):
+    """``(fast, slow)``: the metrics (name -> scoring) of the ridge fast
+    path, ``spec`` (None: no metric) scoring those among its scorings, and
+    those scored by refits; at ``verbose >= 1``, says why there are refits
+    (``reason``, from :func:`_fast_path`)."""
+    kind = type(estimator).__name__
+    if reason is not None:
+        _say(
+            settings.verbose,
+            f"PermutationScorer refits {kind} on every fold of every "
+            f"permutation (the generic path): {reason}.",
+        )
+    # Metrics the fast path scores there, the others by refits.
+    fast = {
+        name: scoring
+        for name, scoring in metrics.items()
+        if spec is not None and scoring in DEVICE_SCORINGS
+    }
+    slow = {name: s for name, s in metrics.items() if name not in fast}
+    if fast and slow:
+        _say(
+            settings.verbose,
+            f"PermutationScorer refits {kind} for the metrics {sorted(slow)}: "
+            f"the fast path scores only {DEVICE_SCORINGS}.",
+        )
+    return fast, slow
+
+
+def _check_host_memory(settings, n_stats):
     # The counter, and one id per permutation that the engine hands out.
-    needed = 8 * scorer.n_permutations + PermutationCounter.nbytes_needed(
+    needed = 8 * settings.n_permutations + PermutationCounter.nbytes_needed(
         n_stats,
-        scorer.n_permutations,
-        keep_null=scorer.return_null,
-        alternative=scorer.alternative,
+        settings.n_permutations,
+        keep_null=settings.return_null,
+        alternative=settings.alternative,
     )
-    budget = memory_budget(None, scorer.max_memory_gb)
+    budget = memory_budget(None, settings.max_memory_gb)
     if needed > budget * GB:
         raise ValueError(
             f"PermutationScorer would retain {needed / GB:.3g} GB on the host "
-            f"(n_permutations={scorer.n_permutations} x {n_stats} "
+            f"(n_permutations={settings.n_permutations} x {n_stats} "
             f"{'score' if n_stats == 1 else 'scores'}, "
-            f"return_null={scorer.return_null}) but the host budget is "
+            f"return_null={settings.return_null}) but the host budget is "
             f"{budget:.3g} GB. Set return_null=False (p-values, null mean and "
             "std do not need it), lower n_permutations, or raise max_memory_gb."
         )
 
 
-def _check_refit_memory(scorer, data, n_samples, n_stats):
+def _check_refit_memory(settings, inputs, n_stats):
     """Refuse, before any fit, refits whose copies of the data exceed the
-    budget: each worker of the generic path refits on one."""
+    budget: each worker of the generic path refits on one (``inputs``, the
+    :class:`~skbatch._permutation_inputs.FitInputs`)."""
+    X, y = inputs.X, inputs.y
+    data = DataBytes.of(inputs.X_given, inputs.y_given, X, y, inputs.fit_params)
     summaries = PermutationCounter.nbytes_needed(
         n_stats,
-        scorer.n_permutations,
-        keep_null=scorer.return_null,
-        alternative=scorer.alternative,
+        settings.n_permutations,
+        keep_null=settings.return_null,
+        alternative=settings.alternative,
     )
     refit_window(
-        scorer.max_memory_gb,
-        scorer.n_jobs,
+        settings.max_memory_gb,
+        settings.n_jobs,
         data,
         summaries,
-        n_samples,
+        X.shape[0],
         n_stats,
-        functools.partial(_refuse, scorer),
+        functools.partial(_refuse, settings),
     )
 
 
-def _refuse(scorer, need, budget, where, parts):
+def _refuse(settings, need, budget, where, parts):
     refuse(
         "PermutationScorer",
-        scorer.max_memory_gb,
+        settings.max_memory_gb,
         "Lower n_jobs, set return_null=False, use fewer targets or samples, "
         "or raise max_memory_gb.",
         need,
@@ -184,7 +220,7 @@ def _refuse(scorer, need, budget, where, parts):
     )
 
 
-def _counter(scorer, observed, dtype, n_items, exact, scoring):
+def _counter(settings, observed, dtype, n_items, exact, scoring):
     """The exceedance counter of ``n_items`` permutations (every distinct
     one if ``exact``) of a ``scoring``, with ties judged at ``dtype``'s
     round-off."""
@@ -195,34 +231,36 @@ def _counter(scorer, observed, dtype, n_items, exact, scoring):
     return PermutationCounter(
         observed,
         n_total=n_items,
-        keep_null=scorer.return_null,
+        keep_null=settings.return_null,
         tolerance=tolerance,
         exact=exact,
-        alternative=scorer.alternative,
+        alternative=settings.alternative,
     )
 
 
-def _plan_ridge(scorer, X, y, splits, spec, n_items, inner_groups):
+def _plan_ridge(settings, inputs, splits, spec, n_items, inner_groups):
     """The fast path's device, dtype and work for ``n_items``
-    permutations, its memory checked. ``inner_groups`` (or None) are
-    the groups the estimator's own CV splits each training fold's rows by.
+    permutations of ``inputs`` (the
+    :class:`~skbatch._permutation_inputs.FitInputs`), its memory checked.
+    ``inner_groups`` (or None) are the groups the estimator's own CV splits
+    each training fold's rows by.
 
     Returns
     -------
     ridge : dict
         ``X`` and ``Y`` in float64, ``spec``, ``backend``, ``dtype``,
         ``flops`` and ``inner_scheme``, for
-            :meth:`skbatch.PermutationScorer._fit_ridge`.
+        :func:`skbatch._permutation_paths._fit_ridge`.
     """
-    input_dtype = np.asarray(X).dtype
-    X = np.asarray(X, dtype=np.float64)
-    Y = np.asarray(y, dtype=np.float64).reshape(X.shape[0], -1)
+    input_dtype = np.asarray(inputs.X).dtype
+    X = np.asarray(inputs.X, dtype=np.float64)
+    Y = np.asarray(inputs.y, dtype=np.float64).reshape(X.shape[0], -1)
     n_samples, n_features = X.shape
     columns = n_items * Y.shape[1]
     rank = min(n_samples, n_features)
     n_alphas = 1 if spec.fixed_per_target else spec.alphas.size
     flops = 2.0 * len(splits) * n_samples * rank * columns * (n_alphas + 2)
-    backend = resolve_backend(scorer.device, flops=flops)
+    backend = resolve_backend(settings.device, flops=flops)
     # scikit-learn's estimators in float64 whatever X (float32 on MPS):
     # ties with the observed score are judged at the compute precision
     # (TIE_ULPS), so the null is computed as precisely as the device
@@ -246,7 +284,7 @@ def _plan_ridge(scorer, X, y, splits, spec, n_items, inner_groups):
         backend,
         dtype,
         n_permutations=n_items,
-        max_memory_gb=scorer.max_memory_gb,
+        max_memory_gb=settings.max_memory_gb,
     )
     return dict(
         X=X,

@@ -21,7 +21,7 @@ from sklearn.preprocessing import FunctionTransformer
 from sklearn.tree import DecisionTreeRegressor
 from sklearn.utils import get_tags
 
-import skbatch.permutation as permutation_module
+import skbatch._permutation_paths as permutation_paths
 import skbatch.streaming as streaming
 from skbatch import AutocorrelationWarning, Backend, BatchedRidge, PermutationScorer
 from skbatch._ridge import problems
@@ -211,7 +211,7 @@ def test_ridge_family_never_refits(monkeypatch):
     def refit(*args, **kwargs):
         raise AssertionError("the generic path was taken")
 
-    monkeypatch.setattr(permutation_module, "_cv_score", refit)
+    monkeypatch.setattr(permutation_paths, "_cv_score", refit)
     X, Y = make_data(n_targets=2)
     for estimator in (Ridge(), RidgeCV(), LinearRegression(), BatchedRidge()):
         PermutationScorer(estimator, n_permutations=5).fit(X, Y)
@@ -860,7 +860,7 @@ def test_per_target_alpha_array_takes_the_fast_path(multioutput, monkeypatch):
     def refit(*args, **kwargs):
         raise AssertionError("the generic path was taken")
 
-    monkeypatch.setattr(permutation_module, "_cv_score", refit)
+    monkeypatch.setattr(permutation_paths, "_cv_score", refit)
     fast = PermutationScorer(Ridge(alpha=alphas), **kwargs).fit(X, Y)
     assert_allclose(fast.score_, slow.score_, rtol=0, atol=1e-10)
     assert_allclose(

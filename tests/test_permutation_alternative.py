@@ -15,7 +15,7 @@ from sklearn.model_selection import KFold
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer
 
-import skbatch.permutation as permutation_module
+import skbatch._permutation_paths as permutation_paths
 from skbatch import BandedRidge, PermutationScorer
 from skbatch.streaming import PermutationCounter
 
@@ -354,7 +354,7 @@ def test_two_sided_is_calibrated_under_the_null():
 def test_bad_alternative_raises_before_any_work(bad, monkeypatch):
     X, y = make_data()
     for name in ("run_problem", "run_parallel"):
-        monkeypatch.setattr(permutation_module, name, pytest.fail)
+        monkeypatch.setattr(permutation_paths, name, pytest.fail)
     perm = PermutationScorer(Ridge(), n_permutations=5, alternative=bad)
     with pytest.raises(ValueError, match="alternative must be one of") as info:
         perm.fit(X, y)

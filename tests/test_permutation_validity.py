@@ -21,7 +21,7 @@ from sklearn.model_selection import (
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer
 
-import skbatch.permutation as permutation_module
+import skbatch._permutation_paths as permutation_paths
 from skbatch import AlphaEdgeWarning, BatchedRidge, PermutationScorer
 from skbatch.random import permutation_indices
 
@@ -260,7 +260,7 @@ def test_time_series_nulls_match_a_loop_on_both_paths(permutation_type, estimato
 )
 def test_bad_permutation_schemes_raise_before_any_work(params, match, monkeypatch):
     X, y = make_data(n=40)
-    monkeypatch.setattr(permutation_module, "run_problem", pytest.fail, raising=True)
+    monkeypatch.setattr(permutation_paths, "run_problem", pytest.fail, raising=True)
     with pytest.raises(ValueError, match=match):
         PermutationScorer(Ridge(), n_permutations=5, **params).fit(
             X, y, groups=np.repeat(np.arange(4), 10)

@@ -15,8 +15,8 @@ from skbatch import BatchedRidge
 
 
 def test_row_slicing_of_sklearn_cross_validation():
-    # permutation.py and _bootstrap/ (refit.py, jackknife.py) slice folds and
-    # resampled rows so.
+    # _permutation_paths.py and _bootstrap/ (refit.py, jackknife.py) slice
+    # folds and resampled rows so.
     from sklearn.utils import _safe_indexing
     from sklearn.utils.metaestimators import _safe_split
     from sklearn.utils.validation import _check_method_params

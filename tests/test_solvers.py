@@ -13,9 +13,9 @@ from sklearn.linear_model import LinearRegression, Ridge
 from sklearn.metrics import r2_score
 from sklearn.model_selection import KFold, LeavePOut, permutation_test_score
 
+import skbatch._permutation_paths
 import skbatch._ridge.banded
 import skbatch.bootstrap
-import skbatch.permutation
 from skbatch import BatchedRidge, BootstrapEstimator, PermutationScorer
 from skbatch._backends import LIBRARIES
 from skbatch._ridge import cv as cv_module
@@ -78,9 +78,9 @@ def test_a_registered_scheme_serves_the_permutation_fast_path(
 ):
     X, Y = make_data(14, 3, 2, seed=2)
     ran = []
-    run_problem = skbatch.permutation.run_problem
+    run_problem = skbatch._permutation_paths.run_problem
     monkeypatch.setattr(
-        skbatch.permutation,
+        skbatch._permutation_paths,
         "run_problem",
         lambda problem, *a, **k: ran.append(problem) or run_problem(problem, *a, **k),
     )
@@ -127,7 +127,7 @@ def test_a_scheme_refuses_scorings_it_does_not_compute():
 def test_bootstrap_and_permutation_take_the_same_paths(estimator, batched, monkeypatch):
     X, Y = make_data(30, 3, 2, seed=3)
     ran = []
-    for module in (skbatch.bootstrap, skbatch.permutation):
+    for module in (skbatch.bootstrap, skbatch._permutation_paths):
         real = module.run_problem
 
         def spy(problem, *args, real=real, **kwargs):
@@ -189,7 +189,11 @@ ESTIMATOR_MODULES = ("ridge", "banded", "bootstrap", "permutation")
 
 # The estimators' own private packages sit beside them and follow the rule.
 ESTIMATOR_FILES = [f"{name}.py" for name in ESTIMATOR_MODULES] + sorted(
-    str(path.relative_to(PACKAGE)) for path in (PACKAGE / "_bootstrap").glob("*.py")
+    str(path.relative_to(PACKAGE))
+    for path in [
+        *(PACKAGE / "_bootstrap").glob("*.py"),
+        *PACKAGE.glob("_permutation_*.py"),
+    ]
 )
 
 
