@@ -12,6 +12,8 @@ import numbers
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
+from ._rules import check_alternative
+
 __all__ = ["BootstrapDisplay", "PermutationTestDisplay"]
 
 # Histogram bins of a permutation null: 1000 permutations give about 33 per
@@ -26,6 +28,14 @@ _ESTIMATE_COLOR = "tab:blue"
 # Share of the summary's height kept free of points above the highest one:
 # the legend sits there, so it never hides a target.
 _LEGEND_HEADROOM = 0.35
+# Opacity of the shaded rejection region of a permutation histogram: light
+# enough that the bars stay readable through it.
+_REGION_ALPHA = 0.15
+# Share of the finite span added on each side of a bootstrap display that has
+# one-sided intervals: the rays end there, past every finite value.
+_RAY_MARGIN = 0.1
+# What a one-sided interval of each alternative bounds, for the titles.
+_ONE_SIDED_BOUNDS = {"less": "upper bounds", "greater": "lower bounds"}
 
 
 def _check_matplotlib(caller):
@@ -75,7 +85,14 @@ class PermutationTestDisplay:
 
     One score (a single target, or ``multioutput="uniform_average"``) is
     drawn as a histogram of its permutation null with the observed score as
-    a vertical line and its p-value in the title. Several scores
+    a vertical line, its p-value in the title, and the region of permuted
+    scores that count against it shaded, as ``alternative`` defines it
+    (:class:`~skbatch.PermutationScorer`, :func:`scipy.stats.permutation_test`):
+    at or above the observed score for "greater", at or below it for
+    "less"; for "two-sided", whose p-value is twice the smaller one-sided
+    one, the tail beyond the observed score on the side of the smaller
+    p-value and, on the other side, the tail holding as many permuted
+    scores (none when that count is 0). Several scores
     (``multioutput="raw_values"``) are drawn as a per-target summary: the
     observed score against ``-log10`` of the family-wise p-value, with the
     significance threshold as a horizontal line.
@@ -97,6 +114,9 @@ class PermutationTestDisplay:
         Index of the target a single score belongs to, for the title.
     score_name : str, default="score"
         Axis label of the score.
+    alternative : {"greater", "less", "two-sided"}, default="greater"
+        The alternative the p-values were computed for: the shaded region of
+        the histogram, and the legend (histogram) or title (summary).
 
     Attributes
     ----------
@@ -106,6 +126,11 @@ class PermutationTestDisplay:
         Figure holding ``ax_``.
     bars_ : matplotlib BarContainer or None
         Histogram bars of the null (one per bin); None for the summary.
+    regions_ : list of matplotlib PolyCollection
+        Histogram only (else empty): the shaded regions, from the observed
+        score (or, for the other tail of "two-sided", from the last permuted
+        score it holds) to the edge of the axes, whose x-limits are then
+        fixed.
     line_ : matplotlib Line2D
         The observed score (histogram), or the significance threshold
         (summary).
@@ -136,6 +161,8 @@ class PermutationTestDisplay:
     20
     >>> display.ax_.get_title()
     'p = 0.01'
+    >>> display.regions_[0].get_label()
+    "alternative='greater': permuted ≥ observed"
     """
 
     def __init__(
@@ -147,6 +174,7 @@ class PermutationTestDisplay:
         pvalue_fwer=None,
         target=None,
         score_name="score",
+        alternative="greater",
     ):
         self.score = score
         self.pvalue = pvalue
@@ -154,6 +182,7 @@ class PermutationTestDisplay:
         self.pvalue_fwer = pvalue_fwer
         self.target = target
         self.score_name = score_name
+        self.alternative = alternative
 
     def plot(self, ax=None, *, bins=DEFAULT_BINS, alpha=0.05):
         """Draw the histogram (one score) or the per-target summary.
@@ -177,6 +206,7 @@ class PermutationTestDisplay:
             raise ValueError(
                 f"alpha must be in the open interval (0, 1), got {alpha!r}"
             )
+        check_alternative(self.alternative)
         if np.ndim(self.score) == 0 and self.null_scores is None:
             raise ValueError(
                 "The histogram of a single score needs its permutation scores "
@@ -206,6 +236,7 @@ class PermutationTestDisplay:
             label=f"observed score {float(self.score):.3g}",
         )
         self.scatter_ = []
+        self.regions_ = self._shade_regions(null, float(self.score))
         # The number of permutations is in the legend: a short title does not
         # run into its neighbour's when panels stand side by side.
         title = f"p = {_format_p(float(self.pvalue))}"
@@ -218,6 +249,48 @@ class PermutationTestDisplay:
         ax.set_ylabel("permutations")
         ax.legend(loc="best")
 
+    def _shade_regions(self, null, observed):
+        """Shade the permuted scores that count against ``observed``."""
+        ax = self.ax_
+        # The edges of the axes as they are now (the bars and the observed
+        # line), fixed so that the regions reach them.
+        left, right = ax.get_xlim()
+        ax.set_xlim(left, right)
+        alternative = self.alternative
+        at_least = np.count_nonzero(null >= observed)
+        at_most = np.count_nonzero(null <= observed)
+        side = alternative
+        if alternative == "two-sided":
+            # The side of the smaller one-sided p-value, which is doubled.
+            side = "greater" if at_least <= at_most else "less"
+        spans = [(observed, right) if side == "greater" else (left, observed)]
+        symbol = "\u2265" if side == "greater" else "\u2264"
+        label = f"alternative={alternative!r}: permuted {symbol} observed"
+        if alternative == "two-sided":
+            count = min(at_least, at_most)
+            ordered = np.sort(null[~np.isnan(null)])
+            if count and ordered.size >= count:
+                if side == "greater":
+                    spans.append((left, ordered[count - 1]))
+                else:
+                    spans.append((ordered[-count], right))
+            label += f" ({count}) and as many in the other tail"
+        regions = []
+        for number, (start, stop) in enumerate(spans):
+            regions.append(
+                ax.fill_between(
+                    [start, stop],
+                    0,
+                    1,
+                    transform=ax.get_xaxis_transform(),
+                    color=_OBSERVED_COLOR,
+                    alpha=_REGION_ALPHA,
+                    linewidth=0,
+                    label=label if number == 0 else None,
+                )
+            )
+        return regions
+
     def _plot_summary(self, alpha):
         ax = self.ax_
         score = np.asarray(self.score, dtype=np.float64)
@@ -227,6 +300,7 @@ class PermutationTestDisplay:
         height = -np.log10(pvalue)
         significant = pvalue <= alpha
         self.bars_ = None
+        self.regions_ = []
         self.scatter_ = [
             ax.scatter(
                 score[~significant],
@@ -255,7 +329,7 @@ class PermutationTestDisplay:
         ax.set_ylabel(f"-log10({label})")
         ax.set_title(
             f"{_count(score.size, 'target')}, "
-            f"{np.count_nonzero(significant)} significant"
+            f"{np.count_nonzero(significant)} significant ({self.alternative})"
         )
         finite = height[np.isfinite(height)]
         top = max(finite.max(initial=0.0), -np.log10(alpha))
@@ -279,7 +353,8 @@ class PermutationTestDisplay:
         ----------
         scorer : PermutationScorer
             Fitted. A histogram needs ``return_null=True``; the per-target
-            summary of ``multioutput="raw_values"`` does not.
+            summary of ``multioutput="raw_values"`` does not. Its
+            ``alternative`` decides the shaded region and the labels.
         target : int, default=None
             With ``multioutput="raw_values"``: draw this target's histogram
             instead of the summary of all targets.
@@ -356,6 +431,7 @@ class PermutationTestDisplay:
             pvalue_fwer=None if one_statistic else fwer,
             target=target,
             score_name=score_name,
+            alternative=getattr(scorer, "alternative", "greater"),
         )
         return display.plot(ax=ax, bins=bins, alpha=alpha)
 
@@ -367,6 +443,13 @@ class BootstrapDisplay:
     absolute estimates, one row each, sorted by estimate, each drawn as a
     point (the estimate on all data) and a horizontal segment (its
     interval), with a reference line at zero.
+
+    A one-sided interval (``alternative="less"``: ``(-inf, upper]``;
+    ``"greater"``: ``[lower, inf)``, as :class:`~skbatch.BootstrapEstimator`
+    and :func:`scipy.stats.bootstrap` define them) is drawn as a ray: a
+    segment from its finite bound to the edge of the axes, ending in an
+    arrowhead there (:attr:`arrows_`); the x-limits are then fixed a margin
+    beyond every finite value, and the title names the alternative.
 
     Build it with :meth:`from_estimator`; the constructor only stores data.
 
@@ -380,6 +463,9 @@ class BootstrapDisplay:
         Name of the attribute, for the title.
     confidence_level : float, default=None
         Coverage of the intervals, for the title.
+    alternative : {"two-sided", "less", "greater"}, default="two-sided"
+        The intervals' alternative: "less" needs every ``ci_lower`` to be
+        -inf, "greater" every ``ci_upper`` inf.
 
     Attributes
     ----------
@@ -390,9 +476,14 @@ class BootstrapDisplay:
     indices_ : ndarray of shape (top_k,)
         Elements drawn, bottom row first (increasing estimate).
     intervals_ : matplotlib LineCollection
-        One segment per drawn interval.
+        One segment per drawn interval; an infinite bound's end lies on the
+        edge of the axes.
     estimates_ : matplotlib Line2D
         The drawn estimates.
+    arrows_ : list of matplotlib Line2D
+        The arrowheads that mark the infinite ends of one-sided intervals on
+        the edge of the axes: "<" on the left (-inf), ">" on the right
+        (inf); empty when every drawn bound is finite.
 
     See Also
     --------
@@ -413,6 +504,17 @@ class BootstrapDisplay:
     >>> display = BootstrapDisplay.from_estimator(boot.fit(X, y), top_k=3)
     >>> [label.get_text() for label in display.ax_.get_yticklabels()]
     ['x2', 'x4', 'x0']
+
+    One-sided upper bounds are rays from the bound to the left edge:
+
+    >>> less = BootstrapEstimator(
+    ...     Ridge(), n_bootstrap=100, alternative="less", random_state=0
+    ... )
+    >>> display = BootstrapDisplay.from_estimator(less.fit(X, y), top_k=3)
+    >>> display.arrows_[0].get_marker()
+    '<'
+    >>> display.ax_.get_title()
+    "coef_: 3 of 5 by |estimate|, 95% upper bounds (alternative='less')"
     """
 
     def __init__(
@@ -424,6 +526,7 @@ class BootstrapDisplay:
         names=None,
         attribute="coef_",
         confidence_level=None,
+        alternative="two-sided",
     ):
         self.estimate = estimate
         self.ci_lower = ci_lower
@@ -431,6 +534,7 @@ class BootstrapDisplay:
         self.names = names
         self.attribute = attribute
         self.confidence_level = confidence_level
+        self.alternative = alternative
 
     def plot(self, ax=None, *, top_k=DEFAULT_TOP_K):
         """Draw the ``top_k`` largest estimates with their intervals.
@@ -461,6 +565,19 @@ class BootstrapDisplay:
         names = [str(i) for i in range(n)] if self.names is None else list(self.names)
         if len(names) != n:
             raise ValueError(f"names must have {n} entries, got {len(names)}")
+        alternative = check_alternative(self.alternative)
+        open_bounds = {
+            "less": ("ci_lower", lower, -np.inf),
+            "greater": ("ci_upper", upper, np.inf),
+        }
+        if alternative in open_bounds:
+            name, bound, infinity = open_bounds[alternative]
+            finite = np.flatnonzero(bound != infinity)
+            if finite.size:
+                raise ValueError(
+                    f"alternative={alternative!r} gives {name} = {infinity}, got "
+                    f"{float(bound[finite[0]])!r} at element {finite[0]}"
+                )
         if top_k is None:
             top_k = n
         if (
@@ -477,10 +594,33 @@ class BootstrapDisplay:
         self.ax_, self.figure_ = _axes(ax)
         ax = self.ax_
         rows = np.arange(self.indices_.size)
+        starts, stops = lower[self.indices_], upper[self.indices_]
+        self.arrows_ = []
+        if np.isinf(starts).any() or np.isinf(stops).any():
+            edges = _ray_limits(estimate[self.indices_], starts, stops)
+            ax.set_xlim(*edges)
+            # Rays: the infinite end on the edge of the axes, marked there
+            # (not for an undefined interval, a NaN bound, left undrawn).
+            for open_ends, edge, marker in (
+                (np.isneginf(starts) & ~np.isnan(stops), edges[0], "<"),
+                (np.isposinf(stops) & ~np.isnan(starts), edges[1], ">"),
+            ):
+                if open_ends.any():
+                    self.arrows_ += ax.plot(
+                        np.full(np.count_nonzero(open_ends), edge),
+                        rows[open_ends],
+                        linestyle="none",
+                        marker=marker,
+                        color=_ESTIMATE_COLOR,
+                        alpha=0.6,
+                        label="unbounded side",
+                    )
+            starts = np.where(np.isneginf(starts), edges[0], starts)
+            stops = np.where(np.isposinf(stops), edges[1], stops)
         self.intervals_ = ax.hlines(
             rows,
-            lower[self.indices_],
-            upper[self.indices_],
+            starts,
+            stops,
             color=_ESTIMATE_COLOR,
             linewidth=2,
             alpha=0.6,
@@ -495,11 +635,14 @@ class BootstrapDisplay:
         )
         ax.axvline(0.0, color="black", linestyle=":", linewidth=1)
         ax.set_yticks(rows, [names[i] for i in self.indices_])
-        level = (
-            ""
-            if self.confidence_level is None
-            else f", {self.confidence_level:.0%} intervals"
+        coverage = (
+            "" if self.confidence_level is None else f"{self.confidence_level:.0%} "
         )
+        if alternative == "two-sided":
+            level = f", {coverage}intervals" if coverage else ""
+        else:
+            kind = _ONE_SIDED_BOUNDS[alternative]
+            level = f", {coverage}{kind} (alternative={alternative!r})"
         ax.set_title(
             f"{self.attribute}: {self.indices_.size} of {n} by |estimate|{level}"
         )
@@ -515,7 +658,8 @@ class BootstrapDisplay:
         Parameters
         ----------
         boot : BootstrapEstimator
-            Fitted.
+            Fitted. Its ``alternative`` decides how the intervals are drawn
+            (one-sided ones as rays) and the title.
         attribute : str, default="coef_"
             Key of ``boot.results_``.
         target : int, default=None
@@ -563,8 +707,19 @@ class BootstrapDisplay:
             names=_element_names(boot, attribute, estimate.shape),
             attribute=attribute if target is None else f"{attribute}[{target}]",
             confidence_level=getattr(boot, "confidence_level", None),
+            alternative=getattr(boot, "alternative", "two-sided"),
         )
         return display.plot(ax=ax, top_k=top_k)
+
+
+def _ray_limits(estimate, lower, upper):
+    """x-limits of a display with rays: every finite estimate and bound and
+    the zero line inside, with a margin of ``_RAY_MARGIN`` of their span."""
+    values = np.concatenate([[0.0], estimate, lower, upper])
+    values = values[np.isfinite(values)]
+    low, high = values.min(), values.max()
+    margin = _RAY_MARGIN * (high - low) if high > low else max(abs(low), 1.0)
+    return low - margin, high + margin
 
 
 def _element_names(boot, attribute, shape):

@@ -57,6 +57,31 @@ DEVIATION_SLICE_BYTES = 2**20
 # split between threads (see _in_parts).
 PARALLEL_MIN_ELEMENTS = 2**14
 
+# Float64 arrays of an accumulator's shape that BootstrapAccumulator's update
+# or interval holds at once beside what it retains: the block's mean and M2,
+# the deviation of one replicate and Chan's update of them; the two bounds,
+# numpy's interpolation of one (three arrays, two float64 rows read from
+# float32 tails) and the open side of a one-sided interval. The interval
+# measured 6 with float64 tails, 8 with float32 ones (numpy's buffers
+# included), when the update's pending block and deviations are free.
+TRANSIENT_ARRAYS = 8
+# numpy's ufunc buffers: np.getbufsize() (8192) float64 values for each of
+# two operands cast or broadcast, per thread.
+UFUNC_BUFFER_BYTES = 2 * 8192 * 8
+# Copies of a batch's ids that BootstrapAccumulator.update makes to store its
+# replicates (the ids, np.unique's sorted copy and its flags).
+ID_COPIES = 4
+# The Python objects of a BootstrapAccumulator and of its calls (array
+# headers, the threads of _in_parts): 5 KB measured at shape 1.
+ACCUMULATOR_OVERHEAD = 8 * 1024
+
+# Float64 arrays per target that PermutationCounter holds beside what it
+# retains, whatever the batch: the moments' update (the batch's mean and M2,
+# Chan's update of them, numpy's buffers) or the p-values and their
+# adjustment (sorted copies, ranks, running minimum). Measured 8 with
+# batches of one permutation, whose own temporaries are among them.
+COUNTER_TRANSIENT_ARRAYS = 10
+
 _INTERVAL_METHODS = ("percentile", "basic")
 _FLOAT_BYTES = np.dtype(np.float64).itemsize
 _COUNT_BYTES = np.dtype(np.int64).itemsize
@@ -267,18 +292,30 @@ def _in_parts(fn, shape, split):
     Every element's arithmetic is the same in whichever part it falls, so
     the results are too.
     """
-    if not split or not shape or math.prod(shape) < PARALLEL_MIN_ELEMENTS:
-        return fn(())
-    from ._engine import cpu_workers, map_threads
-    from .backend import Backend
-
-    backend = Backend("numpy")
-    n_parts = min(cpu_workers(backend), shape[0])
+    n_parts = _n_parts(shape) if split else 1
     if n_parts <= 1:
         return fn(())
+    from ._engine import map_threads
+    from .backend import Backend
+
     bounds = np.linspace(0, shape[0], n_parts + 1).astype(int)
     parts = [(slice(lo, hi),) for lo, hi in zip(bounds[:-1], bounds[1:])]
-    return map_threads(fn, parts, backend)[0]
+    return map_threads(fn, parts, Backend("numpy"))[0]
+
+
+def _n_parts(shape):
+    """The parts :func:`_in_parts` splits ``shape`` into when it may split."""
+    if not shape or math.prod(shape) < PARALLEL_MIN_ELEMENTS:
+        return 1
+    from ._engine import cpu_workers
+    from .backend import Backend
+
+    return max(1, min(cpu_workers(Backend("numpy")), shape[0]))
+
+
+def _row64(ordered, i):
+    """Row ``i`` of ``ordered`` in float64: a copy only of float32 rows."""
+    return np.asarray(ordered[i], dtype=np.float64)
 
 
 def _lerp(a, b, t):
@@ -318,12 +355,15 @@ class _RunningMoments:
                 np.multiply(deviation, deviation, out=deviation)
                 m2 += deviation
         else:
+            # One slice's buffer, written in place: a fresh result per slice
+            # came with numpy's buffers of its size, twice the slice in all.
+            buffer = np.empty((min(step, len(block)), *block_mean.shape))
             for start in range(0, len(block), step):
+                rows = block[start : start + step]
+                deviations = buffer[: len(rows)]
                 # In float64 whatever the block: numpy 1.x computes a float32
                 # array minus a float64 scalar (shape ()) in float32.
-                deviations = np.subtract(
-                    block[start : start + step], block_mean, dtype=np.float64
-                )
+                np.subtract(rows, block_mean, out=deviations, dtype=np.float64)
                 np.square(deviations, out=deviations)
                 m2 += deviations.sum(axis=0)
         self._combine(len(block), block_mean, m2, part)
@@ -520,12 +560,22 @@ class BootstrapAccumulator:
         alternative="two-sided",
         method="percentile",
     ):
-        """Bytes an accumulator with these parameters retains, at most.
+        """Bytes an accumulator with these parameters reaches at its peak.
 
-        Mean, M2, the tails kept (both, or one for a one-sided interval)
-        with the pending block (in float64, their largest type), the NaN
-        mask, and the samples when kept; for the memory preflight before any
-        work.
+        What it retains: mean, M2, the tails kept (both, or one for a
+        one-sided interval) with the pending block (in float64, their
+        largest type), the NaN mask, and the samples when kept. And what
+        :meth:`update` and :meth:`interval` hold beside it at their peak:
+        the NaN flags of a pending block, a slice of squared deviations
+        (at most ``DEVIATION_SLICE_BYTES`` per thread of the update that
+        completes the replicates) with numpy's buffers, and
+        ``TRANSIENT_ARRAYS`` float64 arrays of `shape` (the block's moments;
+        the bounds, their interpolation, reflection and open side); the
+        tails are sorted in place. For the memory preflight before any work:
+        an upper bound of the peak of updates with float32 or float64
+        replicates (others are first converted to float64, a copy of the
+        batch) and of the interval, for either method; a :meth:`merge` holds
+        both accumulators' tails at once on top.
 
         Parameters
         ----------
@@ -536,6 +586,36 @@ class BootstrapAccumulator:
         -------
         nbytes : int
         """
+        shape = (shape,) if isinstance(shape, numbers.Integral) else tuple(shape)
+        size = math.prod(shape)
+        reads = _quantiles_read(alternative, method)
+        fold = _fold_size(sum(_percentile_plan(n_total, confidence_level, reads)[1]))
+        nbytes = BootstrapAccumulator._nbytes_retained(
+            shape, n_total, confidence_level, keep_samples, alternative, method
+        )
+        if keep_samples:
+            # The rows of a batch, checked for repeats: n_total at most.
+            nbytes += ID_COPIES * n_total * _COUNT_BYTES
+        n_parts = _n_parts(shape)
+        # A pending block holds at most fold replicates, and no more than come.
+        block = min(fold, n_total) * size * _FLOAT_BYTES
+        deviations = min(block, n_parts * DEVIATION_SLICE_BYTES)
+        buffers = min(2 * block, n_parts * UFUNC_BUFFER_BYTES)
+        flags = fold * size * _BOOL_BYTES
+        arrays = TRANSIENT_ARRAYS * size * _FLOAT_BYTES
+        return nbytes + deviations + buffers + flags + arrays + ACCUMULATOR_OVERHEAD
+
+    @staticmethod
+    def _nbytes_retained(
+        shape,
+        n_total,
+        confidence_level=0.95,
+        keep_samples=False,
+        alternative="two-sided",
+        method="percentile",
+    ):
+        """The part of :meth:`nbytes_needed` that an accumulator keeps between
+        calls: what its first update leaves allocated."""
         size = shape if isinstance(shape, numbers.Integral) else math.prod(shape)
         reads = _quantiles_read(alternative, method)
         n_kept = sum(_percentile_plan(n_total, confidence_level, reads)[1])
@@ -715,20 +795,23 @@ class BootstrapAccumulator:
             n_tail = _select_tails(rows, self._tails)
             # ordered[i] is order statistic i for i < k_low, ordered[-1 - j]
             # order statistic B-1-j for j < k_high: the tails, or every
-            # replicate if B <= k_low + k_high. Interpolated in float64, as
+            # replicate if B <= k_low + k_high. Sorted in place (the tails
+            # stay the tails), not in a copy of them that nbytes_needed would
+            # have to charge; the rows read are interpolated in float64, as
             # np.percentile does float64 replicates.
-            ordered = np.sort(rows[:n_tail], axis=0).astype(np.float64, copy=False)
+            ordered = rows[:n_tail]
+            ordered.sort(axis=0)
             smallest, largest = ordered, ordered[::-1]
             if read_lower:
                 lower[part] = _lerp(
-                    smallest[lower_prev],
-                    smallest[min(lower_prev + 1, last)],
+                    _row64(smallest, lower_prev),
+                    _row64(smallest, min(lower_prev + 1, last)),
                     lower_index - lower_prev,
                 )
             if read_upper:
                 upper[part] = _lerp(
-                    largest[last - upper_prev],
-                    largest[last - min(upper_prev + 1, last)],
+                    _row64(largest, last - upper_prev),
+                    _row64(largest, last - min(upper_prev + 1, last)),
                     upper_index - upper_prev,
                 )
             return n_tail
@@ -736,10 +819,18 @@ class BootstrapAccumulator:
         # The pending replicates are folded in, as the tails' selection does.
         self._n_tail = _in_parts(bounds, self.shape, split=True)
         self._n_pending = 0
-        lower, upper = (np.where(self._nan, np.nan, x) for x in (lower, upper))
+        # In place, as the reflection below: every array of shape `shape`
+        # made here is one that nbytes_needed charges.
+        lower[self._nan] = np.nan
+        upper[self._nan] = np.nan
         if method == "basic":
-            estimate = np.asarray(estimate, dtype=np.float64)
-            lower, upper = 2 * estimate - upper, 2 * estimate - lower
+            twice = 2 * np.asarray(estimate, dtype=np.float64)
+            lower, upper = (
+                np.subtract(twice, upper, out=upper),
+                np.subtract(twice, lower, out=lower),
+            )
+            # Freed before the open side of a one-sided interval is made.
+            del twice
         return _one_sided(lower, upper, self.alternative)
 
     def nan_reasons(self, estimate=None):
@@ -1474,11 +1565,17 @@ class PermutationCounter:
 
     @staticmethod
     def nbytes_needed(n_targets, n_total, *, keep_null=False, alternative="greater"):
-        """Bytes a counter with these parameters retains.
+        """Bytes a counter with these parameters retains, and its p-values'
+        temporaries.
 
-        Observed scores, both counts of each side ``alternative`` counts,
-        null mean and M2, and the null scores when kept; for the memory
-        preflight before any work.
+        Observed scores, their tolerance and undefined mask, per side
+        ``alternative`` counts the limit and both counts, null mean and M2,
+        the null scores when kept, and ``COUNTER_TRANSIENT_ARRAYS`` float64
+        arrays of the moments' update or the p-values; for the memory
+        preflight before any work. An :meth:`update` of m permutations
+        holds at most 3 m float64 values per target more (a copy of the
+        family's scores, the comparisons), which belong to its batch, and
+        the counter's Python objects (a few kB, whatever the targets).
 
         Parameters
         ----------
@@ -1491,8 +1588,10 @@ class PermutationCounter:
         -------
         nbytes : int
         """
-        n_counts = 2 * len(sides(alternative))
-        nbytes = n_targets * (3 * _FLOAT_BYTES + n_counts * _COUNT_BYTES)
+        n_sides = len(sides(alternative))
+        per_side = _FLOAT_BYTES + 2 * _COUNT_BYTES
+        per_target = (4 + COUNTER_TRANSIENT_ARRAYS) * _FLOAT_BYTES + _BOOL_BYTES
+        nbytes = n_targets * (per_target + n_sides * per_side)
         if keep_null:
             nbytes += n_total * (n_targets * _FLOAT_BYTES + _BOOL_BYTES)
         return nbytes

@@ -309,10 +309,10 @@ def test_accumulator_keeps_one_tail_of_the_one_sided_size(alternative):
     # memory of a two-sided interval of level 2c - 1, whose two tails are
     # each about half as long.
     n_total, c, size = 1000, 0.95, 10
-    one_sided = BootstrapAccumulator.nbytes_needed(
+    one_sided = BootstrapAccumulator._nbytes_retained(
         size, n_total, c, alternative=alternative
     )
-    two_sided = BootstrapAccumulator.nbytes_needed(size, n_total, 0.9)
+    two_sided = BootstrapAccumulator._nbytes_retained(size, n_total, 0.9)
     k = int(np.ceil((n_total - 1) * (1 - c))) + 1
     moments_and_mask = size * (2 * 8 + 1)
     # The tail and the pending block (at least FOLD_EVERY replicates).
@@ -379,7 +379,7 @@ def _traced_peak(fn):
 def test_one_sided_accumulator_holds_no_more_than_two_sided(method):
     # One tail of k = 51 replicates against two of 26 (B=1000, c=0.95): the
     # charge and the traced peak (updates in blocks of 8, then the interval)
-    # are no larger, and the peak exceeds the charge by no more.
+    # are no larger, and the charge covers the peak.
     size, n_total = 2000, 1000
     replicates = np.random.default_rng(5).standard_normal((n_total, size))
 
@@ -399,10 +399,11 @@ def test_one_sided_accumulator_holds_no_more_than_two_sided(method):
         )
         figures[alternative] = charged, peak
     charged_two, peak_two = figures.pop("two-sided")
+    assert peak_two <= charged_two
     for charged, peak in figures.values():
         assert charged <= charged_two
         assert peak <= peak_two
-        assert peak - charged <= 1.01 * (peak_two - charged_two)
+        assert peak <= charged
 
 
 @pytest.mark.parametrize("alternative", ONE_SIDED)

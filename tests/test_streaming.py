@@ -384,10 +384,10 @@ def test_update_allocates_little_beside_the_batch():
 @pytest.mark.parametrize("keep_samples", [False, True])
 # Tails of 26 rows (shorter than the pending block) and of 1001 rows.
 @pytest.mark.parametrize(("shape", "n_total"), [((100, 50), 500), (500, 20_000)])
-def test_nbytes_needed_is_what_the_first_update_leaves_allocated(
+def test_nbytes_retained_is_what_the_first_update_leaves_allocated(
     shape, n_total, keep_samples
 ):
-    nbytes = BootstrapAccumulator.nbytes_needed(
+    nbytes = BootstrapAccumulator._nbytes_retained(
         shape, n_total, 0.9, keep_samples=keep_samples
     )
     replicate = np.ones((1, *np.atleast_1d(shape)))
@@ -403,20 +403,24 @@ def test_nbytes_needed_is_what_the_first_update_leaves_allocated(
     finally:
         tracemalloc.stop()
     assert nbytes <= retained <= 1.02 * nbytes
-    # A replicate's temporaries come on top, nothing the size of the tails.
+    # A replicate's temporaries come on top, nothing the size of the tails,
+    # and within what the preflight charges (tests/test_streaming_bytes.py).
     assert peak <= 1.02 * nbytes + 4 * replicate.nbytes
+    assert peak <= BootstrapAccumulator.nbytes_needed(
+        shape, n_total, 0.9, keep_samples=keep_samples
+    )
     assert acc.n_seen == 1
 
 
-def test_nbytes_needed_grows_with_tail_size_not_n_total():
-    small = BootstrapAccumulator.nbytes_needed(1000, 200)
-    large = BootstrapAccumulator.nbytes_needed(1000, 20_000)
+def test_nbytes_retained_grows_with_tail_size_not_n_total():
+    small = BootstrapAccumulator._nbytes_retained(1000, 200)
+    large = BootstrapAccumulator._nbytes_retained(1000, 20_000)
     # k grows from 6 to 501 per tail, and the pending block with it; both stay
     # well under storing every replicate: 200 rows, then 20,000 (100x).
     assert small < 0.5 * 8 * 200 * 1000
     stored = 8 * 20_000 * 1000
     assert large < 0.15 * stored
-    kept = BootstrapAccumulator.nbytes_needed(1000, 20_000, keep_samples=True)
+    kept = BootstrapAccumulator._nbytes_retained(1000, 20_000, keep_samples=True)
     assert_allclose(kept - large, stored, rtol=1e-3)
 
 
