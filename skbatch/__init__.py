@@ -26,7 +26,11 @@ from .oom import compute_oom_safe, is_oom_error
 from .partitioning import variance_partitioning
 from .permutation import PermutationScorer
 from .ridge import BatchedRidge
-from .scoring import explainable_variance, score_per_target
+from .scoring import (
+    correlation_score_split,
+    explainable_variance,
+    score_per_target,
+)
 
 __version__ = "0.1.0.dev0"
 
@@ -48,6 +52,7 @@ __all__ = [
     "check_gpu_available",
     "compute_batch_size",
     "compute_oom_safe",
+    "correlation_score_split",
     "explainable_variance",
     "get_available_memory_gb",
     "is_oom_error",

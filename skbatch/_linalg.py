@@ -779,6 +779,21 @@ def fold_basis(
     return U, s, (X_test - X_offset) @ Vt.T
 
 
+def holdout_spread(y_true, scoring, sample_weight=None, *, xp=None):
+    """The spread of test targets that :func:`holdout_scores` reads, or None
+    where its scoring reads none (mean squared error, fewer than 2 rows)."""
+    xp = _namespace(xp, y_true)
+    if scoring == "neg_mean_squared_error" or y_true.shape[0] < MIN_SCORED_ROWS:
+        return None
+    if sample_weight is not None:
+        sample_weight = xp.astype(
+            sample_weight, _criterion_dtype(y_true, xp), copy=False
+        )
+    return target_spread(
+        y_true, sample_weight, deviations=scoring == "correlation", xp=xp
+    )
+
+
 def holdout_scores(
     s,
     X_test_V,
@@ -789,6 +804,7 @@ def holdout_scores(
     scoring="r2",
     sample_weight=None,
     coords=None,
+    spread=None,
     xp=None,
 ):
     """Test-set score of every alpha for targets already projected.
@@ -816,6 +832,10 @@ def holdout_scores(
         ``UtY`` then ``Q'Y`` (n_columns, n_targets): each alpha's filtered
         test rows are mapped to Q's coordinates (a small product), rather
         than ``Q'Y`` to U's (a product over all targets).
+    spread : TargetSpread, default=None
+        That of ``y_true`` (:func:`target_spread`, weighted by
+        ``sample_weight``, with deviations for a correlation), when the same
+        test targets are scored on several bases: computed here if None.
 
     Returns
     -------
@@ -832,11 +852,8 @@ def holdout_scores(
         weight = xp.astype(sample_weight, dtype, copy=False)
     # The targets' spread does not depend on alpha: computed once, each alpha
     # then costs its product and one pass over the errors.
-    spread = None
-    if scoring != "neg_mean_squared_error" and y_true.shape[0] >= MIN_SCORED_ROWS:
-        spread = target_spread(
-            y_true, weight, deviations=scoring == "correlation", xp=xp
-        )
+    if spread is None:
+        spread = holdout_spread(y_true, scoring, weight, xp=xp)
     y_score = y_true
     if scoring == "correlation":
         y_score = xp.astype(y_true, dtype, copy=False)

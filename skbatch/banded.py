@@ -19,13 +19,10 @@ from ._base import (
     check_verbose,
     host_input,
 )
-from ._engine import _say, map_threads, run_problem
+from ._engine import _say
 from ._ridge.banded import (
     BandedDesign,
-    BandedRefitProblem,
-    BandedSearchProblem,
     BandedSpec,
-    SharedFactors,
     band_candidates,
     check_band_weights,
     check_bands,
@@ -34,10 +31,11 @@ from ._ridge.banded import (
     check_concentration,
     check_search_memory,
     n_candidates,
+    search_bands,
 )
 from ._ridge.banded_bootstrap import HeldBands
 from ._ridge.cv import cv_scheme
-from ._ridge.problems import RidgeSolver, fit_flops
+from ._ridge.problems import fit_flops
 from ._ridge.spec import batched_ridge_spec, check_alphas, resolve_dtype
 from .backend import resolve_backend
 from .random import DEFAULT_RANDOM_STATE, check_groups
@@ -52,6 +50,7 @@ from .ridge import (
     warn_at_grid_edges,
     warn_if_autocorrelated,
 )
+from .scoring import correlation_split
 
 __all__ = ["BandedRidge", "HeldBandedRidge", "held_banded_ridge"]
 
@@ -70,6 +69,8 @@ COARSE_VERTEX_GAP = 0.05
 # Targets scored per block in score_per_band: n_bands x n_samples x this many
 # predictions at once.
 SCORE_BLOCK = 256
+# The scores score_per_band splits among the bands.
+SPLIT_SCORINGS = ("r2", "correlation")
 
 
 def _warn_coarse_candidates(candidates, chosen):
@@ -145,6 +146,17 @@ default=100
         Concentrations of the Dirichlet draws: small values give candidates
         near the vertices of the simplex (one band dominating), 1.0 uniform
         ones over it.
+    local_alpha : bool, default=True
+        True: each target chooses its (candidate, alpha) pair. False: one
+        pair for all targets, that of the best CV score averaged over the
+        targets (those scored at some pair; a pair where one of them scores
+        NaN ranks last), ties to the first candidate, then the first alpha:
+        every band's alpha is shared, for data too small or too noisy to
+        choose per target. The scores of every pair of every target are then
+        held (as with ``store_cv_results``). Unlike himalaya's
+        ``solver_params=dict(local_alpha=False)``, which shares the alpha of
+        each candidate but lets each target choose its candidate, the band
+        weights are shared too.
     cv : None, "gcv", int, CV splitter or iterable of splits, default=None
         None: exact leave-one-out; ``"gcv"``: generalized cross-validation;
         else K-fold, the same folds for every candidate. As
@@ -183,7 +195,9 @@ default=None
     intercept_ : ndarray of shape (n_targets,) or float
         Intercepts (0.0 without ``fit_intercept``).
     alpha_ : ndarray of shape (n_targets,) or float
-        The chosen overall alpha; a float for 1-D ``y``.
+        The chosen overall alpha; a float for 1-D ``y``. With
+        ``local_alpha=False`` every target's is the same, as are its rows of
+        ``band_weights_`` and ``band_alphas_``.
     band_weights_ : ndarray of shape (n_targets, n_bands) or (n_bands,)
         The chosen candidate ``gamma`` of each target.
     band_alphas_ : ndarray of shape (n_targets, n_bands) or (n_bands,)
@@ -191,7 +205,8 @@ default=None
         of weight 0 (left out of the model).
     best_score_ : ndarray of shape (n_targets,) or float
         Cross-validated score of the chosen pair (NaN where every pair
-        scored NaN).
+        scored NaN); with ``local_alpha=False``, each target's score at the
+        shared pair.
     candidates_ : ndarray of shape (n_candidates, n_bands)
         The candidates searched, rows summing to 1.
     band_names_ : ndarray of shape (n_bands,)
@@ -258,6 +273,7 @@ default=None
         alphas=DEFAULT_ALPHAS,
         band_weights=100,
         concentration=DEFAULT_CONCENTRATION,
+        local_alpha=True,
         cv=None,
         fit_intercept=True,
         scoring=None,
@@ -273,6 +289,7 @@ default=None
         self.alphas = alphas
         self.band_weights = band_weights
         self.concentration = concentration
+        self.local_alpha = local_alpha
         self.cv = cv
         self.fit_intercept = fit_intercept
         self.scoring = scoring
@@ -295,6 +312,7 @@ default=None
         "bands": "no_validation",
         "band_weights": "no_validation",
         "concentration": "no_validation",
+        "local_alpha": ["boolean"],
         # As resolve_entropy reads it (skbatch.random), the other
         # estimators' seeds: any int >= 0, a RandomState or a Generator.
         "random_state": [
@@ -318,9 +336,11 @@ default=None
     def __skbatch_banded_spec__(self):
         """The banded problem ``fit`` solves, for the permutation fast path
         (:func:`skbatch._ridge.banded.banded_spec`); None when the parameters
-        are invalid (``fit`` then says why), for a subclass, or when every
-        fit draws other candidates (``random_state`` not an int)."""
-        if type(self) is not BandedRidge:
+        are invalid (``fit`` then says why), for a subclass, when every
+        fit draws other candidates (``random_state`` not an int), or for a
+        pair shared by all targets (``local_alpha=False``), which that path
+        does not choose."""
+        if type(self) is not BandedRidge or self.local_alpha is not True:
             return None
         params = self.get_params(deep=False)
         drawn = isinstance(self.band_weights, numbers.Integral)
@@ -395,7 +415,7 @@ default=None
             self.max_memory_gb,
             n_targets=n_targets,
             n_alphas=alphas.size,
-            store_cv_results=self.store_cv_results,
+            store_cv_results=self.store_cv_results or not self.local_alpha,
         )
         candidates = band_candidates(
             weights, len(columns), concentration, self.random_state
@@ -421,71 +441,40 @@ default=None
             self.max_memory_gb,
             n_targets=n_targets,
             n_alphas=alphas.size,
-            store_cv_results=self.store_cv_results,
+            store_cv_results=self.store_cv_results or not self.local_alpha,
         )
-        run_args = dict(
-            max_memory_gb=self.max_memory_gb,
-            batch_size=self.n_targets_batch,
-            verbose=self.verbose,
-        )
-        chosen = np.empty(n_targets, dtype=np.int64)
-        best = np.empty(n_targets, dtype=np.int64)
-        best_score = np.empty(n_targets)
-        scores = np.empty((n_targets, alphas.size))
-        stored = (
-            np.empty((n_targets, len(candidates), alphas.size))
-            if self.store_cv_results
-            else None
-        )
-
-        def reduce_search(ids, result):
-            chosen[ids], best[ids], best_score[ids], scores[ids] = result[:4]
-            if stored is not None:
-                stored[ids] = result[4]
-
-        coef = np.empty((n_targets, n_features), dtype=self.dtype_)
-        intercept = np.empty(n_targets, dtype=self.dtype_)
-
-        def reduce_refit(ids, result):
-            coef[ids], intercept[ids] = result
-
         with self.backend_.context():
-            factors = None
-            if SharedFactors.applies(len(candidates), n_samples, n_features, scheme):
-                factors = SharedFactors(
-                    X,
-                    sample_weight,
-                    scheme,
-                    self.backend_,
-                    self.dtype_,
-                    fit_intercept=self.fit_intercept,
-                )
-            # Independent factorisations, side by side.
-            solvers = map_threads(
-                lambda c: RidgeSolver(
-                    design.design(c, shape_only=factors is not None),
-                    sample_weight,
-                    alphas,
-                    scheme,
-                    self.backend_,
-                    self.dtype_,
-                    fit_intercept=self.fit_intercept,
-                    scoring=self.scoring,
-                    basis=None
-                    if factors is None
-                    else factors.basis(design.kept[c], design.scales[c]),
-                ),
-                range(len(candidates)),
+            found = search_bands(
+                X,
+                targets,
+                design,
+                sample_weight,
+                alphas,
+                scheme,
                 self.backend_,
+                self.dtype_,
+                fit_intercept=self.fit_intercept,
+                scoring=self.scoring,
+                store=self.store_cv_results or not self.local_alpha,
+                local_alpha=self.local_alpha,
+                run_args=dict(
+                    max_memory_gb=self.max_memory_gb,
+                    batch_size=self.n_targets_batch,
+                    verbose=self.verbose,
+                ),
             )
-            search = BandedSearchProblem(
-                solvers, targets, store=self.store_cv_results, factors=factors
-            )
-            plan = run_problem(search, reduce_search, **run_args)
-            refit = BandedRefitProblem(
-                solvers, design, targets, chosen, alphas[best], factors=factors
-            )
-            run_problem(refit, reduce_refit, **run_args)
+        chosen, best, best_score, scores = (
+            found.candidate,
+            found.alpha,
+            found.score,
+            found.scores,
+        )
+        coef, intercept, stored, shared = (
+            found.coef,
+            found.intercept,
+            found.stored,
+            found.shared,
+        )
         no_model = no_model_scores(
             scheme,
             Y,
@@ -493,9 +482,19 @@ default=None
             sample_weight,
             self.scoring,
             self.fit_intercept,
-            plan.batch_size,
+            found.batch_size,
         )
-        warn_at_grid_edges(alphas, best, scores, no_model)
+        if self.local_alpha:
+            warn_at_grid_edges(alphas, best, scores, no_model)
+        else:
+            # As BatchedRidge(alpha_per_target=False): the shared pair's mean.
+            def mean_no_model(_):
+                limit = no_model(slice(None))
+                return None if limit is None else np.mean(limit[shared.scored])[None]
+
+            warn_at_grid_edges(
+                alphas, best[:1], shared.mean[shared.candidate][None], mean_no_model
+            )
         _warn_coarse_candidates(candidates, chosen)
         warn_if_autocorrelated(
             X,
@@ -534,7 +533,7 @@ default=None
         self.band_alphas_ = band_alphas[0] if one_target else band_alphas
         self.best_score_ = float(best_score[0]) if one_target else best_score
         self._band_columns = columns
-        if stored is not None:
+        if self.store_cv_results:
             self.cv_results_ = {
                 "alphas": alphas,
                 "candidates": candidates,
@@ -580,8 +579,8 @@ default=None
         )
         return parts[:, :, 0] if np.ndim(self.coef_) == 1 else parts
 
-    def score_per_band(self, X, y, sample_weight=None):
-        """Each band's share of the R^2 of every target; shares sum to R^2.
+    def score_per_band(self, X, y, sample_weight=None, scoring="r2"):
+        """Each band's share of the R^2 (or correlation) of every target.
 
         The product measure (himalaya's ``r2_score_split``): with ``y_c``
         the target centred on its mean, ``P_b`` band b's prediction
@@ -603,18 +602,26 @@ default=None
         ``r2_score(sample_weight=...)`` weighs R^2: the shares then sum to
         the weighted R^2, and integer weights equal repeated rows.
 
+        With ``scoring="correlation"``, the split correlation
+        (:func:`skbatch.correlation_score_split`, himalaya's
+        ``correlation_score_split``): band b's share is ``cov(y, P_b) /
+        (std(y) std(P))``, the shares summing to the correlation of the
+        prediction; NaN where that correlation is undefined.
+
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
         sample_weight : array-like of shape (n_samples,), default=None
-            Non-negative weights of the rows in every target's R^2.
+            Non-negative weights of the rows in every target's score.
+        scoring : {"r2", "correlation"}, default="r2"
+            The score split.
 
         Returns
         -------
         scores : ndarray of shape (n_bands, n_targets)
-            Summed over bands, ``score_per_target(X, y, sample_weight)`` (to
-            rounding).
+            Summed over bands, ``score_per_target(X, y, sample_weight,
+            scoring=scoring)`` (to rounding).
 
         Examples
         --------
@@ -630,6 +637,11 @@ default=None
         >>> bool(np.allclose(shares.sum(0), model.score_per_target(X, Y)))
         True
         """
+        if scoring not in SPLIT_SCORINGS:
+            raise ValueError(
+                f"scoring must be one of {SPLIT_SCORINGS} for score_per_band, got "
+                f"{scoring!r}"
+            )
         X, _ = self._validated_X(X)
         y, _ = host_input(y)
         y = check_array(y, ensure_2d=False, dtype=np.float64, input_name="y")
@@ -651,12 +663,15 @@ default=None
                     for cols in self._band_columns
                 ]
             )
-            shares[:, block] = _product_measure(
-                parts, Y[:, block], intercept[block], weight
-            )
+            if scoring == "correlation":
+                shares[:, block] = correlation_split(parts, Y[:, block], weight)
+            else:
+                shares[:, block] = _product_measure(
+                    parts, Y[:, block], intercept[block], weight
+                )
         # Once for all blocks: the R^2 of fewer than 2 rows is undefined.
         _linalg.warn_undefined(
-            shares.sum(axis=0), "r2", n_rows=X.shape[0], stacklevel=2
+            shares.sum(axis=0), scoring, n_rows=X.shape[0], stacklevel=2
         )
         return shares
 

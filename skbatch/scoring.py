@@ -3,7 +3,9 @@
 :func:`explainable_variance` is the share of a target's variance that is
 repeatable across presentations of the same stimulus, the ceiling a model's
 R^2 is compared against; :func:`score_per_target` reaches the per-target
-scores of a skbatch ridge through a fitted :class:`~sklearn.pipeline.Pipeline`.
+scores of a skbatch ridge through a fitted :class:`~sklearn.pipeline.Pipeline`;
+:func:`correlation_score_split` splits each target's correlation among the
+feature spaces (bands) whose predictions sum to the model's.
 """
 
 import warnings
@@ -12,9 +14,10 @@ import numpy as np
 from sklearn.pipeline import Pipeline
 from sklearn.utils.validation import check_is_fitted
 
+from . import _linalg
 from .backend import to_numpy
 
-__all__ = ["explainable_variance", "score_per_target"]
+__all__ = ["correlation_score_split", "explainable_variance", "score_per_target"]
 
 
 def explainable_variance(Y_repeats, bias_correction=True):
@@ -191,3 +194,114 @@ def score_per_target(estimator, X, y, scoring="r2", sample_weight=None):
         if len(estimator) > 1:
             X = estimator[:-1].transform(X)
     return final.score_per_target(X, y, sample_weight=sample_weight, scoring=scoring)
+
+
+def correlation_score_split(y_true, y_pred, sample_weight=None):
+    """Each band's share of the correlation of every target; shares sum to it.
+
+    With ``P_b`` band b's prediction (e.g.
+    :meth:`~skbatch.BandedRidge.predict_per_band`) and ``P = sum_b P_b``, the
+    share of band b is ``cov(y, P_b) / (std(y) std(P))``: the shares sum to
+    the correlation of ``y`` with ``P``, that of the whole prediction (an
+    intercept changes no correlation). The same definition as himalaya's
+    ``himalaya.scoring.correlation_score_split``, so numbers compare across
+    libraries; unlike it, a target whose correlation is undefined (``y`` or
+    ``P`` constant on the rows, to rounding, as
+    :func:`skbatch._linalg.score_per_target` decides it) has NaN shares,
+    with one :class:`~skbatch.exceptions.DegenerateDataWarning`, where
+    himalaya gives zeros or unbounded values.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples,) or (n_samples, n_targets)
+        True values.
+    y_pred : array-like of shape (n_bands, n_samples) or \
+(n_bands, n_samples, n_targets)
+        The prediction of each band, one more dimension than ``y_true``.
+    sample_weight : array-like of shape (n_samples,), default=None
+        Non-negative weights of the rows in every mean, variance and
+        covariance (a weighted correlation, as ``score_per_target(...,
+        scoring="correlation", sample_weight=...)``).
+
+    Returns
+    -------
+    scores : ndarray of shape (n_bands, n_targets) or (n_bands,)
+        float64; summed over bands, the correlation of ``y_true`` with
+        ``y_pred.sum(0)`` (to rounding).
+
+    Raises
+    ------
+    ValueError
+        For shapes that do not match, fewer than 2 rows, NaN or infinity, or
+        negative weights.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skbatch import correlation_score_split
+    >>> rng = np.random.default_rng(0)
+    >>> parts = rng.standard_normal((2, 50, 3))
+    >>> y = parts.sum(0) + rng.standard_normal((50, 3))
+    >>> shares = correlation_score_split(y, parts)
+    >>> shares.shape
+    (2, 3)
+    >>> r = [np.corrcoef(y[:, j], parts.sum(0)[:, j])[0, 1] for j in range(3)]
+    >>> bool(np.allclose(shares.sum(0), r))
+    True
+    """
+    y = np.asarray(to_numpy(y_true))
+    parts = np.asarray(to_numpy(y_pred))
+    for name, value in (("y_true", y), ("y_pred", parts)):
+        if value.dtype.kind not in "biuf":
+            raise ValueError(f"{name} must hold numbers, got dtype {value.dtype}")
+    if y.ndim not in (1, 2) or parts.ndim != y.ndim + 1 or parts.shape[1:] != y.shape:
+        raise ValueError(
+            f"y_pred must have shape (n_bands, *y_true.shape), one prediction of "
+            f"y_true's shape per band, with y_true of shape (n_samples,) or "
+            f"(n_samples, n_targets); got y_true of shape {y.shape} and y_pred of "
+            f"shape {parts.shape}. For the correlation of one prediction, use "
+            f"score_per_target."
+        )
+    if y.shape[0] < _linalg.MIN_SCORED_ROWS:
+        raise ValueError(
+            f"correlation_score_split needs at least {_linalg.MIN_SCORED_ROWS} "
+            f"rows, got {y.shape[0]}"
+        )
+    if not (np.all(np.isfinite(y)) and np.all(np.isfinite(parts))):
+        raise ValueError("y_true and y_pred must be finite, got NaN or infinity")
+    weight = None
+    if sample_weight is not None:
+        weight = np.asarray(to_numpy(sample_weight), dtype=np.float64)
+        if weight.shape != (y.shape[0],):
+            raise ValueError(
+                f"sample_weight must have shape ({y.shape[0]},), one weight per "
+                f"row, got shape {weight.shape}"
+            )
+        if not np.all(np.isfinite(weight)) or np.any(weight < 0) or not weight.any():
+            raise ValueError("sample_weight must be finite and non-negative, not all 0")
+    Y = y.reshape(y.shape[0], -1).astype(np.float64)
+    parts = parts.reshape(parts.shape[0], *Y.shape).astype(np.float64)
+    shares = correlation_split(parts, Y, weight)
+    _linalg.warn_undefined(
+        shares.sum(axis=0), "correlation", n_rows=Y.shape[0], stacklevel=2
+    )
+    return shares if y.ndim == 2 else shares[:, 0]
+
+
+def correlation_split(parts, Y, weight=None):
+    """Shares (n_bands, t) of the correlation from float64 band predictions
+    (n_bands, n, t) and targets (n, t), rows weighted by ``weight`` (n,) or
+    not; NaN where the correlation is undefined.
+
+    Constancy is decided as for every correlation of skbatch
+    (:func:`skbatch._linalg.target_spread`, of ``y`` and of the summed
+    prediction).
+    """
+    spread = _linalg.target_spread(Y, weight, deviations=True, xp=np)
+    predicted = _linalg.target_spread(parts.sum(axis=0), weight, xp=np)
+    w = np.ones(Y.shape[0]) if weight is None else weight
+    P_b = parts - np.average(parts, axis=1, weights=weight)[:, None, :]
+    covariance = np.einsum("i,bij,ij->bj", w, P_b, spread.deviations) / w.sum()
+    undefined = spread.constant | predicted.constant
+    product = np.where(undefined, 1.0, spread.variance * predicted.variance)
+    return np.where(undefined, np.nan, covariance / np.sqrt(product))

@@ -15,7 +15,9 @@ weight 0 is left out of ``Z``: its coefficients are exactly 0.
 - :class:`BandedDesign`: the rescaled design of each candidate;
 - :class:`BandedSearchProblem`: the targets, each keeping its best
   (candidate, alpha) pair while the candidates run over its batch;
-- :class:`BandedRefitProblem`: the targets' coefficients at their choice.
+- :class:`BandedRefitProblem`: the targets' coefficients at their choice;
+- :func:`search_bands`: the solvers, the search and the refit of a fit, and
+  :func:`shared_pair`, the one pair of every target (``local_alpha=False``).
 
 Both problems are :class:`~skbatch._ridge.problems.TargetProblem` s: they
 read targets the same way (from memory or disk, one batch at a time, on a
@@ -25,12 +27,13 @@ dask cluster as its tasks) and state their memory to the engine.
 import numbers
 from collections.abc import Mapping, Set
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from array_api_compat import array_namespace
 
 from .. import _linalg
-from .._engine import Portable, cpu_workers, map_threads
+from .._engine import Portable, cpu_workers, map_threads, run_problem
 from ..backend import to_numpy
 from ..random import resolve_entropy
 from .cv import _Fold
@@ -41,6 +44,7 @@ from .problems import (
     TargetProblem,
     check_held_memory,
     device_scores,
+    mean_over_scored_targets,
 )
 from .spec import RidgeSpec, centred_column_norms, decomposed_dtype, smallest_alpha
 
@@ -70,6 +74,8 @@ __all__ = [
     "check_concentration",
     "check_search_memory",
     "permuted_problem",
+    "search_bands",
+    "shared_pair",
 ]
 
 
@@ -896,6 +902,154 @@ def results_bytes(n_targets, n_features, n_alphas, n_stored_candidates=0):
     return 8 * n_targets * per_target
 
 
+class BandSearch(NamedTuple):
+    """What :func:`search_bands` found, every array over the targets."""
+
+    candidate: np.ndarray
+    alpha: np.ndarray
+    score: np.ndarray
+    #: The scores of every alpha at the chosen candidate, (n_targets, n_alphas).
+    scores: np.ndarray
+    #: The scores of every pair, (n_targets, n_candidates, n_alphas), or None.
+    stored: object
+    coef: np.ndarray
+    intercept: np.ndarray
+    #: The pair of every target (local_alpha=False), else None.
+    shared: object
+    batch_size: int
+
+
+def search_bands(
+    X,
+    targets,
+    design,
+    sample_weight,
+    alphas,
+    scheme,
+    backend,
+    dtype,
+    *,
+    fit_intercept,
+    scoring,
+    store,
+    local_alpha,
+    run_args,
+):
+    """The search of ``BandedRidge.fit`` and its refit, parameters checked.
+
+    The candidates' solvers (on :class:`SharedFactors` where they apply, made
+    side by side), the search of every target in batches
+    (:class:`BandedSearchProblem`), the pair of all targets for
+    ``local_alpha=False`` (:func:`shared_pair`), and the refit of every
+    target at its pair (:class:`BandedRefitProblem`), each run by the engine
+    with ``run_args``. Called inside the backend's context.
+
+    Returns
+    -------
+    BandSearch
+    """
+    n_samples, n_features = X.shape
+    n_targets = targets.shape[1]
+    n_candidates = len(design.candidates)
+    chosen = np.empty(n_targets, dtype=np.int64)
+    best = np.empty(n_targets, dtype=np.int64)
+    best_score = np.empty(n_targets)
+    scores = np.empty((n_targets, alphas.size))
+    stored = np.empty((n_targets, n_candidates, alphas.size)) if store else None
+
+    def reduce_search(ids, result):
+        chosen[ids], best[ids], best_score[ids], scores[ids] = result[:4]
+        if stored is not None:
+            stored[ids] = result[4]
+
+    coef = np.empty((n_targets, n_features), dtype=dtype)
+    intercept = np.empty(n_targets, dtype=dtype)
+
+    def reduce_refit(ids, result):
+        coef[ids], intercept[ids] = result
+
+    factors = None
+    if SharedFactors.applies(n_candidates, n_samples, n_features, scheme):
+        factors = SharedFactors(
+            X, sample_weight, scheme, backend, dtype, fit_intercept=fit_intercept
+        )
+    # Independent factorisations, side by side.
+    solvers = map_threads(
+        lambda c: RidgeSolver(
+            design.design(c, shape_only=factors is not None),
+            sample_weight,
+            alphas,
+            scheme,
+            backend,
+            dtype,
+            fit_intercept=fit_intercept,
+            scoring=scoring,
+            basis=None
+            if factors is None
+            else factors.basis(design.kept[c], design.scales[c]),
+        ),
+        range(n_candidates),
+        backend,
+    )
+    search = BandedSearchProblem(
+        solvers, targets, store=stored is not None, factors=factors
+    )
+    plan = run_problem(search, reduce_search, **run_args)
+    shared = None
+    if not local_alpha:
+        shared = shared_pair(stored)
+        chosen[:], best[:] = shared.candidate, shared.alpha
+        best_score[:] = stored[:, shared.candidate, shared.alpha]
+        scores[:] = stored[:, shared.candidate]
+    refit = BandedRefitProblem(
+        solvers, design, targets, chosen, alphas[best], factors=factors
+    )
+    run_problem(refit, reduce_refit, **run_args)
+    return BandSearch(
+        chosen,
+        best,
+        best_score,
+        scores,
+        stored,
+        coef,
+        intercept,
+        shared,
+        plan.batch_size,
+    )
+
+
+class SharedPair(NamedTuple):
+    """The (candidate, alpha) pair of every target (:func:`shared_pair`)."""
+
+    candidate: int
+    alpha: int
+    #: Mean score of every pair, (n_candidates, n_alphas).
+    mean: np.ndarray
+    #: The targets averaged (scored at some pair), (n_targets,).
+    scored: np.ndarray
+
+
+def shared_pair(scores):
+    """The pair of best mean score over the targets, from every target's
+    scores (n_targets, n_candidates, n_alphas).
+
+    The mean of :func:`~skbatch._ridge.problems.mean_over_scored_targets`
+    over the pairs: a target scored at no pair is left out, a pair NaN for
+    some target averaged ranks last. Ties go to the first candidate, then
+    the first alpha, as each target's own choice; every pair NaN keeps the
+    first.
+    """
+    n_targets, n_candidates, n_alphas = scores.shape
+    mean, scored = mean_over_scored_targets(scores.reshape(n_targets, -1))
+    best = int(np.argmax(np.where(np.isnan(mean), -np.inf, mean)))
+    return SharedPair(
+        best // n_alphas,
+        best % n_alphas,
+        mean.reshape(n_candidates, n_alphas),
+        scored,
+    )
+
+
 class BandedSearchProblem(TargetProblem):
     """Every candidate over each batch of targets, a running best per target.
 
@@ -942,6 +1096,9 @@ class BandedSearchProblem(TargetProblem):
         self.device_bytes_per_item = (
             CV_WORKSPACE_OVERHEAD * itemsize * (4 * n + rank + 2 * n_alphas + shared)
         )
+        if factors is not None and factors.folds:
+            # K-fold scores every candidate of a batch at once, in float64.
+            self.device_bytes_per_item += 8 * n_candidates * n_alphas
         self.host_bytes_per_item = (
             8 * (3 + 2 * n_alphas + n_stored * n_alphas) + self.Y.host_bytes_per_column
         )
@@ -956,12 +1113,8 @@ class BandedSearchProblem(TargetProblem):
         running = np.full(m, -np.inf)
         rows = np.full((m, n_alphas), np.nan)
         stored = np.empty((m, len(self.solvers), n_alphas)) if self.store else None
-        projected = _projected(
-            self.solvers, self.factors, Y, full=first.scheme.reads_projection
-        )
-        for c, (solver, Y_centered, Y_offset, UtY, shared) in enumerate(projected):
-            scores = solver.scores(Y, Y_centered, Y_offset, UtY, shared=shared)
-            best, best_score = _linalg.select_alpha(scores, xp=solver.xp)
+        for c, scores in enumerate(self._scores(Y)):
+            best, best_score = _linalg.select_alpha(scores, xp=first.xp)
             best, scores = to_numpy(best), to_numpy(scores).T
             best_score = to_numpy(best_score).astype(np.float64)
             filled = np.where(np.isnan(best_score), -np.inf, best_score)
@@ -974,6 +1127,26 @@ class BandedSearchProblem(TargetProblem):
         if stored is None:
             return candidate, alpha, score, rows
         return candidate, alpha, score, rows, stored
+
+    def _scores(self, Y):
+        """Scores (n_alphas, m) of each candidate, in order, for a batch.
+
+        K-fold on shared factors scores every candidate of a fold at once
+        (:meth:`skbatch._ridge.cv.KFold.shared_scores`); the other schemes
+        one candidate at a time.
+        """
+        first = self.solvers[0]
+        if self.factors is not None and self.factors.folds:
+            Y_centered, Y_offset = first.center(Y)
+            _, shared = self.factors.project(Y_centered, full=False)
+            del Y_centered
+            yield from first.scheme.shared_scores(self.solvers, Y, Y_offset, shared)
+            return
+        projected = _projected(
+            self.solvers, self.factors, Y, full=first.scheme.reads_projection
+        )
+        for solver, Y_centered, Y_offset, UtY, shared in projected:
+            yield solver.scores(Y, Y_centered, Y_offset, UtY, shared=shared)
 
 
 class BandedRefitProblem(TargetProblem):

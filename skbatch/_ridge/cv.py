@@ -341,6 +341,49 @@ class KFold(CVScheme):
             )
         return total / len(state)
 
+    def shared_scores(self, solvers, Y, Y_offset, shared):
+        """Scores (n_solvers, n_alphas, n_targets) of designs of one shared
+        factorisation (:class:`skbatch._ridge.banded.SharedFactors`) for a
+        batch of device targets: those of :meth:`scores` for each solver,
+        with each fold's test targets and their spread made once for all the
+        designs, not once per design.
+
+        ``shared``: each fold's ``(Q_k'Y[train], training mean)``.
+        """
+        first = solvers[0]
+        xp, scoring = first.xp, first.scoring or "r2"
+        n_alphas, n_targets = len(first.alphas), Y.shape[1]
+        total = 0.0
+        for k, fold in enumerate(first.state):
+            QtY, train_mean = shared[k]
+            # As scores forms them; the same test rows and weights in every
+            # design's fold.
+            y_true = fold.test_rows(Y) - Y_offset
+            y_true -= train_mean
+            spread = _linalg.holdout_spread(y_true, scoring, fold.test_weight, xp=xp)
+            scores = []
+            for solver in solvers:
+                design = solver.state[k]
+                UtY, coords = QtY, design.coords
+                if not _maps_test_rows(coords, design.X_test_V, n_alphas, n_targets):
+                    UtY, coords = coords.T @ QtY, None
+                scores.append(
+                    _linalg.holdout_scores(
+                        design.s,
+                        design.X_test_V,
+                        UtY,
+                        y_true,
+                        first.alphas,
+                        scoring=scoring,
+                        sample_weight=fold.test_weight,
+                        coords=coords,
+                        spread=spread,
+                        xp=xp,
+                    )
+                )
+            total = total + xp.stack(scores)
+        return total / len(first.state)
+
     def no_model_score(self, Y, sample_weight, scoring, fit_intercept):
         """The mean over folds of each training mean's score on its test rows.
 

@@ -1,0 +1,269 @@
+"""BandedRidge at encoding scale: runs, two feature spaces, leave-one-run-out.
+
+Workload: 10 runs of 280-320 rows (3,000 rows), features AR(1) within each
+run (restarting at each run), two bands of 30 and 300 columns, 20,000
+targets (``--n-targets``): 40% driven by the small band, 40% by the large
+one, 20% noise only, every target z-scored within each run. The same 20
+candidate band weightings (himalaya's Dirichlet draws) and 9 alphas for
+every method, ``LeaveOneGroupOut`` over the runs, R^2, float64 numpy.
+Timed in the same run:
+
+- ``BandedRidge(cv=LeaveOneGroupOut())`` with the runs as ``groups``, with
+  the seconds of its search and refit stages (``fit_report_``), and the
+  same with ``dtype="float32"`` (the share of targets whose choice is that
+  of float64);
+- himalaya's ``BandedRidgeCV`` with the same splits and candidates, on the
+  first ``--himalaya-targets`` targets (its time is linear in the targets:
+  the figure is also given scaled to all of them), or skipped with 0;
+- ``BatchedRidge(cv=LeaveOneGroupOut())``, one alpha for all columns;
+- the GEMM floor: the matrix products no search over these candidates,
+  alphas and folds avoids, at the rate of one core on a GEMM of their
+  shape timed here.
+  Per fold, the training targets projected once on the fold's basis of all
+  columns (2 n_train p t); per candidate, fold and alpha, the held-out
+  predictions (2 n_test r t, r the candidate's columns); the refit's
+  projection and coefficients (2 n p t + 2 p^2 t).
+
+Printed: seconds (the median of ``--repeats`` runs), the floor's share of
+BandedRidge's CPU seconds (the floor at the rate of one core, in CPU time:
+on a loaded host the wall clock says more of the other processes than of
+the fit), and the share of driven targets whose chosen dominant band
+(weight above 1/2) is the band that drives them.
+
+Run: ``python benchmarks/bench_encoding.py [--n-targets 20000] [--repeats 1]``
+"""
+
+import argparse
+import os
+import time
+
+import numpy as np
+from sklearn.model_selection import LeaveOneGroupOut
+from threadpoolctl import threadpool_info, threadpool_limits
+
+from skbatch import BandedRidge, BatchedRidge
+from skbatch._ridge.banded import band_candidates
+
+N_RUNS = 10
+# Rows per run, drawn in [RUN_ROWS[0], RUN_ROWS[1]): runs of unequal length.
+RUN_ROWS = (280, 321)
+BANDS = (30, 300)
+N_CANDIDATES = 20
+ALPHAS = np.logspace(-2, 6, 9)
+# AR(1) coefficient of the features within a run.
+AR_COEF = 0.7
+# Shares of targets driven by band 0 and by band 1; the rest is noise.
+DRIVEN = (0.4, 0.4)
+# Repeats of the GEMM that sets the reference rate; the best is kept.
+GEMM_REPEATS = 5
+
+
+def ar1(rng, n, p, coef):
+    """(n, p) AR(1) series of unit variance."""
+    noise = rng.standard_normal((n, p))
+    out = np.empty_like(noise)
+    out[0] = noise[0]
+    scale = np.sqrt(1 - coef**2)
+    for i in range(1, n):
+        out[i] = coef * out[i - 1] + scale * noise[i]
+    return out
+
+
+def zscored(A, runs):
+    out = np.empty_like(A)
+    for r in np.unique(runs):
+        rows = runs == r
+        block = A[rows]
+        out[rows] = (block - block.mean(axis=0)) / block.std(axis=0)
+    return out
+
+
+def make_data(n_targets, seed=0):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(*RUN_ROWS, size=N_RUNS)
+    runs = np.repeat(np.arange(N_RUNS), lengths)
+    X = np.concatenate([ar1(rng, m, sum(BANDS), AR_COEF) for m in lengths])
+    X = zscored(X, runs)
+    labels = np.repeat(np.arange(len(BANDS)), BANDS)
+    driver = np.full(n_targets, -1)
+    n0, n1 = (int(share * n_targets) for share in DRIVEN)
+    driver[:n0], driver[n0 : n0 + n1] = 0, 1
+    Y = np.empty((X.shape[0], n_targets))
+    block = 2000
+    for start in range(0, n_targets, block):
+        cols = slice(start, start + block)
+        m = len(driver[cols])
+        signal = np.zeros((X.shape[0], m))
+        for b in range(len(BANDS)):
+            which = driver[cols] == b
+            W = rng.standard_normal((BANDS[b], int(which.sum())))
+            part = X[:, labels == b] @ W
+            signal[:, which] = part / part.std(axis=0)
+        noise = rng.uniform(1.0, 3.0, m) * rng.standard_normal((X.shape[0], m))
+        Y[:, cols] = signal + noise
+    return X, zscored(Y, runs), labels, runs, driver
+
+
+def gemm_rate(n, r, t):
+    """Flop/s of one core on an (r x n) @ (n x t) product, in CPU time: other
+    processes on a loaded host slow the wall clock, much less a CPU second."""
+    rng = np.random.default_rng(1)
+    A, B = rng.standard_normal((r, n)), rng.standard_normal((n, t))
+    with threadpool_limits(limits=1):
+        A @ B
+        best = np.inf
+        for _ in range(GEMM_REPEATS):
+            start = time.process_time()
+            A @ B
+            best = min(best, time.process_time() - start)
+    return 2.0 * n * r * t / best
+
+
+def floor_flops(splits, p, t, ranks):
+    """The products of the docstring's GEMM floor."""
+    n = sum(len(test) for _, test in splits)
+    total = sum(2.0 * len(train) * p * t for train, _ in splits)
+    for r in ranks:
+        for _, test in splits:
+            total += ALPHAS.size * 2.0 * len(test) * r * t
+    return total + 2.0 * n * p * t + 2.0 * p * p * t
+
+
+def timed(fn, repeats):
+    """The result, and the median wall and CPU seconds (all threads) of
+    ``repeats`` runs."""
+    seconds, cpu, result = [], [], None
+    for _ in range(repeats):
+        start, start_cpu = time.perf_counter(), time.process_time()
+        result = fn()
+        seconds.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
+    return result, float(np.median(seconds)), float(np.median(cpu))
+
+
+def dominant_agreement(band_weights, driver):
+    driven = driver >= 0
+    return np.mean(np.argmax(band_weights[driven], axis=1) == driver[driven])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n-targets", type=int, default=20000)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument(
+        "--himalaya-targets",
+        type=int,
+        default=2000,
+        help="targets himalaya fits (0 skips it); its time is scaled to all",
+    )
+    parser.add_argument(
+        "--only-banded", action="store_true", help="time BandedRidge alone"
+    )
+    args = parser.parse_args()
+    X, Y, labels, runs, driver = make_data(args.n_targets)
+    n, p = X.shape
+    t = Y.shape[1]
+    splits = list(LeaveOneGroupOut().split(X, Y, runs))
+    from himalaya.ridge._random_search import generate_dirichlet_samples
+
+    drawn = np.asarray(
+        generate_dirichlet_samples(N_CANDIDATES, len(BANDS), [0.1, 1.0], random_state=0)
+    )
+    candidates = band_candidates(drawn, len(BANDS), None, None)
+    ranks = [int(np.sum((gamma > 0)[labels])) for gamma in candidates]
+    blas = {(i["internal_api"], i["num_threads"]) for i in threadpool_info()}
+    print(
+        f"n={n} ({N_RUNS} runs), bands={BANDS}, targets={t}, {len(candidates)} "
+        f"candidates, {ALPHAS.size} alphas, LeaveOneGroupOut, float64 numpy; "
+        f"BLAS {sorted(blas)}; load average {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
+    rate = gemm_rate(n // N_RUNS * (N_RUNS - 1), p, min(t, 4000))
+    floor = floor_flops(splits, p, t, ranks) / rate
+    print(
+        f"GEMM rate of one core {rate / 1e9:.1f} GFLOP/s; GEMM floor {floor:.1f} CPU s",
+        flush=True,
+    )
+
+    def banded(dtype="auto"):
+        return BandedRidge(
+            labels,
+            alphas=ALPHAS,
+            band_weights=candidates,
+            cv=LeaveOneGroupOut(),
+            dtype=dtype,
+        ).fit(X, Y, groups=runs)
+
+    model, seconds, cpu = timed(banded, args.repeats)
+    stages = ", ".join(
+        f"{stage.name} {stage.seconds:.1f} s" for stage in model.fit_report_.stages
+    )
+    agree = dominant_agreement(np.atleast_2d(model.band_weights_), driver)
+    print(
+        f"BandedRidge           {seconds:8.1f} s  ({stages}); {cpu:.1f} CPU s, "
+        f"the GEMM floor {floor / cpu:.0%} of them; dominant band right for "
+        f"{agree:.1%} of driven targets",
+        flush=True,
+    )
+    if args.only_banded:
+        return
+    single, single_seconds, _ = timed(lambda: banded("float32"), args.repeats)
+    same = np.mean(
+        np.all(single.band_weights_ == model.band_weights_, axis=1)
+        & (single.alpha_ == model.alpha_)
+    )
+    print(
+        f"BandedRidge float32   {single_seconds:8.1f} s; float64 / float32 "
+        f"{seconds / single_seconds:.1f}x; same choice as float64 for {same:.2%} "
+        f"of targets; dominant band right for "
+        f"{dominant_agreement(single.band_weights_, driver):.1%}",
+        flush=True,
+    )
+    h = min(args.himalaya_targets, t)
+    if h:
+        from himalaya.backend import set_backend
+        from himalaya.ridge import BandedRidgeCV
+
+        set_backend("numpy")
+
+        def himalaya_fit():
+            return BandedRidgeCV(
+                groups=labels,
+                solver_params=dict(
+                    n_iter=drawn,
+                    alphas=ALPHAS,
+                    progress_bar=False,
+                    n_targets_batch=1000,
+                    n_alphas_batch=ALPHAS.size,
+                    n_targets_batch_refit=1000,
+                ),
+                cv=splits,
+                fit_intercept=True,
+            ).fit(X, Y[:, :h])
+
+        fitted, h_seconds, _ = timed(himalaya_fit, args.repeats)
+        # deltas_ = log(band weight / alpha): the largest is the dominant band.
+        weights = np.asarray(fitted.deltas_).T
+        scaled = h_seconds * t / h
+        print(
+            f"himalaya BandedRidgeCV {h_seconds:8.1f} s on {h} targets, "
+            f"{scaled:.1f} s scaled to {t}; himalaya / BandedRidge "
+            f"{scaled / seconds:.1f}x; dominant band right for "
+            f"{dominant_agreement(weights, driver[:h]):.1%}",
+            flush=True,
+        )
+    _, ridge_seconds, _ = timed(
+        lambda: BatchedRidge(alphas=ALPHAS, cv=LeaveOneGroupOut()).fit(
+            X, Y, groups=runs
+        ),
+        args.repeats,
+    )
+    print(
+        f"BatchedRidge          {ridge_seconds:8.1f} s; BandedRidge / BatchedRidge "
+        f"{seconds / ridge_seconds:.1f}x",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()
