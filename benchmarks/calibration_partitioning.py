@@ -19,8 +19,12 @@ interval, and the power for band A (share of its targets with
 ``pvalue_fwer <= 0.05``) beside it.
 
 Part 2, coverage of the bootstrap intervals (whole runs resampled, 90%
-percentile intervals). Both bands drive the targets, in mixes from band A
-alone to band B alone. Two population values, each a unique variance or
+intervals): the basic interval that ``variance_partitioning`` returns, and
+the percentile interval of the same replicates (the basic one reflected
+back around the estimate). Both bands drive the targets, in mixes from
+band A alone to band B alone. ``--runs`` splits the same 400 rows into
+other numbers of runs (10: 30 to 50 rows each), one table per number.
+Part 1 keeps 5 runs. Two population values, each a unique variance or
 share computed on a very large independent test simulation (100 runs of
 the same process, 8,000 rows):
 
@@ -40,7 +44,8 @@ some replicate; its coverage is over the defined ones, and the table gives
 the share of undefined ones.
 
 Run: ``python benchmarks/calibration_partitioning.py`` (about 5 minutes on
-2 busy cores); ``--full`` for 10 times the data sets.
+2 busy cores); ``--full`` for 10 times the data sets; ``--coverage-only
+--runs 5 10`` for part 2 at 5 and 10 runs (about 3 and 8 minutes).
 """
 
 import argparse
@@ -131,8 +136,15 @@ def fwer_dataset(seed, weights):
     return bool(np.any(fwer[1] <= ALPHA_LEVEL)), float(np.mean(fwer[0] <= ALPHA_LEVEL))
 
 
-def coverage_dataset(seed, weights, n_bootstrap):
-    X, Y, runs, _ = simulate(seed, RUN_LENGTHS, MIXES, weights)
+def run_lengths(n_runs):
+    """``n_runs`` runs of unequal length, as many rows in all as
+    ``RUN_LENGTHS`` (400): its lengths scaled by ``5 / n_runs``, cycled."""
+    scaled = np.array(RUN_LENGTHS) * len(RUN_LENGTHS) / n_runs
+    return tuple(int(round(length)) for length in np.resize(scaled, n_runs))
+
+
+def coverage_dataset(seed, weights, n_bootstrap, n_runs):
+    X, Y, runs, _ = simulate(seed, run_lengths(n_runs), MIXES, weights)
     bands = np.array([0] * BAND_SIZE + [1] * BAND_SIZE)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
@@ -169,20 +181,24 @@ def coverage_dataset(seed, weights, n_bootstrap):
     }
     hits = {}
     for name, (unique, share) in truths.items():
-        for what, value, ci in (
-            ("unique", unique, result.unique_ci),
-            ("share", share, result.share_ci),
+        for what, value, estimate, basic in (
+            ("unique", unique, result.unique, result.unique_ci),
+            ("share", share, result.share, result.share_ci),
         ):
-            covered = (ci[0] <= value) & (value <= ci[1])
-            defined = ~np.isnan(ci).any(axis=0)
-            # Band A in every mix but the last, band B in every mix but the
-            # first (a band that drives nothing has no interior value).
-            used = np.array([np.array(MIXES) > 0, np.array(MIXES) < 1])
-            hits[name, what] = (
-                int(covered[used].sum()),
-                int((used & defined).sum()),
-                int(used.sum()),
-            )
+            # The percentile interval of the same replicates: the basic
+            # interval reflected back around the estimate.
+            percentile = 2 * estimate - basic[::-1]
+            for method, ci in (("basic", basic), ("percentile", percentile)):
+                covered = (ci[0] <= value) & (value <= ci[1])
+                defined = ~np.isnan(ci).any(axis=0)
+                # Band A in every mix but the last, band B in every mix but
+                # the first (a band that drives nothing has no interior value).
+                used = np.array([np.array(MIXES) > 0, np.array(MIXES) < 1])
+                hits[method, name, what] = (
+                    int(covered[used].sum()),
+                    int((used & defined).sum()),
+                    int(used.sum()),
+                )
     bias = np.nanmean(result.unique - oracle), np.nanmean(result.unique - fitted)
     return hits, bias
 
@@ -196,54 +212,73 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="10x the data sets")
     parser.add_argument("--n-jobs", type=int, default=2, help="joblib workers")
+    parser.add_argument(
+        "--runs",
+        type=int,
+        nargs="+",
+        default=[5],
+        help="runs per coverage data set, 400 rows in all (several: one table each)",
+    )
+    parser.add_argument(
+        "--coverage-only", action="store_true", help="skip the FWER part"
+    )
     args = parser.parse_args()
     scale = 10 if args.full else 1
     fwer_datasets, coverage_datasets, n_bootstrap = 80 * scale, 20 * scale, 49
     weights = band_weights()
-    start = time.perf_counter()
     parallel = Parallel(n_jobs=args.n_jobs)
-    flags = parallel(delayed(fwer_dataset)(s, weights) for s in range(fwer_datasets))
-    false_positives = sum(flag for flag, _ in flags)
-    rate, low, high = rate_with_interval(false_positives, fwer_datasets)
-    power = np.mean([p for _, p in flags])
-    verdict = "within 5%" if low <= ALPHA_LEVEL else "too liberal"
-    print(
-        f"## FWER of unique-variance tests, band B null ({fwer_datasets} data "
-        f"sets x {FWER_TARGETS} targets, {N_PERMUTATIONS} circular shifts)\n"
-    )
-    print("| band | FWER (any pvalue_fwer <= 0.05) | 95% interval | verdict |")
-    print("|---|---|---|---|")
-    print(f"| B (null) | {rate:.1%} | {low:.1%} - {high:.1%} | {verdict} |")
-    print(f"| A (driven): power | {power:.1%} | | |")
-    print(f"\n({time.perf_counter() - start:.0f} s)\n")
+    if not args.coverage_only:
+        start = time.perf_counter()
+        flags = parallel(
+            delayed(fwer_dataset)(s, weights) for s in range(fwer_datasets)
+        )
+        false_positives = sum(flag for flag, _ in flags)
+        rate, low, high = rate_with_interval(false_positives, fwer_datasets)
+        power = np.mean([p for _, p in flags])
+        verdict = "within 5%" if low <= ALPHA_LEVEL else "too liberal"
+        print(
+            f"## FWER of unique-variance tests, band B null ({fwer_datasets} data "
+            f"sets x {FWER_TARGETS} targets, {N_PERMUTATIONS} circular shifts)\n"
+        )
+        print("| band | FWER (any pvalue_fwer <= 0.05) | 95% interval | verdict |")
+        print("|---|---|---|---|")
+        print(f"| B (null) | {rate:.1%} | {low:.1%} - {high:.1%} | {verdict} |")
+        print(f"| A (driven): power | {power:.1%} | | |")
+        print(f"\n({time.perf_counter() - start:.0f} s)\n")
+    for n_runs in args.runs:
+        coverage_table(parallel, n_runs, coverage_datasets, n_bootstrap, weights)
+
+
+def coverage_table(parallel, n_runs, n_datasets, n_bootstrap, weights):
     start = time.perf_counter()
     results = parallel(
-        delayed(coverage_dataset)(10**5 + s, weights, n_bootstrap)
-        for s in range(coverage_datasets)
+        delayed(coverage_dataset)(10**5 + s, weights, n_bootstrap, n_runs)
+        for s in range(n_datasets)
     )
     print(
-        f"## Coverage of {CONFIDENCE:.0%} cluster-bootstrap percentile intervals "
-        f"({coverage_datasets} data sets x {len(MIXES)} targets, "
-        f"{n_bootstrap} replicates)\n"
+        f"## Coverage of {CONFIDENCE:.0%} cluster-bootstrap intervals, "
+        f"{n_runs} runs of {min(run_lengths(n_runs))} to "
+        f"{max(run_lengths(n_runs))} rows ({n_datasets} data sets x "
+        f"{len(MIXES)} targets, {n_bootstrap} replicates)\n"
     )
     print(
-        "| population value | quantity | coverage (defined intervals) | "
-        "95% interval | undefined |"
+        "| interval | population value | quantity | coverage (defined intervals) "
+        "| 95% interval | undefined |"
     )
-    print("|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|")
     for key in results[0][0]:
         hit, defined, total = (sum(h[key][k] for h, _ in results) for k in range(3))
         rate, low, high = rate_with_interval(hit, defined)
         print(
-            f"| {key[0]} | {key[1]} | {rate:.1%} | {low:.1%} - {high:.1%} | "
-            f"{1 - defined / total:.0%} |"
+            f"| {key[0]} | {key[1]} | {key[2]} | {rate:.1%} | {low:.1%} - "
+            f"{high:.1%} | {1 - defined / total:.0%} |"
         )
     bias = np.mean([b for _, b in results], axis=0)
     print(
         f"\nmean unique variance estimate minus oracle: {bias[0]:+.3f}, minus "
         f"fitted: {bias[1]:+.3f}"
     )
-    print(f"\n({time.perf_counter() - start:.0f} s)")
+    print(f"\n({time.perf_counter() - start:.0f} s)\n")
 
 
 if __name__ == "__main__":

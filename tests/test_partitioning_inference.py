@@ -14,7 +14,7 @@ from test_partitioning import _NoFit
 from test_ridge import _ar1_runs
 
 from skbatch import BandedRidge, variance_partitioning
-from skbatch._ridge.partition_inference import replicate_splits
+from skbatch._ridge.partition_inference import replicate, replicate_splits
 from skbatch.random import bootstrap_rows, permutation_indices
 
 # Five runs of unequal length.
@@ -229,8 +229,27 @@ def _naive_replicates(X, Y, labels, runs, n_bootstrap, seed, cv=None):
     return np.array(out)
 
 
+def _naive_estimate(X, Y, labels, runs, cv=None):
+    """Unique variance and share of each band on the data, by refits."""
+    splits = _folds(runs, cv)
+    full = _cv_r2(X, Y, runs, splits, bands=labels)
+    unique = np.stack(
+        [full - _cv_r2(X[:, labels != b], Y, runs, splits) for b in range(2)]
+    )
+    share = np.where(full > 0, unique / np.where(full > 0, full, 1), np.nan)
+    return np.array([unique, share])
+
+
+def _basic(estimate, samples, confidence_level):
+    """The basic bootstrap interval: the percentile interval of ``samples``
+    reflected around ``estimate``, as scipy.stats.bootstrap(method="basic")."""
+    tail = 100 * (1 - confidence_level) / 2
+    low, high = np.percentile(samples, [tail, 100 - tail], axis=0)
+    return np.stack([2 * estimate - high, 2 * estimate - low])
+
+
 @pytest.mark.slow
-def test_bootstrap_intervals_equal_percentiles_of_a_naive_loop_slow():
+def test_bootstrap_intervals_are_basic_intervals_of_a_naive_loop_slow():
     X, Y, labels, runs = _data(seed=5)
     X, Y = X, Y[:, :2]
     result = _run(
@@ -246,13 +265,14 @@ def test_bootstrap_intervals_equal_percentiles_of_a_naive_loop_slow():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         samples = _naive_replicates(X, Y, labels, runs, 19, SEED, LeaveOneGroupOut())
-    expected = np.percentile(samples, [5, 95], axis=0)
+        estimate = _naive_estimate(X, Y, labels, runs, LeaveOneGroupOut())
+    expected = _basic(estimate, samples, 0.9)
     assert_allclose(result.unique_ci, expected[:, 0], rtol=0, atol=1e-10)
     assert_allclose(result.share_ci, expected[:, 1], rtol=0, atol=1e-10)
     assert np.all(result.unique_ci[0] <= result.unique_ci[1])
 
 
-def test_bootstrap_intervals_equal_percentiles_of_a_naive_loop():
+def test_bootstrap_intervals_are_basic_intervals_of_a_naive_loop():
     # One band of two columns, one target: the refits of the slow test
     # above at a tenth of their number.
     X, Y, labels, runs = _data(seed=6)
@@ -261,7 +281,8 @@ def test_bootstrap_intervals_equal_percentiles_of_a_naive_loop():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         samples = _naive_replicates(X, Y, labels, runs, 5, SEED)
-    expected = np.percentile(samples, [2.5, 97.5], axis=0)
+        estimate = _naive_estimate(X, Y, labels, runs)
+    expected = _basic(estimate, samples, 0.95)
     assert_allclose(result.unique_ci, expected[:, 0], rtol=0, atol=1e-10)
     assert_allclose(result.share_ci, expected[:, 1], rtol=0, atol=1e-10)
     assert result.n_bootstrap == 5
@@ -277,6 +298,37 @@ def test_replicate_folds_keep_copies_of_a_run_on_one_side():
     # A fold whose training rows hold a single run is left out.
     rows = np.concatenate([np.flatnonzero(runs == 1), np.flatnonzero(runs == 2)])
     assert replicate_splits(rows, splits, runs) == []
+
+
+@pytest.mark.parametrize("n_runs", [3, 4, 5])
+def test_fewer_than_five_runs_warn_before_any_fit(n_runs):
+    X, runs = _ar1_runs(RUN_LENGTHS[:n_runs], 4, 0.5, 9)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(AssertionError, match="a fit ran"):
+            variance_partitioning(
+                X,
+                X[:, :2],
+                bands=[0, 0, 1, 1],
+                estimator=_NoFit(),
+                groups=runs,
+                n_bootstrap=9,
+            )
+    narrow = [w for w in caught if "too narrow" in str(w.message)]
+    assert len(narrow) == (n_runs < 5)
+    if narrow:
+        assert f"n_bootstrap with {n_runs} runs" in str(narrow[0].message)
+        assert issubclass(narrow[0].category, UserWarning)
+
+
+def test_three_runs_left_out_one_at_a_time_replicate_the_data():
+    # Why three runs warn: a replicate's fold needs its test run and two
+    # other runs, so every scorable draw holds each run exactly once.
+    runs = np.repeat([0, 1, 2], [5, 4, 6])
+    splits = _folds(runs, LeaveOneGroupOut())
+    for item in range(20):
+        rows, _ = replicate(3, item, 20, len(runs), runs, splits)
+        assert_array_equal(np.sort(rows), np.arange(len(runs)))
 
 
 def test_no_inference_keeps_the_named_tuple_and_pickles():
