@@ -193,6 +193,7 @@ ESTIMATOR_FILES = [f"{name}.py" for name in ESTIMATOR_MODULES] + sorted(
     for path in [
         *(PACKAGE / "_bootstrap").glob("*.py"),
         *PACKAGE.glob("_permutation_*.py"),
+        *PACKAGE.glob("_banded_*.py"),
     ]
 )
 

@@ -12,6 +12,8 @@
   represent, refused before any work;
 - :mod:`~skbatch._ridge.batched`: every target of a ``BatchedRidge`` fit,
   checked, solved and warned about;
+- :mod:`~skbatch._ridge.banded_fit`: every target of a ``BandedRidge`` fit,
+  checked, searched and warned about;
 - :mod:`~skbatch._ridge.partition` and
   :mod:`~skbatch._ridge.partition_inference`: Venn regions of subset
   scores, and the refits of permuted and resampled designs for their
