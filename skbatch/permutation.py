@@ -181,8 +181,9 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
         Standard deviation (ddof=1) of the permuted scores.
     permutation_scores_ : ndarray
         Of shape ``(n_permutations_,)``, or ``(n_permutations_, n_targets)``
-        with ``multioutput="raw_values"``. Every permuted score, row i from permutation i (row 0 the identity
-        with ``exact_``); only with ``return_null=True``.
+        with ``multioutput="raw_values"``. Every permuted score, row i from
+        permutation i (row 0 the identity with ``exact_``); only with
+        ``return_null=True``.
     n_permutations_ : int
         Permutations scored: ``n_permutations``, or the number of distinct
         ones with ``exact_``.

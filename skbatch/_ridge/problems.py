@@ -64,6 +64,13 @@ MAX_TARGETS_PER_BATCH_TORCH_CPU = 512
 # benchmarks/RESULTS.md "Memory model"): the rest is room for the GPU
 # libraries' allocators, which that benchmark cannot see.
 CV_WORKSPACE_OVERHEAD = 2.0
+# Float64 values per target and permutation that
+# skbatch.streaming.PermutationCounter.update makes beside the batch's scores:
+# the family's copy (8 bytes), its NaN-filled copy for the extreme (8) and
+# the NaN flags (1), 17 bytes. tracemalloc measures 2.125 values at 8 to 100
+# permutations of 20,000 and 100,000 targets, every alternative, with or
+# without an undefined observed score (tests/test_preflight_batch_temporaries.py).
+COUNTER_UPDATE_VALUES = 2.125
 # Temporaries of the bootstrap kernel beyond the arrays counted per replicate
 # (copies made by broadcasting, transposes and LAPACK's Fortran-order
 # inputs). With it, numpy peaks at 0.29-0.39 of the planned bytes per
@@ -776,12 +783,17 @@ class PermutedRidgeProblem(Portable):
 
         On the device, the gathered train and test targets, their centred
         copy, LOO residual and errors, predictions (a few n x t blocks) and
-        the indices; on the host, the indices drawn and the scores.
+        the indices; on the host, the indices drawn, the scores, and the
+        temporaries of the counter's update of them
+        (``COUNTER_UPDATE_VALUES`` per target, and a float64 copy of
+        scores in another dtype).
         """
         itemsize = np.dtype(dtype).itemsize
         per_column = 6 * n_samples + rank + 2 * n_alphas
         device = CV_WORKSPACE_OVERHEAD * itemsize * n_targets * per_column
-        return device + 16 * n_samples, 8 * (n_samples + n_targets)
+        counter = COUNTER_UPDATE_VALUES + (itemsize != 8)
+        host = 8 * n_samples + 8 * n_targets * (1 + counter)
+        return device + 16 * n_samples, host
 
     @classmethod
     def check_memory(
