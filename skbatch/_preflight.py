@@ -22,13 +22,7 @@ from scipy import sparse
 
 from ._engine import cpu_workers
 from .memory import GB, memory_budget
-from .streaming import (
-    BCA_FOLD,
-    BCA_SLICE,
-    BCA_SPACING,
-    DEVIATION_SLICE_BYTES,
-    BCaAccumulator,
-)
+from .streaming import BCA_FOLD, BCA_SLICE, BCA_SPACING, BCaAccumulator
 
 # Copies of X and y that fitting a model makes besides its input, for the
 # fit on all data and, on the generic path, for each refit, whose true
@@ -56,12 +50,6 @@ BCA_WINDOW_PAD = 2 * BCA_SPACING
 # pivots) and of reading the interval (ranks, order statistics): tracemalloc
 # measures 350 at most, for n_bootstrap=20.
 BCA_TEMPORARY_BYTES = 512
-# Bytes per element of the temporaries of one BCa first-pass update besides
-# its slices of rows (skbatch.streaming.BCaAccumulator.update: the batch's
-# mean, M2, the comparisons' sums, one row's deviations and flags):
-# tracemalloc measures 40 per element, for 1,000 to 100,000 elements
-# (tests/test_preflight_batch_temporaries.py).
-BCA_UPDATE_BYTES = 56
 # Arrays of n_samples x (n_features + 1) float64 that the closed-form
 # jackknife holds at once (skbatch._bootstrap.jackknife.linear_jackknife_sums): Z and
 # the centred X it is built from, A^-1 Z', its map to the uncentred
@@ -252,20 +240,17 @@ def bca_summary_bytes(
     pass's moments and counts, per bound a window of at most ``2 slack +
     BCA_WINDOW_PAD`` replicates (``slack``: ``BCA_SPACING - 1`` per fold of
     ``BCA_FOLD``) and ``BCA_SLICE`` incoming ones, then the interval's
-    sorted copy of both windows; and, beside the first pass, the
-    temporaries of one update of it (:func:`bca_update_bytes`). The window
-    holds for distinct replicates: ties at a pivot widen it, up to
-    ``n_bootstrap``. A one-sided interval
+    sorted copy of both windows. The window holds for distinct replicates:
+    ties at a pivot widen it, up to ``n_bootstrap``. A one-sided interval
     reads ``n_bounds=1`` bound.
     """
     size = math.prod(shape)
     first = BCaAccumulator.nbytes_needed(
         shape, n_bootstrap, confidence_level, keep_samples=keep_samples
     )
-    update = first + bca_update_bytes(size, n_bootstrap)
     if keep_samples:
         copy = 8.0 * n_bootstrap if copy_samples else 0.0
-        return float(max(update, first + size * (copy + BCA_TEMPORARY_BYTES)))
+        return first + size * (copy + BCA_TEMPORARY_BYTES)
     summary = BCA_FOLD + n_bootstrap // BCA_SPACING
     build = first + size * (n_bootstrap // BCA_SPACING + BCA_TEMPORARY_BYTES)
     slack = (BCA_SPACING - 1) * math.ceil(n_bootstrap / BCA_FOLD)
@@ -273,25 +258,7 @@ def bca_summary_bytes(
     bound = 8 * (window + BCA_SLICE) + BCA_BOUND_BYTES
     second = first - 8.0 * size * summary + n_bounds * size * bound
     read = second + size * (n_bounds * 8 * window + BCA_TEMPORARY_BYTES)
-    return float(max(update, build, read))
-
-
-def bca_update_bytes(size, n_bootstrap):
-    """Host bytes of the temporaries of one
-    :meth:`~skbatch.streaming.BCaAccumulator.update` of float64 replicates,
-    whatever its batch.
-
-    Per element ``BCA_UPDATE_BYTES`` (the batch's mean, M2, counts and
-    their sums, the deviations and flags of one row), and the slices of
-    rows it works on when a row is smaller than ``DEVIATION_SLICE_BYTES``:
-    per value of a slice (``DEVIATION_SLICE_BYTES`` at most, and never more
-    rows than ``n_bootstrap``) its deviation and its comparison's flag, 9
-    bytes. A batch in another dtype is first copied to float64, which this
-    does not count.
-    """
-    rows = DEVIATION_SLICE_BYTES // max(8 * size, 1)
-    slices = 9 * size * min(rows, n_bootstrap) if rows > 1 else 0
-    return size * BCA_UPDATE_BYTES + slices
+    return float(max(build, read))
 
 
 def linear_jackknife_bytes(

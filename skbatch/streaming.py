@@ -1074,15 +1074,9 @@ class BCaAccumulator:
         if n_new:
             self._moments.update(samples)
             self._moments.advance(n_new)
-        # The comparisons a slice of rows at a time: their flags stay within
-        # DEVIATION_SLICE_BYTES / 8 bytes (or one row) whatever the batch, as
-        # skbatch._preflight.bca_update_bytes charges them.
-        step = max(1, DEVIATION_SLICE_BYTES // max(self.estimate.nbytes, 1))
-        for start in range(0, n_new, step):
-            rows = samples[start : start + step]
-            self._nan |= np.isnan(rows).any(axis=0)
-            self.below += (rows < self.estimate).sum(axis=0)
-            self.ties += (rows == self.estimate).sum(axis=0)
+            self._nan |= np.isnan(samples).any(axis=0)
+        self.below += (samples < self.estimate).sum(axis=0)
+        self.ties += (samples == self.estimate).sum(axis=0)
         start = 0
         while self._store is None and start < n_new:
             if self._pending is None:

@@ -5,8 +5,6 @@ times the batch size plus the fixed part.
 - ``PermutationCounter.update``: the permutation fast path's host bytes per
   permutation (``PermutedRidgeProblem.item_bytes``, which the banded fast
   path shares) beside the counter's own ``nbytes_needed``.
-- ``BCaAccumulator.update``: the BCa charge of ``bca_summary_bytes`` beside
-  the first pass it retains (``BCaAccumulator.nbytes_needed``).
 """
 
 import tracemalloc
@@ -14,10 +12,9 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from skbatch._preflight import bca_summary_bytes, bca_update_bytes
 from skbatch._ridge.banded import BandedPermutedProblem
 from skbatch._ridge.problems import PermutedRidgeProblem
-from skbatch.streaming import BCaAccumulator, PermutationCounter
+from skbatch.streaming import PermutationCounter
 
 # Python objects an update makes whatever the sizes (index tuples, the
 # dictionaries of sides, numpy's scalars): tracemalloc measures about 4 kB.
@@ -112,48 +109,3 @@ def test_banded_fast_path_shares_the_charge():
     assert BandedPermutedProblem.item_bytes is PermutedRidgeProblem.item_bytes
     _, host = BandedPermutedProblem.item_bytes(N_SAMPLES, 1000, 5, 3, np.float64)
     assert host >= 8 * N_SAMPLES + 8 * 1000 * (1 + 2.1)
-
-
-@pytest.mark.parametrize("keep_samples", [False, True])
-@pytest.mark.parametrize("n_elements", [10, 1000, 20_000])
-@pytest.mark.parametrize("batch", [1, 8, 64])
-def test_bca_update_within_charge(keep_samples, n_elements, batch):
-    n_bootstrap = 200
-    rng = np.random.default_rng(n_elements + batch)
-    replicates = _ar1_runs(batch, n_elements, rng)
-    accumulator = BCaAccumulator(
-        (n_elements,),
-        n_bootstrap,
-        0.9,
-        estimate=np.zeros(n_elements),
-        keep_samples=keep_samples,
-    )
-    accumulator.update(replicates)
-    peak = _update_peak(accumulator, replicates)
-    retained = BCaAccumulator.nbytes_needed(
-        (n_elements,), n_bootstrap, 0.9, keep_samples=keep_samples
-    )
-    charge = bca_summary_bytes(
-        (n_elements,),
-        n_bootstrap,
-        0.9,
-        keep_samples=keep_samples,
-        copy_samples=False,
-    )
-    assert peak <= charge - retained + PYTHON_OBJECTS, (peak, charge - retained)
-    # Against a naive reference: the counts below the estimate.
-    expected = sum((row < 0).astype(int) for row in replicates) * 2
-    np.testing.assert_array_equal(accumulator.below, expected)
-
-
-@pytest.mark.parametrize("n_elements", [20_000, 100_000])
-def test_bca_update_charge_is_tight(n_elements):
-    rng = np.random.default_rng(3)
-    batch = 64 if n_elements == 20_000 else 16
-    accumulator = BCaAccumulator((n_elements,), 200, 0.9, estimate=np.zeros(n_elements))
-    replicates = rng.normal(size=(batch, n_elements))
-    # The first update allocates the pending block, retained thereafter.
-    accumulator.update(replicates)
-    peak = _update_peak(accumulator, replicates)
-    charge = bca_update_bytes(n_elements, 200)
-    assert peak <= charge <= 1.5 * peak
