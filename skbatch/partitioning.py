@@ -13,10 +13,11 @@ from typing import NamedTuple
 import numpy as np
 from sklearn.base import clone
 from sklearn.model_selection import KFold, LeaveOneGroupOut, check_cv
-from sklearn.utils import check_array, check_X_y
+from sklearn.utils import check_X_y
 
 from ._base import check_max_memory_gb, check_verbose
 from ._engine import run_parallel
+from ._fit_checks import _check_weights
 from ._preflight import DataBytes, refit_window, refuse
 from ._ridge.banded import WEIGHT_FLOOR, check_band_weights, check_bands
 from ._ridge.cv import MIN_SAMPLES, fold_rows, uses_groups
@@ -418,7 +419,8 @@ default="circular_shift"
         )
     weights = check_band_weights(estimator.band_weights, len(columns))
     groups = check_groups(groups, n_samples)
-    sample_weight = _check_sample_weight(sample_weight, n_samples)
+    if sample_weight is not None:
+        sample_weight = _check_weights(sample_weight, n_samples)
     splits = _outer_splits(cv, X, Y, groups)
     if n_bootstrap:
         check_replicable(splits, groups, n_samples)
@@ -718,27 +720,6 @@ def _check_bands(bands, estimator_bands, n_features):
                 f"(either one)"
             )
     return columns, names
-
-
-def _check_sample_weight(sample_weight, n_samples):
-    if sample_weight is None:
-        return None
-    if isinstance(sample_weight, numbers.Number):
-        sample_weight = np.full(n_samples, sample_weight, dtype=np.float64)
-    sample_weight = check_array(
-        sample_weight, ensure_2d=False, dtype=np.float64, input_name="sample_weight"
-    )
-    if sample_weight.shape != (n_samples,):
-        raise ValueError(
-            f"sample_weight must have shape ({n_samples},), one weight per "
-            f"sample, got shape {sample_weight.shape}"
-        )
-    if np.any(sample_weight < 0):
-        raise ValueError(
-            f"sample_weight must be non-negative, got "
-            f"{np.count_nonzero(sample_weight < 0)} negative weight(s)"
-        )
-    return sample_weight
 
 
 def _outer_splits(cv, X, Y, groups):
