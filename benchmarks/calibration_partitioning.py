@@ -18,6 +18,10 @@ must be 5% or below; the table gives it with its 95% Clopper-Pearson
 interval, and the power for band A (share of its targets with
 ``pvalue_fwer <= 0.05``) beside it.
 
+``--correlation 0.9`` makes band B's columns correlated with band A's
+(``0.9 A + sqrt(1 - 0.81) B``, column by column), band B still carrying
+nothing: the null the test is for when feature spaces overlap.
+
 Part 2, coverage of the bootstrap intervals (whole runs resampled, 90%
 intervals): the basic interval that ``variance_partitioning`` returns, and
 the percentile interval of the same replicates (the basic one reflected
@@ -42,6 +46,12 @@ interval that ignores the dependence of a data set's targets. A share's
 interval is undefined (NaN) when the full model's R^2 is not positive in
 some replicate; its coverage is over the defined ones, and the table gives
 the share of undefined ones.
+
+Part 3 (``--rows``), what forgetting ``groups`` costs: part 2 on the same
+data sets without ``groups``, rows drawn independently (the outer folds
+``KFold(5)``, contiguous, and the inner search ``KFold(5)``, the fitted
+population values from the same models); variance_partitioning warns
+(``AutocorrelationWarning``) on every one of these data sets.
 
 Run: ``python benchmarks/calibration_partitioning.py`` (about 5 minutes on
 2 busy cores); ``--full`` for 10 times the data sets; ``--coverage-only
@@ -119,8 +129,12 @@ def r2(Y, prediction):
     return 1 - ((Y - prediction) ** 2).sum(0) / ((Y - Y.mean(0)) ** 2).sum(0)
 
 
-def fwer_dataset(seed, weights):
+def fwer_dataset(seed, weights, correlation=0.0):
     X, Y, runs, _ = simulate(seed, RUN_LENGTHS, [1.0] * FWER_TARGETS, weights)
+    # Band B's columns correlated with band A's (column by column), still
+    # carrying nothing: the targets are band A's signal and noise.
+    A, B = X[:, :BAND_SIZE], X[:, BAND_SIZE:]
+    X = np.hstack([A, correlation * A + np.sqrt(1 - correlation**2) * B])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         result = variance_partitioning(
@@ -143,17 +157,20 @@ def run_lengths(n_runs):
     return tuple(int(round(length)) for length in np.resize(scaled, n_runs))
 
 
-def coverage_dataset(seed, weights, n_bootstrap, n_runs):
+def coverage_dataset(seed, weights, n_bootstrap, n_runs, rows=False):
+    """Hits of every interval on one data set; ``rows``: without groups."""
     X, Y, runs, _ = simulate(seed, run_lengths(n_runs), MIXES, weights)
     bands = np.array([0] * BAND_SIZE + [1] * BAND_SIZE)
+    inner = 5 if rows else LeaveOneGroupOut()
+    groups = None if rows else runs
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         result = variance_partitioning(
             X,
             Y,
             bands=bands,
-            estimator=model(LeaveOneGroupOut()),
-            groups=runs,
+            estimator=model(inner),
+            groups=groups,
             n_bootstrap=n_bootstrap,
             confidence_level=CONFIDENCE,
             random_state=seed,
@@ -162,13 +179,13 @@ def coverage_dataset(seed, weights, n_bootstrap, n_runs):
         X_test, Y_test, _, parts = simulate(
             10**6 + seed, (80,) * POPULATION_RUNS, MIXES, weights
         )
-        full = model(LeaveOneGroupOut()).set_params(bands=bands)
-        full = full.fit(X, Y, groups=runs)
+        full = model(inner).set_params(bands=bands)
+        full = full.fit(X, Y, groups=groups)
         f_full = r2(Y_test, full.predict(X_test))
         fitted = []
         for b in range(2):
             keep = bands != b
-            rest = model(LeaveOneGroupOut()).fit(X[:, keep], Y, groups=runs)
+            rest = model(inner).fit(X[:, keep], Y, groups=groups)
             fitted.append(f_full - r2(Y_test, rest.predict(X_test[:, keep])))
     fitted = np.array(fitted)
     # The oracle: the true signals' R^2 on the test simulation.
@@ -222,23 +239,37 @@ def main():
     parser.add_argument(
         "--coverage-only", action="store_true", help="skip the FWER part"
     )
+    parser.add_argument(
+        "--correlation",
+        type=float,
+        nargs="+",
+        default=[0.0],
+        help="correlation of the null band B with band A, column by column "
+        "(several: one FWER table each)",
+    )
+    parser.add_argument(
+        "--rows",
+        action="store_true",
+        help="coverage without groups too (rows drawn independently)",
+    )
     args = parser.parse_args()
     scale = 10 if args.full else 1
     fwer_datasets, coverage_datasets, n_bootstrap = 80 * scale, 20 * scale, 49
     weights = band_weights()
     parallel = Parallel(n_jobs=args.n_jobs)
-    if not args.coverage_only:
+    for correlation in () if args.coverage_only else args.correlation:
         start = time.perf_counter()
         flags = parallel(
-            delayed(fwer_dataset)(s, weights) for s in range(fwer_datasets)
+            delayed(fwer_dataset)(s, weights, correlation) for s in range(fwer_datasets)
         )
         false_positives = sum(flag for flag, _ in flags)
         rate, low, high = rate_with_interval(false_positives, fwer_datasets)
         power = np.mean([p for _, p in flags])
         verdict = "within 5%" if low <= ALPHA_LEVEL else "too liberal"
         print(
-            f"## FWER of unique-variance tests, band B null ({fwer_datasets} data "
-            f"sets x {FWER_TARGETS} targets, {N_PERMUTATIONS} circular shifts)\n"
+            f"## FWER of unique-variance tests, band B null, correlation "
+            f"{correlation} with band A ({fwer_datasets} data sets x "
+            f"{FWER_TARGETS} targets, {N_PERMUTATIONS} circular shifts)\n"
         )
         print("| band | FWER (any pvalue_fwer <= 0.05) | 95% interval | verdict |")
         print("|---|---|---|---|")
@@ -246,17 +277,23 @@ def main():
         print(f"| A (driven): power | {power:.1%} | | |")
         print(f"\n({time.perf_counter() - start:.0f} s)\n")
     for n_runs in args.runs:
-        coverage_table(parallel, n_runs, coverage_datasets, n_bootstrap, weights)
+        for rows in (False, True) if args.rows else (False,):
+            coverage_table(
+                parallel, n_runs, coverage_datasets, n_bootstrap, weights, rows
+            )
 
 
-def coverage_table(parallel, n_runs, n_datasets, n_bootstrap, weights):
+def coverage_table(parallel, n_runs, n_datasets, n_bootstrap, weights, rows):
     start = time.perf_counter()
     results = parallel(
-        delayed(coverage_dataset)(10**5 + s, weights, n_bootstrap, n_runs)
+        delayed(coverage_dataset)(10**5 + s, weights, n_bootstrap, n_runs, rows)
         for s in range(n_datasets)
     )
+    what = (
+        "row-bootstrap intervals (no groups)" if rows else "cluster-bootstrap intervals"
+    )
     print(
-        f"## Coverage of {CONFIDENCE:.0%} cluster-bootstrap intervals, "
+        f"## Coverage of {CONFIDENCE:.0%} {what}, "
         f"{n_runs} runs of {min(run_lengths(n_runs))} to "
         f"{max(run_lengths(n_runs))} rows ({n_datasets} data sets x "
         f"{len(MIXES)} targets, {n_bootstrap} replicates)\n"

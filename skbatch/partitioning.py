@@ -31,7 +31,9 @@ from ._ridge.partition_inference import (
     held_out_scores,
 )
 from ._rules import check_alternative
+from ._timeseries import autocorrelation_warning
 from .banded import BandedRidge
+from .exceptions import AutocorrelationWarning
 from .permutation import TIE_ULPS
 from .random import (
     DEFAULT_RANDOM_STATE,
@@ -451,6 +453,13 @@ default="circular_shift"
         n_jobs,
         max_memory_gb,
     )
+    # The full model's held-out residuals, where a resampling treats rows
+    # as exchangeable: what says whether they are.
+    residuals = None
+    if (n_bootstrap and groups is None) or (
+        n_permutations and permutation_type == "shuffle"
+    ):
+        residuals = np.full(Y.shape, np.nan)
     scores = np.stack(
         [
             held_out_scores(
@@ -461,10 +470,21 @@ default="circular_shift"
                 sample_weight=sample_weight,
                 groups=groups,
                 columns=keep,
+                residuals=residuals if model is models[-1] else None,
             )
             for model, keep in zip(models, keeps)
         ]
     )
+    if residuals is not None:
+        _warn_exchangeable_rows(
+            residuals,
+            X,
+            columns,
+            names,
+            groups,
+            bootstrap=bool(n_bootstrap) and groups is None,
+            shuffle=bool(n_permutations) and permutation_type == "shuffle",
+        )
     unique = unique_variance(scores, n_bands)
     inference = dict(share=band_shares(unique, scores[-1]))
     data = dict(
@@ -528,6 +548,52 @@ def _warn_few_runs(groups):
             UserWarning,
             stacklevel=3,
         )
+
+
+def _warn_exchangeable_rows(
+    residuals, X, columns, names, groups, *, bootstrap, shuffle
+):
+    """Warn where a resampling treats autocorrelated rows as exchangeable.
+
+    The rule is the estimators' (:func:`skbatch._timeseries.
+    autocorrelation_warning`), on the full model's held-out residuals
+    (``residuals``, NaN on rows no fold tests), within the runs of
+    ``groups``. Rows drawn independently (``bootstrap``, no groups) need
+    residuals without autocorrelation; rows of band b shuffled
+    (``shuffle``) need either band b's columns or the residuals without it.
+    """
+    tested = ~np.isnan(residuals).any(axis=1)
+    runs = None if groups is None else groups[tested]
+    found = autocorrelation_warning(residuals[tested], runs)
+    if found is None or found[0] <= found[1]:
+        return
+    median, threshold, n_series = found
+    if bootstrap:
+        warnings.warn(
+            f"n_bootstrap without groups resamples rows independently, but the "
+            f"full model's held-out residuals are autocorrelated (median lag-1 "
+            f"autocorrelation {median:.2f} over {n_series} target(s), above "
+            f"{threshold:.2f}): the intervals are then too narrow. Pass the "
+            f"runs as groups to resample whole runs.",
+            AutocorrelationWarning,
+            stacklevel=3,
+        )
+    if not shuffle:
+        return
+    for name, band in zip(names, columns):
+        own = autocorrelation_warning(X[np.ix_(tested, band)], runs)
+        if own is not None and own[0] > own[1]:
+            warnings.warn(
+                f"permutation_type='shuffle' permutes rows as exchangeable, but "
+                f"band {name.item()!r}'s columns and the full model's held-out "
+                f"residuals are both autocorrelated (median lag-1 "
+                f"autocorrelation {own[0]:.2f} and {median:.2f}, above "
+                f"{threshold:.2f}): its p-values are then too small. Use "
+                f"permutation_type='circular_shift' or 'block_shuffle', with "
+                f"the runs as groups.",
+                AutocorrelationWarning,
+                stacklevel=3,
+            )
 
 
 def _check_count(value, name, smallest):

@@ -59,7 +59,15 @@ MAX_DRAWS = 1000
 
 
 def held_out_scores(
-    model, X, Y, splits, *, sample_weight=None, groups=None, columns=None
+    model,
+    X,
+    Y,
+    splits,
+    *,
+    sample_weight=None,
+    groups=None,
+    columns=None,
+    residuals=None,
 ):
     """Held-out R^2 per target, the mean over ``splits``.
 
@@ -79,6 +87,10 @@ def held_out_scores(
     sample_weight, groups : ndarray of shape (n_samples,) or None
     columns : ndarray of int or None
         The columns of X the model sees; None: all.
+    residuals : ndarray of shape (n_samples, n_targets) or None
+        Filled, when given, with ``Y - prediction`` on each fold's test
+        rows (a row tested twice keeps its last fold's); other rows are
+        left as they are.
 
     Returns
     -------
@@ -95,9 +107,13 @@ def held_out_scores(
             sample_weight=None if sample_weight is None else sample_weight[train],
             groups=None if groups is None else groups[train],
         )
+        prediction = np.asarray(model.predict(X[np.ix_(test, columns)]))
+        prediction = prediction.reshape(len(test), -1)
+        if residuals is not None:
+            residuals[test] = Y[test] - prediction
         scores[fold] = _linalg.score_per_target(
             Y[test],
-            np.asarray(model.predict(X[np.ix_(test, columns)])).reshape(len(test), -1),
+            prediction,
             "r2",
             sample_weight=None if sample_weight is None else sample_weight[test],
             xp=np,
