@@ -62,7 +62,6 @@ import numbers
 import numpy as np
 
 from ._resampling.groups import check_groups
-from ._resampling.groups import group_codes as _group_codes  # noqa: F401
 from ._resampling.registry import (
     BLOCK_SCHEMES,
     PERMUTATION_TYPES,
@@ -73,11 +72,6 @@ from ._resampling.registry import (
 )
 from ._resampling.registry import check_permutation_type as _check_permutation_type
 from ._resampling.streams import check_items as _check_items
-from ._resampling.streams import integers as _integers  # noqa: F401
-from ._resampling.streams import sorted_positions as _sorted_positions  # noqa: F401
-
-# _group_codes, _integers and _sorted_positions are imported for the modules
-# that read them here: tests/test_random.py.
 
 __all__ = [
     "DEFAULT_RANDOM_STATE",

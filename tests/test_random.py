@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 from numpy.testing import assert_equal
 from scipy import stats
 
+from skbatch._resampling.streams import integers as _integers
+from skbatch._resampling.streams import sorted_positions as _sorted_positions
 from skbatch.random import (
-    _integers,
-    _sorted_positions,
     block_rows,
     bootstrap_counts,
     count_permutations,
