@@ -24,8 +24,8 @@ from skbatch._resampling.base import Scheme
 from skbatch._resampling.block_bootstrap import BlockBootstrap
 from skbatch._resampling.groups import group_rows
 from skbatch._resampling.streams import check_items
+from skbatch._resampling.streams import integers as _integers
 from skbatch.random import (
-    _integers,
     bootstrap_counts,
     bootstrap_rows,
     count_permutations,
