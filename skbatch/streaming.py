@@ -1069,14 +1069,23 @@ class BCaAccumulator:
 
     def update(self, samples, ids=None):
         """Fold in a batch of replicates (see :meth:`BootstrapAccumulator.update`)."""
-        samples = np.asarray(samples, dtype=np.float64)
+        # A float32 batch is read as it is, as BootstrapAccumulator reads it:
+        # its float64 copy would double what the batched paths charge per
+        # replicate for it (BootstrapRidgeProblem.nbytes), and every use below
+        # widens it exactly (the moments in float64, the stores in float64).
+        samples = np.asarray(samples)
+        if samples.dtype != np.float32:
+            samples = np.asarray(samples, dtype=np.float64)
         n_new = _admit(self, samples, ids)
         if n_new:
             self._moments.update(samples)
             self._moments.advance(n_new)
             self._nan |= np.isnan(samples).any(axis=0)
-        self.below += (samples < self.estimate).sum(axis=0)
-        self.ties += (samples == self.estimate).sum(axis=0)
+        # Not a 0-d array: numpy 1.x would round a 0-d float64 estimate to
+        # float32 to compare it with float32 samples (value-based casting).
+        estimate = self.estimate[None]
+        self.below += (samples < estimate).sum(axis=0)
+        self.ties += (samples == estimate).sum(axis=0)
         start = 0
         while self._store is None and start < n_new:
             if self._pending is None:

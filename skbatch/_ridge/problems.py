@@ -1148,9 +1148,10 @@ class BootstrapRidgeProblem(Portable):
             # _weighted_products).
             fixed += gather_buffers * min(itemsize * n * t, _linalg.MAX_GATHER_BYTES)
         device = BOOTSTRAP_WORKSPACE_OVERHEAD * itemsize * elements
-        # Counts and weights of one replicate, and its result, which arrives
-        # in the compute dtype and is copied to float64 by the accumulator:
-        # at most two float64 copies.
+        # Counts and weights of one replicate, and its result in the compute
+        # dtype with what the accumulator makes of it: a float64 copy of a
+        # batch neither float64 nor float32, or BCa's squared deviations
+        # (skbatch/streaming.py): at most two float64 copies.
         host = 8.0 * (2 * n + 2 * t * (p + 1))
         return fixed, device, host
 
