@@ -555,12 +555,13 @@ def _warn_exchangeable_rows(
 ):
     """Warn where a resampling treats autocorrelated rows as exchangeable.
 
-    The rule is the estimators' (:func:`skbatch._timeseries.
-    autocorrelation_warning`), on the full model's held-out residuals
-    (``residuals``, NaN on rows no fold tests), within the runs of
-    ``groups``. Rows drawn independently (``bootstrap``, no groups) need
-    residuals without autocorrelation; rows of band b shuffled
-    (``shuffle``) need either band b's columns or the residuals without it.
+    The rule is the estimators'
+    (:func:`skbatch._timeseries.autocorrelation_warning`), on the full
+    model's held-out residuals (``residuals``, NaN on rows no fold tests),
+    within the runs of ``groups``. Rows drawn independently (``bootstrap``,
+    no groups) need residuals without autocorrelation; rows of band b
+    shuffled (``shuffle``) need either band b's columns or the residuals
+    without it.
     """
     tested = ~np.isnan(residuals).any(axis=1)
     runs = None if groups is None else groups[tested]
