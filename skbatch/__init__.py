@@ -29,6 +29,7 @@ from .ridge import BatchedRidge
 from .scoring import (
     correlation_score_split,
     explainable_variance,
+    r2_score_split,
     score_per_target,
 )
 
@@ -57,6 +58,7 @@ __all__ = [
     "get_available_memory_gb",
     "is_oom_error",
     "memory_budget",
+    "r2_score_split",
     "resolve_backend",
     "score_per_target",
     "variance_partitioning",

@@ -3,19 +3,19 @@
 :func:`band_predictions` is ``BandedRidge.predict_per_band`` past its check
 of X; :func:`band_shares` is ``BandedRidge.score_per_band`` past its checks
 of the scoring and X: y and the weights checked, each band's share of every
-target's R^2 (the product measure, :func:`product_measure`) or correlation
-(:func:`skbatch.scoring.correlation_split`), in blocks of targets.
+target's R^2 (the product measure, :func:`skbatch.scoring.product_measure`)
+or correlation (:func:`skbatch.scoring.correlation_split`), in blocks of
+targets.
 """
 
 import numpy as np
 from sklearn.utils.validation import check_array
 
-from . import _linalg
 from ._base import host_input
 from ._predict import score_weights
-from .scoring import correlation_split
+from .scoring import correlation_split, product_measure
 
-__all__ = ["SPLIT_SCORINGS", "band_predictions", "band_shares", "product_measure"]
+__all__ = ["SPLIT_SCORINGS", "band_predictions", "band_shares"]
 
 # Targets scored per block in score_per_band: n_bands x n_samples x this many
 # predictions at once.
@@ -69,29 +69,3 @@ def band_shares(X, y, sample_weight, coef, intercept, band_columns, scoring):
                 parts, Y[:, block], intercept[block], weight
             )
     return shares
-
-
-def product_measure(parts, Y, intercept, weight=None):
-    """Shares (n_bands, t) of R^2 from band predictions (n_bands, n, t), the
-    rows weighted by ``weight`` (n,) or not.
-
-    R^2 and the targets' deviations and constancy are those of every score
-    (:func:`skbatch._linalg.score_per_target`, :func:`~skbatch._linalg.target_spread`).
-    """
-    predictions = parts.sum(axis=0) + intercept
-    r2 = _linalg.score_per_target(
-        Y, predictions, "r2", sample_weight=weight, warn=False, xp=np
-    )
-    spread = _linalg.target_spread(Y, weight, deviations=True, xp=np)
-    w = np.ones((Y.shape[0], 1)) if weight is None else weight[:, None]
-    Y_c = spread.deviations
-    P_b = parts - np.average(parts, axis=1, weights=weight)[:, None, :]
-    P = P_b.sum(axis=0)
-    S = np.sum(w * Y_c**2, axis=0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        centred = np.sum(w * P_b * (2 * Y_c - P), axis=1) / S
-        centred = np.where(spread.constant, 0.0, centred)
-        power = np.sum(w * P**2, axis=0)
-        pi = np.sum(w * P_b * P, axis=1) / power
-        pi = np.where(power > 0, pi, 1.0 / parts.shape[0])
-    return centred + pi * (r2 - centred.sum(axis=0))

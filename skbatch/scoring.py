@@ -4,8 +4,9 @@
 repeatable across presentations of the same stimulus, the ceiling a model's
 R^2 is compared against; :func:`score_per_target` reaches the per-target
 scores of a skbatch ridge through a fitted :class:`~sklearn.pipeline.Pipeline`;
-:func:`correlation_score_split` splits each target's correlation among the
-feature spaces (bands) whose predictions sum to the model's.
+:func:`r2_score_split` and :func:`correlation_score_split` split each
+target's R^2 and correlation among the feature spaces (bands) whose
+predictions sum to the model's.
 """
 
 import warnings
@@ -17,7 +18,12 @@ from sklearn.utils.validation import check_is_fitted
 from . import _linalg
 from .backend import to_numpy
 
-__all__ = ["correlation_score_split", "explainable_variance", "score_per_target"]
+__all__ = [
+    "correlation_score_split",
+    "explainable_variance",
+    "r2_score_split",
+    "score_per_target",
+]
 
 
 def explainable_variance(Y_repeats, bias_correction=True):
@@ -217,7 +223,9 @@ def correlation_score_split(y_true, y_pred, sample_weight=None):
         True values.
     y_pred : array-like of shape (n_bands, n_samples) or \
 (n_bands, n_samples, n_targets)
-        The prediction of each band, one more dimension than ``y_true``.
+        The prediction of each band, one more dimension than ``y_true``;
+        of ``y_true``'s shape, one prediction, whose correlation is
+        returned (as himalaya accepts it).
     sample_weight : array-like of shape (n_samples,), default=None
         Non-negative weights of the rows in every mean, variance and
         covariance (a weighted correlation, as ``score_per_target(...,
@@ -227,7 +235,8 @@ def correlation_score_split(y_true, y_pred, sample_weight=None):
     -------
     scores : ndarray of shape (n_bands, n_targets) or (n_bands,)
         float64; summed over bands, the correlation of ``y_true`` with
-        ``y_pred.sum(0)`` (to rounding).
+        ``y_pred.sum(0)`` (to rounding). Of shape (n_targets,) or () for one
+        prediction.
 
     Raises
     ------
@@ -249,23 +258,132 @@ def correlation_score_split(y_true, y_pred, sample_weight=None):
     >>> bool(np.allclose(shares.sum(0), r))
     True
     """
+    y, parts, Y, weight, one = _split_inputs(
+        y_true, y_pred, sample_weight, "correlation_score_split"
+    )
+    shares = correlation_split(parts, Y, weight)
+    _linalg.warn_undefined(
+        shares.sum(axis=0), "correlation", n_rows=Y.shape[0], stacklevel=2
+    )
+    return _split_shape(shares, y, one)
+
+
+def r2_score_split(
+    y_true, y_pred, include_correlation=True, *, intercept=0.0, sample_weight=None
+):
+    """Each band's share of the R^2 of every target; shares sum to it.
+
+    With ``P_b`` band b's prediction (e.g.
+    :meth:`~skbatch.BandedRidge.predict_per_band` on held-out rows) and
+    ``P = sum_b P_b``, band b's share is the product measure of himalaya's
+    ``himalaya.scoring.r2_score_split``: ``sum_i P_b,i (2 y_i - P_i) / SST``
+    on the centred ``y`` and centred predictions, which sum to the R^2 of
+    ``P`` when ``P`` has the mean of ``y``; what a difference of means
+    takes off R^2 is then shared in proportion to ``sum_i P_b,i P_i``
+    (centred), so that the shares always sum to ``r2_score(y, P +
+    intercept)``. With a fitted :class:`~skbatch.BandedRidge`,
+    ``r2_score_split(y, model.predict_per_band(X),
+    intercept=model.intercept_)`` is ``model.score_per_band(X, y)``. For
+    zero-mean ``y`` and predictions, as himalaya asks for, the shares are
+    himalaya's.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples,) or (n_samples, n_targets)
+        True values.
+    y_pred : array-like of shape (n_bands, n_samples) or \
+(n_bands, n_samples, n_targets)
+        The prediction of each band, one more dimension than ``y_true``;
+        of ``y_true``'s shape, one prediction, whose R^2 is returned.
+    include_correlation : bool, default=True
+        False: each band's own R^2, ``r2_score(y, P_b)``, which ignores what
+        the bands' predictions share and does not sum to the R^2 of ``P``
+        (himalaya's ``include_correlation=False`` for zero-mean ``y``).
+    intercept : float or array-like of shape (n_targets,), default=0.0
+        Added to the summed prediction (a model's ``intercept_``, which
+        ``predict_per_band`` leaves out); with ``include_correlation=False``,
+        to each band's.
+    sample_weight : array-like of shape (n_samples,), default=None
+        Non-negative weights of the rows in every mean and sum of squares
+        (a weighted R^2, as ``r2_score(..., sample_weight=...)``).
+
+    Returns
+    -------
+    scores : ndarray of shape (n_bands, n_targets) or (n_bands,)
+        float64; with ``include_correlation``, summed over bands, the R^2 of
+        ``y_pred.sum(0) + intercept`` (to rounding). Of shape (n_targets,) or () for one
+        prediction. A target constant on the rows scores as ``r2_score``
+        scores it (1 if predicted exactly, else 0), shared as above.
+
+    Raises
+    ------
+    ValueError
+        For shapes that do not match, fewer than 2 rows, NaN or infinity, or
+        negative weights.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.metrics import r2_score
+    >>> from skbatch import r2_score_split
+    >>> rng = np.random.default_rng(0)
+    >>> parts = rng.standard_normal((2, 50, 3))
+    >>> y = parts.sum(0) + rng.standard_normal((50, 3))
+    >>> shares = r2_score_split(y, parts)
+    >>> shares.shape
+    (2, 3)
+    >>> total = r2_score(y, parts.sum(0), multioutput="raw_values")
+    >>> bool(np.allclose(shares.sum(0), total))
+    True
+    """
+    y, parts, Y, weight, one = _split_inputs(
+        y_true, y_pred, sample_weight, "r2_score_split"
+    )
+    intercept = np.asarray(to_numpy(intercept), dtype=np.float64)
+    if intercept.ndim > 1 or intercept.size not in (1, Y.shape[1]):
+        raise ValueError(
+            f"intercept must be a number or have shape ({Y.shape[1]},), one per "
+            f"target, got shape {intercept.shape}"
+        )
+    if not np.all(np.isfinite(intercept)):
+        raise ValueError("intercept must be finite, got NaN or infinity")
+    if include_correlation:
+        shares = product_measure(parts, Y, intercept, weight)
+    else:
+        shares = np.stack(
+            [
+                _linalg.score_per_target(
+                    Y, part + intercept, "r2", sample_weight=weight, warn=False, xp=np
+                )
+                for part in parts
+            ]
+        )
+    return _split_shape(shares, y, one)
+
+
+def _split_inputs(y_true, y_pred, sample_weight, caller):
+    """``(y, parts, Y, weight, one)`` of a split score, checked: ``y`` as
+    given, ``parts`` (n_bands, n, t) and ``Y`` (n, t) in float64, ``weight``
+    (n,) float64 or None, ``one``: ``y_pred`` of ``y_true``'s shape, one
+    band."""
     y = np.asarray(to_numpy(y_true))
     parts = np.asarray(to_numpy(y_pred))
     for name, value in (("y_true", y), ("y_pred", parts)):
         if value.dtype.kind not in "biuf":
             raise ValueError(f"{name} must hold numbers, got dtype {value.dtype}")
+    one = parts.shape == y.shape
+    if one:
+        parts = parts[None]
     if y.ndim not in (1, 2) or parts.ndim != y.ndim + 1 or parts.shape[1:] != y.shape:
         raise ValueError(
             f"y_pred must have shape (n_bands, *y_true.shape), one prediction of "
             f"y_true's shape per band, with y_true of shape (n_samples,) or "
             f"(n_samples, n_targets); got y_true of shape {y.shape} and y_pred of "
-            f"shape {parts.shape}. For the correlation of one prediction, use "
-            f"score_per_target."
+            f"shape {parts.shape}."
         )
     if y.shape[0] < _linalg.MIN_SCORED_ROWS:
         raise ValueError(
-            f"correlation_score_split needs at least {_linalg.MIN_SCORED_ROWS} "
-            f"rows, got {y.shape[0]}"
+            f"{caller} needs at least {_linalg.MIN_SCORED_ROWS} rows, got {y.shape[0]}"
         )
     if not (np.all(np.isfinite(y)) and np.all(np.isfinite(parts))):
         raise ValueError("y_true and y_pred must be finite, got NaN or infinity")
@@ -281,11 +399,14 @@ def correlation_score_split(y_true, y_pred, sample_weight=None):
             raise ValueError("sample_weight must be finite and non-negative, not all 0")
     Y = y.reshape(y.shape[0], -1).astype(np.float64)
     parts = parts.reshape(parts.shape[0], *Y.shape).astype(np.float64)
-    shares = correlation_split(parts, Y, weight)
-    _linalg.warn_undefined(
-        shares.sum(axis=0), "correlation", n_rows=Y.shape[0], stacklevel=2
-    )
-    return shares if y.ndim == 2 else shares[:, 0]
+    return y, parts, Y, weight, one
+
+
+def _split_shape(shares, y, one):
+    """``shares`` (n_bands, t) in the shape the split functions return: no
+    target axis for 1-D ``y``, no band axis for ``one`` prediction."""
+    shares = shares if y.ndim == 2 else shares[:, 0]
+    return shares[0] if one else shares
 
 
 def correlation_split(parts, Y, weight=None):
@@ -305,3 +426,29 @@ def correlation_split(parts, Y, weight=None):
     undefined = spread.constant | predicted.constant
     product = np.where(undefined, 1.0, spread.variance * predicted.variance)
     return np.where(undefined, np.nan, covariance / np.sqrt(product))
+
+
+def product_measure(parts, Y, intercept, weight=None):
+    """Shares (n_bands, t) of R^2 from band predictions (n_bands, n, t), the
+    rows weighted by ``weight`` (n,) or not.
+
+    R^2 and the targets' deviations and constancy are those of every score
+    (:func:`skbatch._linalg.score_per_target`, :func:`~skbatch._linalg.target_spread`).
+    """
+    predictions = parts.sum(axis=0) + intercept
+    r2 = _linalg.score_per_target(
+        Y, predictions, "r2", sample_weight=weight, warn=False, xp=np
+    )
+    spread = _linalg.target_spread(Y, weight, deviations=True, xp=np)
+    w = np.ones((Y.shape[0], 1)) if weight is None else weight[:, None]
+    Y_c = spread.deviations
+    P_b = parts - np.average(parts, axis=1, weights=weight)[:, None, :]
+    P = P_b.sum(axis=0)
+    S = np.sum(w * Y_c**2, axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        centred = np.sum(w * P_b * (2 * Y_c - P), axis=1) / S
+        centred = np.where(spread.constant, 0.0, centred)
+        power = np.sum(w * P**2, axis=0)
+        pi = np.sum(w * P_b * P, axis=1) / power
+        pi = np.where(power > 0, pi, 1.0 / parts.shape[0])
+    return centred + pi * (r2 - centred.sum(axis=0))

@@ -97,10 +97,20 @@ def test_one_target_and_constant_target():
     assert not np.any(np.isnan(np.delete(shares, 1, axis=1)))
 
 
+def test_one_prediction_gives_its_correlation():
+    # y_pred of y_true's shape is one prediction, as himalaya takes it.
+    y, parts = split_data(seed=6)
+    full = [np.corrcoef(y[:, j], parts[0][:, j])[0, 1] for j in range(y.shape[1])]
+    np.testing.assert_allclose(correlation_score_split(y, parts[0]), full, rtol=1e-10)
+    one = correlation_score_split(y[:, 0], parts[0][:, 0])
+    assert one.shape == ()
+    np.testing.assert_allclose(one, full[0], rtol=1e-10)
+
+
 @pytest.mark.parametrize(
     "y_shape, pred_shape, kwargs, match",
     [
-        ((10, 2), (10, 2), {}, "y_pred must have shape"),
+        ((10, 2), (10, 3), {}, "y_pred must have shape"),
         ((10, 2), (3, 9, 2), {}, "y_pred must have shape"),
         ((1, 2), (3, 1, 2), {}, "at least 2 rows"),
         ((10, 2), (3, 10, 2), {"sample_weight": -np.ones(10)}, "non-negative"),
