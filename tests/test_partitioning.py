@@ -42,32 +42,46 @@ def _data(band_sizes, seed, interleaved=False):
     return X, Y, labels, runs
 
 
-def _naive(X, Y, labels, runs, n_bands, sample_weight=None, sizes=None, **params):
+def _naive(
+    X,
+    Y,
+    labels,
+    runs,
+    n_bands,
+    sample_weight=None,
+    sizes=None,
+    average="rows",
+    **params,
+):
     """One BandedRidge per subset (of ``sizes``, by size, then
-    lexicographic) and held-out run, r2_score per target, mean over the
-    runs."""
+    lexicographic) and held-out run; r2_score per target of the held-out
+    predictions of every row (``average="rows"``, as of cross_val_predict),
+    or the mean over the runs of each run's r2_score (``"folds"``)."""
+
+    def r2(rows, prediction):
+        weight = None if sample_weight is None else sample_weight[rows]
+        return r2_score(
+            Y[rows], prediction, sample_weight=weight, multioutput="raw_values"
+        )
+
     scores = []
     for size in sizes or range(1, n_bands + 1):
         for subset in itertools.combinations(range(n_bands), size):
             keep = np.isin(labels, subset)
             folds = []
+            predicted = np.full(Y.shape, np.nan)
             for train, test in LeaveOneGroupOut().split(X, Y, runs):
                 w = None if sample_weight is None else sample_weight[train]
                 model = _model(**params).set_params(bands=labels[keep])
                 model.fit(
                     X[train][:, keep], Y[train], sample_weight=w, groups=runs[train]
                 )
-                folds.append(
-                    r2_score(
-                        Y[test],
-                        model.predict(X[test][:, keep]),
-                        sample_weight=None
-                        if sample_weight is None
-                        else sample_weight[test],
-                        multioutput="raw_values",
-                    )
-                )
-            scores.append(np.mean(folds, axis=0))
+                predicted[test] = model.predict(X[test][:, keep]).reshape(len(test), -1)
+                folds.append(r2(test, predicted[test]))
+            every = np.arange(len(Y))
+            scores.append(
+                r2(every, predicted) if average == "rows" else np.mean(folds, axis=0)
+            )
     return np.array(scores)
 
 
@@ -115,14 +129,15 @@ def test_table_of_the_wrong_size_is_refused():
 # The estimator loop ----------------------------------------------------------
 
 
-def test_two_bands_match_a_naive_loop_and_the_set_differences():
+@pytest.mark.parametrize("average", ["rows", "folds"])
+def test_two_bands_match_a_naive_loop_and_the_set_differences(average):
     X, Y, labels, runs = _data((4, 6), seed=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         result = variance_partitioning(
-            X, Y, bands=labels, estimator=_model(), groups=runs
+            X, Y, bands=labels, estimator=_model(), groups=runs, average=average
         )
-        expected = _naive(X, Y, labels, runs, 2)
+        expected = _naive(X, Y, labels, runs, 2, average=average)
     assert result.subsets == [(0,), (1,), (0, 1)]
     assert_allclose(result.scores, expected, rtol=0, atol=1e-10)
     f0, f1, f01 = expected
@@ -219,6 +234,7 @@ def test_not_a_banded_ridge_is_refused():
         (dict(bands=[0] * 8 + [1] * 8, cv=LeaveOneGroupOut()), "groups"),
         (dict(bands=[0] * 8 + [1] * 8, cv=KFold(200)), "n_splits"),
         (dict(bands=[0] * 8 + [1] * 8, sample_weight=-np.ones(180)), "non-negative"),
+        (dict(bands=[0] * 8 + [1] * 8, average="runs"), r"average must be one of"),
     ],
 )
 def test_bad_input_is_refused_before_any_fit(kwargs, match):

@@ -41,15 +41,22 @@ def _data(seed=0):
     return X, Y, labels, runs
 
 
-def _cv_r2(X, Y, runs, splits, **params):
-    """Mean over folds of r2_score per target of a BandedRidge per fold."""
-    folds = []
+def _cv_r2(X, Y, runs, splits, average="rows", **params):
+    """r2_score per target of a BandedRidge per fold: of the test rows of
+    every fold together (``average="rows"``), or the mean over the folds of
+    each fold's (``"folds"``)."""
+    folds, tested, predicted = [], [], []
     for train, test in splits:
         model = _model(**params).fit(X[train], Y[train], groups=runs[train])
-        folds.append(
-            r2_score(Y[test], model.predict(X[test]), multioutput="raw_values")
-        )
-    return np.mean(folds, axis=0)
+        prediction = model.predict(X[test])
+        folds.append(r2_score(Y[test], prediction, multioutput="raw_values"))
+        tested.append(Y[test])
+        predicted.append(prediction)
+    if average == "folds":
+        return np.mean(folds, axis=0)
+    return r2_score(
+        np.concatenate(tested), np.concatenate(predicted), multioutput="raw_values"
+    )
 
 
 def _folds(runs, cv=None):
@@ -126,6 +133,31 @@ def test_pvalues_equal_a_naive_loop_of_refits(circular, naive_circular):
     assert_allclose(result.null_mean[0], null.mean(axis=0), rtol=0, atol=1e-10)
 
 
+def test_pvalues_of_the_mean_over_folds_equal_a_naive_loop():
+    X, Y, labels, runs = _data(seed=3)
+    Y = Y[:, :2]
+    result = _run(
+        X, Y, labels, runs, n_permutations=4, random_state=SEED, average="folds"
+    )
+    indices = permutation_indices(
+        SEED, np.arange(4), len(X), runs, permutation_type="circular_shift"
+    )
+    splits = _folds(runs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        without = _cv_r2(X[:, labels == 1], Y, runs, splits, "folds")
+        observed = _cv_r2(X, Y, runs, splits, "folds", bands=labels) - without
+        null = []
+        for perm in indices:
+            permuted = X.copy()
+            permuted[:, labels == 0] = X[perm][:, labels == 0]
+            null.append(_cv_r2(permuted, Y, runs, splits, "folds", bands=labels))
+    null = np.array(null) - without
+    assert_allclose(result.unique[0], observed, rtol=0, atol=1e-10)
+    expected = (1 + np.sum(null >= observed - 1e-12, axis=0)) / 5
+    assert_allclose(result.pvalue[0], expected, rtol=0, atol=1e-10)
+
+
 def test_fwer_is_the_max_statistic_of_the_naive_loop(circular, naive_circular):
     result = circular[-1]
     observed, null = naive_circular
@@ -200,7 +232,7 @@ def test_block_shuffle_enumerated_exactly():
     assert np.all(result.pvalue[1] >= 1 / 8)
 
 
-def _naive_replicates(X, Y, labels, runs, n_bootstrap, seed, cv=None):
+def _naive_replicates(X, Y, labels, runs, n_bootstrap, seed, cv=None, average="rows"):
     """Unique variance and shares of each replicate: whole runs drawn by
     bootstrap_rows, redrawn (draw i + k n_bootstrap) until a fold's test
     runs were drawn beside copies of 2 other runs to train on; every copy of
@@ -220,21 +252,24 @@ def _naive_replicates(X, Y, labels, runs, n_bootstrap, seed, cv=None):
             if splits:
                 break
         Xr, Yr = X[rows], Y[rows]
-        full = _cv_r2(Xr, Yr, drawn, splits, bands=labels)
+        full = _cv_r2(Xr, Yr, drawn, splits, average, bands=labels)
         unique = np.stack(
-            [full - _cv_r2(Xr[:, labels != b], Yr, drawn, splits) for b in range(2)]
+            [
+                full - _cv_r2(Xr[:, labels != b], Yr, drawn, splits, average)
+                for b in range(2)
+            ]
         )
         share = np.where(full > 0, unique / np.where(full > 0, full, 1), np.nan)
         out.append([unique, share])
     return np.array(out)
 
 
-def _naive_estimate(X, Y, labels, runs, cv=None):
+def _naive_estimate(X, Y, labels, runs, cv=None, average="rows"):
     """Unique variance and share of each band on the data, by refits."""
     splits = _folds(runs, cv)
-    full = _cv_r2(X, Y, runs, splits, bands=labels)
+    full = _cv_r2(X, Y, runs, splits, average, bands=labels)
     unique = np.stack(
-        [full - _cv_r2(X[:, labels != b], Y, runs, splits) for b in range(2)]
+        [full - _cv_r2(X[:, labels != b], Y, runs, splits, average) for b in range(2)]
     )
     share = np.where(full > 0, unique / np.where(full > 0, full, 1), np.nan)
     return np.array([unique, share])
@@ -272,16 +307,17 @@ def test_bootstrap_intervals_are_basic_intervals_of_a_naive_loop_slow():
     assert np.all(result.unique_ci[0] <= result.unique_ci[1])
 
 
-def test_bootstrap_intervals_are_basic_intervals_of_a_naive_loop():
+@pytest.mark.parametrize("average", ["rows", "folds"])
+def test_bootstrap_intervals_are_basic_intervals_of_a_naive_loop(average):
     # One band of two columns, one target: the refits of the slow test
     # above at a tenth of their number.
     X, Y, labels, runs = _data(seed=6)
     X, Y, labels = X[:, [0, 3]], Y[:, :1], np.array([0, 1])
-    result = _run(X, Y, labels, runs, n_bootstrap=5, random_state=SEED)
+    result = _run(X, Y, labels, runs, n_bootstrap=5, random_state=SEED, average=average)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        samples = _naive_replicates(X, Y, labels, runs, 5, SEED)
-        estimate = _naive_estimate(X, Y, labels, runs)
+        samples = _naive_replicates(X, Y, labels, runs, 5, SEED, average=average)
+        estimate = _naive_estimate(X, Y, labels, runs, average=average)
     expected = _basic(estimate, samples, 0.95)
     assert_allclose(result.unique_ci, expected[:, 0], rtol=0, atol=1e-10)
     assert_allclose(result.share_ci, expected[:, 1], rtol=0, atol=1e-10)

@@ -68,13 +68,17 @@ def held_out_scores(
     groups=None,
     columns=None,
     residuals=None,
+    average="rows",
 ):
-    """Held-out R^2 per target, the mean over ``splits``.
+    """Held-out R^2 per target over ``splits``.
 
     ``model`` is fit on every training fold (its rows of ``groups`` and
-    ``sample_weight`` given to ``fit``) and scored by R^2 per target on the
-    fold's test rows (:func:`skbatch._linalg.score_per_target`, weighted by
-    the test rows' ``sample_weight``), as ``cross_val_score(...).mean()``.
+    ``sample_weight`` given to ``fit``) and predicts the fold's test rows.
+    ``average="rows"``: one R^2 per target over the test rows of every fold
+    together (:func:`skbatch._linalg.score_per_target`, weighted by the
+    test rows' ``sample_weight``), as ``r2_score(y, cross_val_predict(...))``
+    for folds that test each row once; ``"folds"``: the mean of each fold's
+    R^2 on its own test rows, as ``cross_val_score(...).mean()``.
 
     Parameters
     ----------
@@ -91,6 +95,7 @@ def held_out_scores(
         Filled, when given, with ``Y - prediction`` on each fold's test
         rows (a row tested twice keeps its last fold's); other rows are
         left as they are.
+    average : {"rows", "folds"}, default="rows"
 
     Returns
     -------
@@ -100,6 +105,7 @@ def held_out_scores(
     if columns is None:
         columns = np.arange(X.shape[1])
     scores = np.empty((len(splits), Y.shape[1]))
+    tested = []
     for fold, (train, test) in enumerate(splits):
         model.fit(
             X[np.ix_(train, columns)],
@@ -111,16 +117,27 @@ def held_out_scores(
         prediction = prediction.reshape(len(test), -1)
         if residuals is not None:
             residuals[test] = Y[test] - prediction
-        scores[fold] = _linalg.score_per_target(
-            Y[test],
-            prediction,
-            "r2",
-            sample_weight=None if sample_weight is None else sample_weight[test],
-            xp=np,
-        )
+        if average == "rows":
+            tested.append((test, prediction))
+            continue
+        scores[fold] = _score(Y, test, prediction, sample_weight)
     if not len(splits):
         return np.full(Y.shape[1], np.nan)
+    if average == "rows":
+        rows = np.concatenate([test for test, _ in tested])
+        return _score(Y, rows, np.concatenate([p for _, p in tested]), sample_weight)
     return scores.mean(axis=0)
+
+
+def _score(Y, rows, prediction, sample_weight):
+    """R^2 per target of ``prediction`` of ``Y[rows]``, rows weighted."""
+    return _linalg.score_per_target(
+        Y[rows],
+        prediction,
+        "r2",
+        sample_weight=None if sample_weight is None else sample_weight[rows],
+        xp=np,
+    )
 
 
 def permuted_band(X, columns, rows):
@@ -274,6 +291,7 @@ def band_null_scores(
     groups,
     entropy,
     permutation,
+    average="rows",
     quiet=(),
 ):
     """Held-out R^2 of the full model with a band permuted: a joblib task.
@@ -282,8 +300,9 @@ def band_null_scores(
     :func:`skbatch.random.permutation_indices` (``entropy``, the scheme
     ``permutation`` and ``groups``), applied to the rows of the band's
     ``columns`` (:func:`permuted_band`); a clone of ``model`` (every band,
-    its own search) is scored on ``splits`` by :func:`held_out_scores`.
-    Warnings of the categories ``quiet`` are not repeated per refit.
+    its own search) is scored on ``splits`` by :func:`held_out_scores`
+    (``average``). Warnings of the categories ``quiet`` are not repeated per
+    refit.
 
     Returns
     -------
@@ -302,6 +321,7 @@ def band_null_scores(
                 splits,
                 sample_weight=sample_weight,
                 groups=groups,
+                average=average,
             )
     return scores
 
@@ -319,6 +339,7 @@ def bootstrap_statistics(
     groups,
     entropy,
     n_items,
+    average="rows",
     quiet=(),
 ):
     """Unique variance and share of every band in bootstrap replicates: a
@@ -328,8 +349,9 @@ def bootstrap_statistics(
     of :func:`skbatch.random.bootstrap_rows` (``entropy``, ``groups``: whole
     runs) and their folds. A clone of ``full`` (every band) and of each
     ``reduced[b]`` (every band but b, on its ``columns[b]``; None for the
-    empty set, whose score is 0) is scored by :func:`held_out_scores` on the
-    replicate, the replicate's rows keeping their runs and weights.
+    empty set, whose score is 0) is scored by :func:`held_out_scores`
+    (``average``) on the replicate, the replicate's rows keeping their runs
+    and weights.
 
     Returns
     -------
@@ -351,6 +373,7 @@ def bootstrap_statistics(
                 splits=folds,
                 sample_weight=None if sample_weight is None else sample_weight[rows],
                 groups=None if groups is None else groups[rows],
+                average=average,
             )
             f_full = held_out_scores(clone(full), **data)
             for b, (model, keep) in enumerate(zip(reduced, columns)):
