@@ -24,6 +24,7 @@ from ._ridge.cv import MIN_SAMPLES, fold_rows, uses_groups
 from ._ridge.partition import subsets as _subsets
 from ._ridge.partition import unique_variance, venn_regions
 from ._ridge.partition_inference import (
+    HELD_OUT_COPIES,
     band_null_scores,
     band_shares,
     bootstrap_statistics,
@@ -475,6 +476,7 @@ default="circular_shift"
         alternative,
         n_jobs,
         max_memory_gb,
+        average,
     )
     # The full model's held-out residuals, where a resampling treats rows
     # as exchangeable: what says whether they are.
@@ -660,10 +662,12 @@ def _check_memory(
     alternative,
     n_jobs,
     max_memory_gb,
+    average,
 ):
     """Refuse, before any fit, summaries and refits that exceed the host
     budget: each worker refits on its own permuted or resampled copy of the
-    data."""
+    data, and with ``average="rows"`` holds the held-out predictions and
+    targets of every row beside each fold's fit."""
     n_targets = Y.shape[1]
     summaries = 0
     if n_items:
@@ -676,10 +680,13 @@ def _check_memory(
         )
     if not (n_items or n_bootstrap):
         return
+    data = DataBytes.of(X, Y, X, Y, {})
+    if average == "rows":
+        data = data._replace(fit=data.fit + HELD_OUT_COPIES * 8.0 * Y.size)
     refit_window(
         max_memory_gb,
         n_jobs,
-        DataBytes.of(X, Y, X, Y, {}),
+        data,
         summaries,
         X.shape[0],
         2 * n_bands * n_targets,

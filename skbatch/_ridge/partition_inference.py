@@ -34,6 +34,7 @@ from ..random import bootstrap_rows, permutation_indices
 from .cv import MIN_SAMPLES
 
 __all__ = [
+    "HELD_OUT_COPIES",
     "MAX_DRAWS",
     "MIN_REPLICATE_RUNS",
     "band_null_scores",
@@ -56,6 +57,9 @@ MIN_REPLICATE_RUNS = 2
 # means that no draw can succeed, which check_replicable refuses before any
 # fit.
 MAX_DRAWS = 1000
+# Copies of the targets that held_out_scores(average="rows") holds beside a
+# fold's fit: every held-out row's prediction, and those rows' targets.
+HELD_OUT_COPIES = 2
 
 
 def held_out_scores(
@@ -105,7 +109,13 @@ def held_out_scores(
     if columns is None:
         columns = np.arange(X.shape[1])
     scores = np.empty((len(splits), Y.shape[1]))
-    tested = []
+    # Every fold's predictions in one array, written in place: the held-out
+    # rows' predictions and targets are the two copies of Y that
+    # HELD_OUT_COPIES counts.
+    if average == "rows":
+        rows = np.concatenate([test for _, test in splits] or [[]]).astype(np.intp)
+        predicted = np.empty((len(rows), Y.shape[1]))
+        start = 0
     for fold, (train, test) in enumerate(splits):
         model.fit(
             X[np.ix_(train, columns)],
@@ -118,14 +128,14 @@ def held_out_scores(
         if residuals is not None:
             residuals[test] = Y[test] - prediction
         if average == "rows":
-            tested.append((test, prediction))
+            predicted[start : start + len(test)] = prediction
+            start += len(test)
             continue
         scores[fold] = _score(Y, test, prediction, sample_weight)
     if not len(splits):
         return np.full(Y.shape[1], np.nan)
     if average == "rows":
-        rows = np.concatenate([test for test, _ in tested])
-        return _score(Y, rows, np.concatenate([p for _, p in tested]), sample_weight)
+        return _score(Y, rows, predicted, sample_weight)
     return scores.mean(axis=0)
 
 
