@@ -480,11 +480,11 @@ default="circular_shift"
     )
     # The full model's held-out residuals, where a resampling treats rows
     # as exchangeable: what says whether they are.
-    residuals = None
-    if (n_bootstrap and groups is None) or (
-        n_permutations and permutation_type == "shuffle"
-    ):
-        residuals = np.full(Y.shape, np.nan)
+    exchangeable = dict(
+        bootstrap=bool(n_bootstrap) and groups is None,
+        shuffle=bool(n_permutations) and permutation_type == "shuffle",
+    )
+    residuals = np.full(Y.shape, np.nan) if any(exchangeable.values()) else None
     scores = np.stack(
         [
             held_out_scores(
@@ -502,15 +502,7 @@ default="circular_shift"
         ]
     )
     if residuals is not None:
-        _warn_exchangeable_rows(
-            residuals,
-            X,
-            columns,
-            names,
-            groups,
-            bootstrap=bool(n_bootstrap) and groups is None,
-            shuffle=bool(n_permutations) and permutation_type == "shuffle",
-        )
+        _warn_exchangeable_rows(residuals, X, columns, names, groups, **exchangeable)
     unique = unique_variance(scores, n_bands)
     inference = dict(share=band_shares(unique, scores[-1]))
     data = dict(

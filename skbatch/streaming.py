@@ -134,6 +134,17 @@ def _check_room(n_seen, n_new, n_total):
         )
 
 
+def _replicates(samples):
+    """A batch of replicates as the accumulators read it: float32 as it is,
+    anything else as float64. A float64 copy of a float32 batch would double
+    what the batched paths charge per replicate for it
+    (BootstrapRidgeProblem.nbytes in skbatch/_ridge/problems.py)."""
+    samples = np.asarray(samples)
+    if samples.dtype != np.float32:
+        samples = np.asarray(samples, dtype=np.float64)
+    return samples
+
+
 def _admit(accumulator, samples, ids):
     """The number of replicates in ``samples``, once checked against the
     ``shape`` and room of ``accumulator`` and stored at rows ``ids`` when it
@@ -642,9 +653,7 @@ class BootstrapAccumulator:
         -------
         self : BootstrapAccumulator
         """
-        samples = np.asarray(samples)
-        if samples.dtype != np.float32:
-            samples = np.asarray(samples, dtype=np.float64)
+        samples = _replicates(samples)
         n_new = _admit(self, samples, ids)
         self._hold(samples.dtype)
         last = self.n_seen + n_new == self.n_total
@@ -1069,13 +1078,9 @@ class BCaAccumulator:
 
     def update(self, samples, ids=None):
         """Fold in a batch of replicates (see :meth:`BootstrapAccumulator.update`)."""
-        # A float32 batch is read as it is, as BootstrapAccumulator reads it:
-        # its float64 copy would double what the batched paths charge per
-        # replicate for it (BootstrapRidgeProblem.nbytes), and every use below
-        # widens it exactly (the moments in float64, the stores in float64).
-        samples = np.asarray(samples)
-        if samples.dtype != np.float32:
-            samples = np.asarray(samples, dtype=np.float64)
+        # Every use below widens a float32 batch exactly (the moments in
+        # float64, the stores in float64).
+        samples = _replicates(samples)
         n_new = _admit(self, samples, ids)
         if n_new:
             self._moments.update(samples)

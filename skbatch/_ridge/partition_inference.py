@@ -108,14 +108,17 @@ def held_out_scores(
     """
     if columns is None:
         columns = np.arange(X.shape[1])
-    scores = np.empty((len(splits), Y.shape[1]))
-    # Every fold's predictions in one array, written in place: the held-out
-    # rows' predictions and targets are the two copies of Y that
-    # HELD_OUT_COPIES counts.
+    if not len(splits):
+        return np.full(Y.shape[1], np.nan)
+    # "rows": every fold's predictions in one array, written in place (the
+    # held-out rows' predictions and targets are the two copies of Y that
+    # HELD_OUT_COPIES counts); "folds": each fold's score.
+    rows = np.concatenate([test for _, test in splits]).astype(np.intp)
+    ends = np.cumsum([len(test) for _, test in splits])
     if average == "rows":
-        rows = np.concatenate([test for _, test in splits] or [[]]).astype(np.intp)
         predicted = np.empty((len(rows), Y.shape[1]))
-        start = 0
+    else:
+        scores = np.empty((len(splits), Y.shape[1]))
     for fold, (train, test) in enumerate(splits):
         model.fit(
             X[np.ix_(train, columns)],
@@ -128,12 +131,9 @@ def held_out_scores(
         if residuals is not None:
             residuals[test] = Y[test] - prediction
         if average == "rows":
-            predicted[start : start + len(test)] = prediction
-            start += len(test)
-            continue
-        scores[fold] = _score(Y, test, prediction, sample_weight)
-    if not len(splits):
-        return np.full(Y.shape[1], np.nan)
+            predicted[ends[fold] - len(test) : ends[fold]] = prediction
+        else:
+            scores[fold] = _score(Y, test, prediction, sample_weight)
     if average == "rows":
         return _score(Y, rows, predicted, sample_weight)
     return scores.mean(axis=0)
