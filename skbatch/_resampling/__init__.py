@@ -16,11 +16,19 @@ wants them. Estimators choose a scheme; they do not draw.
 - ``sign_flip.py``: sign flips of rows or of whole groups;
 - ``signed.py``: any ``permutation_type``'s resamples as signed row codes
   (``~r`` for ``-y[r]``), the one form ``PermutationScorer`` reads;
-- ``registry.py``: :data:`SCHEMES`, name to class, and the factories.
+- ``registry.py``: :data:`SCHEMES`, name to class, into which each scheme
+  registers itself, and the factories.
 
 The public functions of :mod:`skbatch.random` draw through these schemes.
 """
 
+# Each scheme module registers its classes on import (the registry imports
+# none of them), in this order: the order SCHEMES and error messages list.
+# isort: off
+from . import iid, cluster, block_bootstrap  # noqa: F401
+from . import permutations, enumeration, sign_flip  # noqa: F401
+
+# isort: on
 from .base import Scheme
 from .registry import (
     BLOCK_SCHEMES,

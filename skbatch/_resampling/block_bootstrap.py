@@ -13,6 +13,7 @@ import numpy as np
 
 from .base import Scheme
 from .groups import check_block_size, group_rows
+from .registry import register
 from .streams import check_items, integers
 
 __all__ = ["BlockBootstrap", "CircularBlocks", "MovingBlocks", "StationaryBlocks"]
@@ -35,6 +36,7 @@ class BlockBootstrap(Scheme):
         self.block_size = check_block_size(block_size, self.members)
 
 
+@register("moving")
 class MovingBlocks(BlockBootstrap):
     """Rows of moving-block replicates, block after block.
 
@@ -60,6 +62,7 @@ class MovingBlocks(BlockBootstrap):
         return blocks[starts].reshape(len(items), count * block_size)
 
 
+@register("circular")
 class CircularBlocks(BlockBootstrap):
     """Rows of circular-block replicates, at the positions of each group's rows.
 
@@ -89,6 +92,7 @@ class CircularBlocks(BlockBootstrap):
         return out
 
 
+@register("stationary")
 class StationaryBlocks(BlockBootstrap):
     """Rows of stationary-bootstrap replicates, at each group's rows' positions.
 

@@ -4,11 +4,13 @@ import numpy as np
 
 from .base import Scheme
 from .groups import group_codes
+from .registry import register
 from .streams import check_items, integers
 
 __all__ = ["ClusterBootstrap"]
 
 
+@register("cluster")
 class ClusterBootstrap(Scheme):
     """Groups drawn uniformly with replacement, each with all its rows.
 

@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from .base import Scheme
+from .registry import register, scheme
 from .streams import check_items
 
 __all__ = ["MAX_ENUMERATED", "Exact", "capped_product", "unranked"]
@@ -44,6 +45,7 @@ def unranked(ranks, m):
     return out
 
 
+@register("exact")
 class Exact(Scheme):
     """Permutation ``i`` of the enumeration of scheme ``permutation_type``.
 
@@ -60,9 +62,6 @@ class Exact(Scheme):
     """
 
     def __init__(self, n_samples, groups=None, *, permutation_type, block_size=None):
-        # The registry imports this module: it is looked up when used.
-        from .registry import scheme
-
         super().__init__(n_samples, groups)
         self.permutation_type = permutation_type
         self.permutation = scheme(

@@ -3,11 +3,13 @@
 import numpy as np
 
 from .base import Scheme
+from .registry import register
 from .streams import check_items, integers
 
 __all__ = ["IIDBootstrap"]
 
 
+@register("iid")
 class IIDBootstrap(Scheme):
     """Rows drawn uniformly with replacement, in the order drawn.
 

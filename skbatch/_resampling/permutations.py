@@ -15,6 +15,7 @@ import numpy as np
 from .base import Scheme
 from .enumeration import MAX_ENUMERATED, capped_product, unranked
 from .groups import check_block_size, group_rows
+from .registry import register
 from .streams import check_items, integers, item_words, sorted_positions, stream_keys
 
 __all__ = ["BlockShuffle", "CircularShift", "GroupPermutation", "Shuffle"]
@@ -74,6 +75,7 @@ class GroupPermutation(Scheme):
         raise NotImplementedError
 
 
+@register("shuffle")
 class Shuffle(GroupPermutation):
     """A uniform random permutation of each group's rows.
 
@@ -102,6 +104,7 @@ class Shuffle(GroupPermutation):
         return rows[unranked(rank, len(rows))]
 
 
+@register("circular_shift")
 class CircularShift(GroupPermutation):
     """Each group rotated by an offset drawn uniformly in ``0 .. m - 1``.
 
@@ -147,6 +150,7 @@ def blocks_in_order(order, rows, block_size):
     return rows[shift.reshape(len(order), len(rows)) + np.arange(len(rows))]
 
 
+@register("block_shuffle")
 class BlockShuffle(GroupPermutation):
     """Each group cut in row order into blocks of ``block_size`` rows (the
     last may be shorter), the blocks in a uniform random order.

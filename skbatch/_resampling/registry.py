@@ -2,43 +2,53 @@
 
 :data:`SCHEMES` maps a name to a scheme class (:class:`~.base.Scheme`). A
 scheme whose ``parameter`` is "block_scheme" or "permutation_type" is one
-value of that estimator parameter: a new scheme is one small file and one
-line here, and ``block_scheme=`` or ``permutation_type=`` then accepts its
-name. Estimators name what they were given to :func:`bootstrap_scheme` or
-:func:`permutation_scheme` and draw through the scheme returned.
+value of that estimator parameter: a new scheme is one small file whose
+class registers itself (:func:`register`), and ``block_scheme=`` or
+``permutation_type=`` then accepts its name. Estimators name what they were
+given to :func:`bootstrap_scheme` or :func:`permutation_scheme` and draw
+through the scheme returned.
+
+The registry imports no scheme: the schemes import it to register, and the
+package (``skbatch/_resampling/__init__.py``) imports every scheme module
+once, in the order their names are listed in error messages.
 """
 
-from .block_bootstrap import CircularBlocks, MovingBlocks, StationaryBlocks
-from .cluster import ClusterBootstrap
-from .enumeration import Exact
-from .iid import IIDBootstrap
-from .permutations import BlockShuffle, CircularShift, Shuffle
-from .sign_flip import SignFlip
-
+# BLOCK_SCHEMES and PERMUTATION_TYPES are read through __getattr__ below.
 __all__ = [
-    "BLOCK_SCHEMES",
-    "PERMUTATION_TYPES",
     "SCHEMES",
     "bootstrap_scheme",
     "check_block_scheme",
     "check_permutation_type",
     "choices",
     "permutation_scheme",
+    "register",
     "scheme",
 ]
 
-SCHEMES = {
-    "iid": IIDBootstrap,
-    "cluster": ClusterBootstrap,
-    "moving": MovingBlocks,
-    "circular": CircularBlocks,
-    "stationary": StationaryBlocks,
-    "shuffle": Shuffle,
-    "circular_shift": CircularShift,
-    "block_shuffle": BlockShuffle,
-    "exact": Exact,
-    "sign_flip": SignFlip,
-}
+# Name -> scheme class, in registration order.
+SCHEMES = {}
+
+
+def register(name):
+    """Class decorator: file the scheme under ``name`` in :data:`SCHEMES`.
+
+    Examples
+    --------
+    >>> from skbatch._resampling.registry import SCHEMES, register
+    >>> from skbatch._resampling.iid import IIDBootstrap
+    >>> @register("iid_again")
+    ... class IIDAgain(IIDBootstrap):
+    ...     pass
+    >>> SCHEMES["iid_again"] is IIDAgain
+    True
+    >>> del SCHEMES["iid_again"]
+    """
+
+    def filed(cls):
+        SCHEMES[name] = cls
+        return cls
+
+    return filed
 
 
 def choices(parameter):
@@ -47,10 +57,16 @@ def choices(parameter):
     return tuple(name for name, cls in SCHEMES.items() if cls.parameter == parameter)
 
 
-# What ``bootstrap_counts(block_scheme=...)`` accepts, as registered at import.
-BLOCK_SCHEMES = choices("block_scheme")
-# What ``permutation_indices(permutation_type=...)`` accepts, likewise.
-PERMUTATION_TYPES = choices("permutation_type")
+# What ``bootstrap_counts(block_scheme=...)`` and
+# ``permutation_indices(permutation_type=...)`` accept: read when asked for,
+# once the package has imported (and so registered) every scheme.
+_CHOICES = {"BLOCK_SCHEMES": "block_scheme", "PERMUTATION_TYPES": "permutation_type"}
+
+
+def __getattr__(name):
+    if name in _CHOICES:
+        return choices(_CHOICES[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def scheme(name, n_samples, groups=None, **params):

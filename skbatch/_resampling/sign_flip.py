@@ -28,6 +28,7 @@ import numpy as np
 
 from .base import Scheme
 from .groups import group_codes
+from .registry import register
 from .streams import check_items, integers
 
 __all__ = [
@@ -162,6 +163,7 @@ def split_signed_rows(codes):
     return rows, np.where(negative, -1, 1).astype(np.int8)
 
 
+@register("sign_flip")
 class SignFlip(Scheme):
     """Sign flips of rows, or of whole groups: :func:`sign_flips` as a scheme.
 

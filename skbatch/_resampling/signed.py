@@ -8,14 +8,14 @@ resample of ``y``: an int64 code per row, ``r`` for ``+y[r]`` and ``~r`` for
 sign flips, and checks the type.
 """
 
-from ..random import (
+from .registry import (
     PERMUTATION_TYPES,
-    _check_permutation_type,
-    count_permutations,
-    permutation_indices,
+    check_permutation_type,
+    permutation_scheme,
+    scheme,
 )
-from .registry import scheme
 from .sign_flip import SIGN_FLIP, count_sign_flips
+from .streams import check_items
 
 __all__ = [
     "RESAMPLING_TYPES",
@@ -62,7 +62,7 @@ def check_resampling_type(permutation_type, block_size):
                 f"the runs or subjects as groups)"
             )
         return
-    _check_permutation_type(permutation_type, block_size)
+    check_permutation_type(permutation_type, block_size)
 
 
 def signed_rows(
@@ -101,15 +101,14 @@ def signed_rows(
     """
     check_resampling_type(permutation_type, block_size)
     if permutation_type != SIGN_FLIP:
-        return permutation_indices(
-            entropy,
-            items,
+        drawn = permutation_scheme(
             n_samples,
             groups,
             permutation_type=permutation_type,
             block_size=block_size,
             exact=exact,
         )
+        return drawn.rows(entropy, check_items(items))
     return scheme(SIGN_FLIP, n_samples, groups, exact=exact).rows(entropy, items)
 
 
@@ -128,10 +127,7 @@ def count_resamples(
     check_resampling_type(permutation_type, block_size)
     if permutation_type == SIGN_FLIP:
         return count_sign_flips(n_samples, groups, limit=limit)
-    return count_permutations(
-        n_samples,
-        groups,
-        permutation_type=permutation_type,
-        block_size=block_size,
-        limit=limit,
+    counted = permutation_scheme(
+        n_samples, groups, permutation_type=permutation_type, block_size=block_size
     )
+    return counted.n_distinct(limit)
