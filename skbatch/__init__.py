@@ -5,7 +5,7 @@ PyTorch or JAX within a memory budget: :class:`BatchedRidge`,
 :class:`BootstrapEstimator` and :class:`PermutationScorer`.
 """
 
-from ._report import FitReport, FitStage
+from ._engine.report import FitReport, FitStage
 from .backend import Backend, check_gpu_available, resolve_backend
 from .banded import BandedRidge
 from .bootstrap import BootstrapEstimator, BootstrapResult

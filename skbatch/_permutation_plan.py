@@ -18,9 +18,9 @@ import scipy.sparse as sp
 from sklearn.base import is_classifier
 from sklearn.model_selection import check_cv
 
-from ._engine import _say
+from ._engine.planner import _say
+from ._engine.preflight import DataBytes, refit_window, refuse
 from ._permutation_cv import _metrics, _splits_ignore_y
-from ._preflight import DataBytes, refit_window, refuse
 from ._resampling.sign_flip import SIGN_FLIP
 from ._resampling.signed import count_resamples, signed_rows
 from ._ridge.banded import banded_spec, permuted_problem

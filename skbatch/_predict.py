@@ -20,14 +20,14 @@ from sklearn.utils.validation import (
 from . import _linalg
 from ._base import as_output, check_input_device, host_input
 from ._engine import run_problem
-from ._ridge.problems import PredictionProblem
-from ._targets import (
+from ._engine.targets import (
     ColumnWriter,
     TargetColumns,
     check_target_array,
     out_of_core_kind,
     shares_data,
 )
+from ._ridge.problems import PredictionProblem
 
 __all__ = ["LinearPredictMixin", "score_weights"]
 

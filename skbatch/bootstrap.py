@@ -79,8 +79,9 @@ from ._bootstrap.summaries import (
     make_accumulators,
     warn_if_nan,
 )
-from ._engine import _say, run_problem
-from ._preflight import DataBytes
+from ._engine import run_problem
+from ._engine.planner import _say
+from ._engine.preflight import DataBytes
 from ._ridge.spec import refit_reason
 from ._rules import check_alternative
 from .backend import resolve_backend

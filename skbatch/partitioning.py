@@ -17,8 +17,8 @@ from sklearn.utils import check_X_y
 
 from ._base import check_max_memory_gb, check_verbose
 from ._engine import run_parallel
+from ._engine.preflight import DataBytes, refit_window, refuse
 from ._fit_checks import _check_weights
-from ._preflight import DataBytes, refit_window, refuse
 from ._ridge.banded import WEIGHT_FLOOR, check_band_weights, check_bands
 from ._ridge.cv import MIN_SAMPLES, fold_rows, uses_groups
 from ._ridge.partition import subsets as _subsets

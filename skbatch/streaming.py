@@ -11,6 +11,7 @@ import numbers
 
 import numpy as np
 
+from ._backends.side_by_side import cpu_workers, map_threads
 from ._rules import (
     adjust_pvalues,
     bh_adjusted,
@@ -22,6 +23,7 @@ from ._rules import (
     sides,
     threshold,
 )
+from .backend import Backend
 
 __all__ = [
     "BCaAccumulator",
@@ -298,7 +300,7 @@ def _in_parts(fn, shape, split):
 
     With ``split``, parts are slices of the shape's first axis, one per
     thread of numpy's BLAS, run side by side by
-    :func:`skbatch._engine.map_threads`, when the shape holds at least
+    :func:`skbatch._backends.side_by_side.map_threads`, when the shape holds at least
     ``PARALLEL_MIN_ELEMENTS``.
     Every element's arithmetic is the same in whichever part it falls, so
     the results are too.
@@ -306,9 +308,6 @@ def _in_parts(fn, shape, split):
     n_parts = _n_parts(shape) if split else 1
     if n_parts <= 1:
         return fn(())
-    from ._engine import map_threads
-    from .backend import Backend
-
     bounds = np.linspace(0, shape[0], n_parts + 1).astype(int)
     parts = [(slice(lo, hi),) for lo, hi in zip(bounds[:-1], bounds[1:])]
     return map_threads(fn, parts, Backend("numpy"))[0]
@@ -318,9 +317,6 @@ def _n_parts(shape):
     """The parts :func:`_in_parts` splits ``shape`` into when it may split."""
     if not shape or math.prod(shape) < PARALLEL_MIN_ELEMENTS:
         return 1
-    from ._engine import cpu_workers
-    from .backend import Backend
-
     return max(1, min(cpu_workers(Backend("numpy")), shape[0]))
 
 

@@ -28,8 +28,8 @@ from sklearn.tree import DecisionTreeRegressor
 from threadpoolctl import threadpool_limits
 
 import skbatch._engine
+import skbatch._engine.preflight
 import skbatch._linalg
-import skbatch._preflight
 import skbatch.bootstrap
 from skbatch import BatchedRidge, BootstrapEstimator, BootstrapResult
 from skbatch._backends.numpy import threads as blas_threads
@@ -811,13 +811,13 @@ def test_fast_path_batches_side_by_side_equal_batches_in_turn(monkeypatch, capsy
     # between the two threads.
     monkeypatch.setattr("skbatch.streaming.PARALLEL_MIN_ELEMENTS", 1)
     parts = []
-    map_threads = skbatch._engine.map_threads
+    map_threads = skbatch.streaming.map_threads
 
     def recording_map_threads(fn, items, backend):
         parts.append(len(items))
         return map_threads(fn, items, backend)
 
-    monkeypatch.setattr("skbatch._engine.map_threads", recording_map_threads)
+    monkeypatch.setattr("skbatch.streaming.map_threads", recording_map_threads)
     with threadpool_limits(2, user_api="blas"):
         side_by_side = BootstrapEstimator(Ridge(), max_memory_gb=5e-4, **params)
         side_by_side.fit(X, Y)
@@ -1385,7 +1385,7 @@ def test_the_batching_cap_does_not_refuse_what_fits_the_full_budget(monkeypatch)
         assert max_memory_gb is None
         return need / 2 if for_batching else 10 * need
 
-    monkeypatch.setattr(skbatch._preflight, "memory_budget", budget)
+    monkeypatch.setattr(skbatch._engine.preflight, "memory_budget", budget)
     boot = BootstrapEstimator(
         Ridge(), n_bootstrap=20, return_samples=True, random_state=0
     )

@@ -23,7 +23,7 @@ from test_bootstrap import MustNotFit
 
 import skbatch.bootstrap
 from skbatch import BootstrapEstimator
-from skbatch._preflight import bca_summary_bytes
+from skbatch._engine.preflight import bca_summary_bytes
 from skbatch.streaming import BCaAccumulator, BootstrapAccumulator
 
 ONE_SIDED = ("less", "greater")

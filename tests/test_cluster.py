@@ -35,6 +35,7 @@ from skbatch import (
     PermutationScorer,
     memory,
 )
+from skbatch._engine.targets import TargetColumns
 from skbatch._ridge import cv_scheme
 from skbatch._ridge.problems import (
     BootstrapRidgeProblem,
@@ -43,7 +44,6 @@ from skbatch._ridge.problems import (
     TargetProblem,
 )
 from skbatch._ridge.spec import ridge_spec
-from skbatch._targets import TargetColumns
 from skbatch.testing import simulate_oom
 
 distributed = pytest.importorskip("distributed")
@@ -384,10 +384,10 @@ def _lose_the_data_every_time(monkeypatch):
     def fail(problem, ids, one_thread, inputs=None, simulated_oom=None):
         raise OSError("the worker holding the data died")
 
-    monkeypatch.setattr(engine, "_run_batch", fail)
-    monkeypatch.setattr(engine._TaskData, "any_lost", lambda self: True)
+    monkeypatch.setattr(engine.cluster, "_run_batch", fail)
+    monkeypatch.setattr(engine.cluster._TaskData, "any_lost", lambda self: True)
     monkeypatch.setattr(
-        engine._TaskData, "scatter_lost", lambda self: resends.append(1)
+        engine.cluster._TaskData, "scatter_lost", lambda self: resends.append(1)
     )
     return resends
 
@@ -400,12 +400,12 @@ def test_data_lost_for_good_fails_saying_so(in_process_client, monkeypatch):
     ) as info:
         BatchedRidge(alphas=ALPHAS, device="cpu").fit(X, Y)
     assert isinstance(info.value.__cause__, OSError)
-    assert len(resends) == engine.DATA_LOSS_RETRIES
+    assert len(resends) == engine.cluster.DATA_LOSS_RETRIES
 
 
 def test_a_task_error_without_lost_data_is_raised_as_is(in_process_client, monkeypatch):
     resends = _lose_the_data_every_time(monkeypatch)
-    monkeypatch.setattr(engine._TaskData, "any_lost", lambda self: False)
+    monkeypatch.setattr(engine.cluster._TaskData, "any_lost", lambda self: False)
     X, Y = make_data()
     with pytest.raises(OSError, match="the worker holding the data died"):
         BatchedRidge(alphas=ALPHAS, device="cpu").fit(X, Y)
@@ -413,7 +413,7 @@ def test_a_task_error_without_lost_data_is_raised_as_is(in_process_client, monke
 
 
 def test_a_cluster_without_workers_fails_within_the_timeout(monkeypatch):
-    monkeypatch.setenv(engine.DASK_TIMEOUT_ENV, "0.5")
+    monkeypatch.setenv(engine.cluster.DASK_TIMEOUT_ENV, "0.5")
     X, Y = make_data()
     with (
         distributed.LocalCluster(
@@ -439,7 +439,7 @@ def test_a_bad_timeout_is_refused_before_any_work(
 
 def test_the_timeout_is_read_from_the_environment(monkeypatch):
     monkeypatch.delenv("SKBATCH_DASK_TIMEOUT", raising=False)
-    assert engine.dask_timeout() == engine.DASK_TIMEOUT_S
+    assert engine.dask_timeout() == engine.cluster.DASK_TIMEOUT_S
     monkeypatch.setenv("SKBATCH_DASK_TIMEOUT", "2.5")
     assert engine.dask_timeout() == 2.5
 
@@ -512,7 +512,7 @@ def _problems(backend):
 
 
 def _host(result):
-    return [np.asarray(part) for part in engine._to_host(result)]
+    return [np.asarray(part) for part in engine.planner._to_host(result)]
 
 
 @pytest.mark.parametrize(
@@ -658,7 +658,7 @@ def _close_every_worker(cluster, client, restart):
 def _fit_closing_every_worker(restart, monkeypatch):
     """A fit on an in-process cluster whose workers all close at its third
     batch (and, with ``restart``, are replaced): the serial fit and it."""
-    monkeypatch.setenv(engine.DASK_TIMEOUT_ENV, "1")
+    monkeypatch.setenv(engine.cluster.DASK_TIMEOUT_ENV, "1")
     X, Y = make_data(n_samples=60, n_features=5, n_targets=60, seed=8)
 
     def make():
@@ -702,7 +702,7 @@ def _bootstrap_closing_every_worker(restart, monkeypatch):
     """A bootstrap of a tree (the generic path, on the cluster through joblib's
     dask backend) whose workers all close at its third refit (and, with
     ``restart``, are replaced): the serial fit and it."""
-    monkeypatch.setenv(engine.DASK_TIMEOUT_ENV, "1")
+    monkeypatch.setenv(engine.cluster.DASK_TIMEOUT_ENV, "1")
     X, Y = make_data(n_samples=60, n_features=5, n_targets=1, seed=9)
 
     def make():

@@ -16,14 +16,9 @@ from threadpoolctl import threadpool_info, threadpool_limits
 import skbatch._engine as engine
 from skbatch import Backend, BatchedRidge, _backends, memory
 from skbatch._backends.numpy import threads as blas_threads
-from skbatch._engine import (
-    cpu_workers,
-    map_threads,
-    plan_batches,
-    run_batched,
-    run_parallel,
-)
-from skbatch._report import collect_stages
+from skbatch._backends.side_by_side import cpu_workers, map_threads
+from skbatch._engine import plan_batches, run_batched, run_parallel
+from skbatch._engine.report import collect_stages
 from skbatch.oom import _SIMULATED_OOM_LIMIT
 from skbatch.random import item_rng
 from skbatch.testing import simulate_oom
@@ -596,12 +591,12 @@ def parallel_calls(monkeypatch):
     """The n_jobs of every Parallel that run_parallel creates."""
     calls = []
 
-    class RecordingParallel(engine.Parallel):
+    class RecordingParallel(engine.parallel.Parallel):
         def __init__(self, n_jobs=None, **kwargs):
             calls.append(n_jobs)
             super().__init__(n_jobs=n_jobs, **kwargs)
 
-    monkeypatch.setattr(engine, "Parallel", RecordingParallel)
+    monkeypatch.setattr(engine.parallel, "Parallel", RecordingParallel)
     return calls
 
 
@@ -1050,7 +1045,7 @@ def test_tasks_run_in_this_process_resolve_dask_futures():
         n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
     ) as client:
         data, offset = client.scatter([np.arange(5.0), 10.0])
-        rows = engine._resolved(
+        rows = engine.cluster._resolved(
             lambda data, ids, offset: data[ids] + offset,
             data,
             np.array([1, 3]),

@@ -13,7 +13,7 @@ import pytest
 
 import skbatch._engine as engine
 from skbatch import Backend
-from skbatch._report import collect_stages
+from skbatch._engine.report import collect_stages
 from skbatch.random import item_rng
 from skbatch.testing import simulate_oom
 
@@ -90,7 +90,9 @@ def planners(monkeypatch):
                 self.cut.append(ids.copy())
                 yield ids
 
-    monkeypatch.setattr(engine, "BatchPlanner", Recording)
+    # Both loops build their planner: the local one and the dask one.
+    monkeypatch.setattr(engine.local, "BatchPlanner", Recording)
+    monkeypatch.setattr(engine.cluster, "BatchPlanner", Recording)
     return made
 
 

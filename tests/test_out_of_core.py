@@ -22,7 +22,7 @@ from sklearn.utils.validation import check_is_fitted
 import skbatch._predict
 import skbatch._ridge.batched
 from skbatch import BatchedRidge
-from skbatch._targets import ColumnWriter, TargetColumns, chunk_aligned
+from skbatch._engine.targets import ColumnWriter, TargetColumns, chunk_aligned
 
 da = pytest.importorskip("dask.array")
 h5py = pytest.importorskip("h5py")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from skbatch import BatchedRidge, BootstrapEstimator
-from skbatch._preflight import bca_summary_bytes, linear_jackknife_bytes
+from skbatch._engine.preflight import bca_summary_bytes, linear_jackknife_bytes
 from skbatch._ridge import RidgeSolver, cv_scheme
 from skbatch._ridge.banded_bootstrap import HeldBands
 from skbatch.backend import Backend
@@ -261,7 +261,7 @@ def test_banded_search_charge_covers_its_shared_factors_and_candidates(
     # On shared factors a candidate holds the SVD of the small R, not a copy
     # of X: the charge covers the traced peak of the factorisations and is
     # below the charge of decomposing every candidate's rescaled X.
-    from skbatch._engine import map_threads
+    from skbatch._backends.side_by_side import map_threads
     from skbatch._ridge import banded
 
     n, p = 400, 60

@@ -79,7 +79,8 @@ def test_parameter_validation():
 
 
 def test_joblib_backends():
-    # _engine.py names the active backend and tells local ones from others.
+    # skbatch/_engine/parallel.py names the active backend and tells local ones
+    # from others.
     from joblib import parallel_config
     from joblib._parallel_backends import (
         LokyBackend,
@@ -99,16 +100,16 @@ def test_joblib_backends():
 
 
 def test_joblib_dask_backend():
-    # _cluster.py (re-exported by _engine.py) finds the client of joblib's
-    # dask backend in joblib._dask.
+    # skbatch/_engine/cluster.py finds the client of joblib's dask backend in
+    # joblib._dask.
     distributed = pytest.importorskip("distributed")
     from joblib import parallel_config
 
-    from skbatch import _engine
+    from skbatch._engine import cluster
 
-    assert _engine._dask_client() is None
+    assert cluster._dask_client() is None
     with distributed.Client(
         processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None
     ) as client:
         with parallel_config(backend="dask"):
-            assert _engine._dask_client() is client
+            assert cluster._dask_client() is client

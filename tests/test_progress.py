@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 
 import skbatch
 import skbatch._engine
-import skbatch._report
+import skbatch._engine.report
 from skbatch import BatchedRidge, BootstrapEstimator, PermutationScorer
 from skbatch.testing import simulate_oom
 
@@ -46,7 +46,7 @@ class TTY(io.StringIO):
 @pytest.fixture
 def bars(monkeypatch):
     monkeypatch.setattr(RecordingTqdm, "instances", [])
-    monkeypatch.setattr(skbatch._engine, "tqdm", RecordingTqdm)
+    monkeypatch.setattr(skbatch._engine.planner, "tqdm", RecordingTqdm)
     return RecordingTqdm.instances
 
 
@@ -230,7 +230,7 @@ def test_plan_is_logged_at_debug_without_verbose(data, caplog):
 
 
 class Clock:
-    """A clock for skbatch._report._now: ``step`` seconds more at every reading."""
+    """A clock for skbatch._engine.report._now: ``step`` more seconds a reading."""
 
     def __init__(self, step):
         self.step = step
@@ -253,7 +253,7 @@ def progress_lines(out, desc):
 def make_progress(total, *, in_log=True, verbose=1):
     said = []
     bar = tqdm(total=total, disable=True)
-    progress = skbatch._report.Progress(
+    progress = skbatch._engine.report.Progress(
         bar,
         total=total,
         desc="permutations",
@@ -266,7 +266,7 @@ def make_progress(total, *, in_log=True, verbose=1):
 
 def test_a_long_loop_says_its_first_batch_and_every_tenth(monkeypatch):
     clock = Clock(0.0)
-    monkeypatch.setattr(skbatch._report, "_now", clock)
+    monkeypatch.setattr(skbatch._engine.report, "_now", clock)
     progress, said = make_progress(1000)
     # 50 batches of 20 items, 1 s each: an estimated 50 s.
     for _ in range(50):
@@ -285,11 +285,11 @@ def test_a_long_loop_says_its_first_batch_and_every_tenth(monkeypatch):
 
 def test_a_step_longer_than_the_interval_still_says_it_runs(monkeypatch):
     clock = Clock(0.0)
-    monkeypatch.setattr(skbatch._report, "_now", clock)
+    monkeypatch.setattr(skbatch._engine.report, "_now", clock)
     progress, said = make_progress(1000)
     clock.step = 100.0
     progress.update(1)  # the first batch: 100 s, the estimate is 28 h.
-    clock.step = skbatch._report.PROGRESS_INTERVAL_S / 3
+    clock.step = skbatch._engine.report.PROGRESS_INTERVAL_S / 3
     for _ in range(5):
         # The same 10% step: a line when a full interval passed since the last.
         progress.update(1)
@@ -304,20 +304,20 @@ def test_a_step_longer_than_the_interval_still_says_it_runs(monkeypatch):
 
 def test_a_short_loop_says_nothing_and_the_last_batch_neither(monkeypatch):
     clock = Clock(0.1)
-    monkeypatch.setattr(skbatch._report, "_now", clock)
+    monkeypatch.setattr(skbatch._engine.report, "_now", clock)
     progress, said = make_progress(10)
     for _ in range(10):
         progress.update(1)  # 0.1 s each: an estimated 1 s.
     assert said == []
     # The last batch of a long loop prints nothing: its summary follows.
-    clock.step = skbatch._report.PROGRESS_INTERVAL_S
+    clock.step = skbatch._engine.report.PROGRESS_INTERVAL_S
     progress, said = make_progress(1)
     progress.update(1)
     assert said == []
 
 
 def test_reach_counts_items_once(monkeypatch):
-    monkeypatch.setattr(skbatch._report, "_now", Clock(1.0))
+    monkeypatch.setattr(skbatch._engine.report, "_now", Clock(1.0))
     progress, _ = make_progress(10, in_log=False)
     progress.reach(4)
     progress.reach(2)  # a window run again
@@ -332,12 +332,12 @@ def test_reach_counts_items_once(monkeypatch):
     + [(3599.6, "1 h 00 min"), (7500, "2 h 05 min")],
 )
 def test_durations_read_as_people_read_them(seconds, text):
-    assert skbatch._report.format_duration(seconds) == text
+    assert skbatch._engine.report.format_duration(seconds) == text
 
 
 def _in_a_log(make, X, Y, capsys, monkeypatch, *, step=10.0):
     """The stdout of ``make().fit(X, Y)`` when every batch takes ``step`` s."""
-    monkeypatch.setattr(skbatch._report, "_now", Clock(step))
+    monkeypatch.setattr(skbatch._engine.report, "_now", Clock(step))
     capsys.readouterr()
     make().fit(X, Y)
     return capsys.readouterr().out
@@ -388,7 +388,7 @@ def test_the_bar_on_a_terminal_replaces_the_lines(bars, capsys, monkeypatch):
     monkeypatch.setattr(sys, "stdout", TTY())
     rng = np.random.default_rng(0)
     X, Y = rng.standard_normal((30, 3)), rng.standard_normal((30, 6))
-    monkeypatch.setattr(skbatch._report, "_now", Clock(10.0))
+    monkeypatch.setattr(skbatch._engine.report, "_now", Clock(10.0))
     BatchedRidge(n_targets_batch=1, verbose=1).fit(X, Y)
     assert progress_lines(sys.stdout.getvalue(), "targets") == []
     assert [(bar.shown, bar.progress) for bar in bars] == [(True, 6)]

@@ -21,7 +21,7 @@ from skbatch import (
     PermutationScorer,
 )
 from skbatch._backends.numpy import threads as blas_threads
-from skbatch._report import collect_stages
+from skbatch._engine.report import collect_stages
 from skbatch.testing import simulate_oom
 
 N_SAMPLES, N_FEATURES = 40, 5

@@ -183,7 +183,7 @@ def test_bootstrap_generic_path_on_dask_matches_serial_and_scatters_once(
     y = Y[:, 0]
     serial = tree_bootstrap(n_bootstrap=150).fit(X, y)
     # Three windows (64 + 64 + 22 replicates): the data must still travel once.
-    monkeypatch.setattr(engine, "MAX_WINDOW", 64)
+    monkeypatch.setattr(engine.parallel, "MAX_WINDOW", 64)
     with (
         watch_client(dask_client, monkeypatch) as log,
         get_task_stream(client=dask_client) as stream,
@@ -204,7 +204,7 @@ def test_bootstrap_generic_path_on_dask_matches_serial_and_scatters_once(
     # ... and every task carries futures to them, never an array bigger than
     # the scatter threshold (its replicate ids are a few bytes).
     assert log["task_futures"] >= log["n_submits"]
-    assert max(a.nbytes for a in log["task_arrays"]) <= engine.SCATTER_MIN_BYTES
+    assert max(a.nbytes for a in log["task_arrays"]) <= engine.cluster.SCATTER_MIN_BYTES
     assert sum(a.nbytes for a in log["task_arrays"]) < X.nbytes
 
 
@@ -221,7 +221,7 @@ def test_permutation_generic_path_on_dask_matches_serial(dask_client, monkeypatc
     assert log["n_submits"] >= 1
     # X, y and the fold indices went out in one scatter.
     assert len(log["scattered"]) == 1
-    assert max(a.nbytes for a in log["task_arrays"]) <= engine.SCATTER_MIN_BYTES
+    assert max(a.nbytes for a in log["task_arrays"]) <= engine.cluster.SCATTER_MIN_BYTES
 
 
 @pytest.mark.slow
@@ -351,14 +351,14 @@ def test_a_window_whose_data_stays_lost_fails_saying_so(monkeypatch):
             self.n_calls += 1
             raise TypeError("'Future' object is not iterable")
 
-    monkeypatch.setattr(engine, "_n_workers", lambda parallel: 2)
+    monkeypatch.setattr(engine.parallel, "_n_workers", lambda parallel: 2)
     data, parallel = LostForever(), FailingParallel()
     with pytest.raises(
         RuntimeError, match=r"dask workers holding the data .* were lost 3 times"
     ) as info:
-        engine._run_window(parallel, print, data, [np.arange(3)])
+        engine.parallel._run_window(parallel, print, data, [np.arange(3)])
     assert isinstance(info.value.__cause__, TypeError)
-    assert parallel.n_calls == data.n_scatters == engine.DATA_LOSS_RETRIES + 1
+    assert parallel.n_calls == data.n_scatters == engine.cluster.DATA_LOSS_RETRIES + 1
 
 
 def test_a_task_error_without_lost_data_is_not_retried(monkeypatch):
@@ -378,9 +378,9 @@ def test_a_task_error_without_lost_data_is_not_retried(monkeypatch):
         raise ValueError("the estimator's own error")
 
     parallel.n_jobs = 2
-    monkeypatch.setattr(engine, "_n_workers", lambda parallel: 2)
+    monkeypatch.setattr(engine.parallel, "_n_workers", lambda parallel: 2)
     with pytest.raises(ValueError, match="the estimator's own error"):
-        engine._run_window(parallel, print, Kept(), [np.arange(3)])
+        engine.parallel._run_window(parallel, print, Kept(), [np.arange(3)])
     assert len(calls) == 1
 
 
@@ -421,7 +421,7 @@ def test_generic_path_results_do_not_depend_on_task_size(monkeypatch):
     X, Y = make_data(n_samples=80, n_features=5, n_targets=1, seed=2)
     reference = tree_bootstrap(n_bootstrap=100).fit(X, Y[:, 0])
     for per_worker in (1, 100):
-        monkeypatch.setattr(engine, "TASKS_PER_WORKER", per_worker)
+        monkeypatch.setattr(engine.parallel, "TASKS_PER_WORKER", per_worker)
         with joblib.parallel_config(backend="threading"):
             other = tree_bootstrap(n_bootstrap=100, n_jobs=2).fit(X, Y[:, 0])
         assert_same_bootstrap(reference, other)
@@ -651,7 +651,7 @@ def _check_payload(obj, path="task"):
 @pytest.fixture
 def recorded_tasks(monkeypatch):
     calls = []
-    real_delayed = engine.delayed
+    real_delayed = engine.parallel.delayed
 
     def delayed(function):
         wrapped = real_delayed(function)
@@ -662,7 +662,7 @@ def recorded_tasks(monkeypatch):
 
         return record
 
-    monkeypatch.setattr(engine, "delayed", delayed)
+    monkeypatch.setattr(engine.parallel, "delayed", delayed)
     return calls
 
 

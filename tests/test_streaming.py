@@ -8,7 +8,7 @@ from numpy.testing import assert_allclose, assert_array_equal
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import permutation_test_score
 
-from skbatch import _engine, streaming
+from skbatch import streaming
 from skbatch.streaming import BootstrapAccumulator, PermutationCounter
 
 # The bounds follow np.percentile's own arithmetic, so only rounding may differ.
@@ -108,14 +108,14 @@ def test_last_update_and_interval_in_threads_give_the_same_values(
     if shape:
         samples[(120, *[0] * len(shape))] = np.nan
     calls = []
-    map_threads = _engine.map_threads
+    map_threads = streaming.map_threads
 
     def recording_map_threads(fn, items, backend):
         calls.append(len(items))
         return map_threads(fn, items, backend)
 
-    monkeypatch.setattr(_engine, "map_threads", recording_map_threads)
-    monkeypatch.setattr(_engine, "cpu_workers", lambda backend: 3)
+    monkeypatch.setattr(streaming, "map_threads", recording_map_threads)
+    monkeypatch.setattr(streaming, "cpu_workers", lambda backend: 3)
 
     def fitted(min_elements):
         monkeypatch.setattr(streaming, "PARALLEL_MIN_ELEMENTS", min_elements)

@@ -16,7 +16,7 @@ import pytest
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted
 
-import skbatch._targets
+import skbatch._engine.targets
 from skbatch import BatchedRidge
 
 ALPHAS = [0.1, 1.0, 10.0, 100.0]
@@ -53,7 +53,7 @@ def _on_disk(kind, Y, tmp_path):
 def _truncate_after_first_read(monkeypatch, path, cut):
     """Patch the mapped reader so that the file loses ``cut`` bytes once the
     first block is read; returns the list of blocks read."""
-    read = skbatch._targets._read_mapped
+    read = skbatch._engine.targets._read_mapped
     blocks = []
 
     def reading_then_truncating(Y, start, stop):
@@ -63,7 +63,9 @@ def _truncate_after_first_read(monkeypatch, path, cut):
             os.truncate(path, os.path.getsize(path) - cut)
         return block
 
-    monkeypatch.setattr(skbatch._targets, "_read_mapped", reading_then_truncating)
+    monkeypatch.setattr(
+        skbatch._engine.targets, "_read_mapped", reading_then_truncating
+    )
     return blocks
 
 
@@ -96,7 +98,7 @@ def test_a_file_truncated_by_pages_is_refused_before_any_page_is_read(tmp_path):
         f"""
         import os
         import numpy as np
-        from skbatch._targets import TargetColumns
+        from skbatch._engine.targets import TargetColumns
         Y = np.memmap({str(path)!r}, dtype=np.float64, mode="r", shape=(200, 300))
         columns = TargetColumns(Y)
         assert columns.read(0, 10)[5, 3] == 5 * 300 + 3
@@ -128,7 +130,7 @@ def test_predictions_into_a_truncated_out_are_refused(tmp_path, monkeypatch):
     model = BatchedRidge(alphas=ALPHAS, max_memory_gb=BUDGET_GB).fit(X, Y)
     path = tmp_path / "out.dat"
     out = np.memmap(path, dtype=np.float64, mode="w+", shape=Y.shape)
-    write = skbatch._targets._write_mapped
+    write = skbatch._engine.targets._write_mapped
     calls = []
 
     def writing_then_truncating(out, start, block):
@@ -137,6 +139,8 @@ def test_predictions_into_a_truncated_out_are_refused(tmp_path, monkeypatch):
         if len(calls) == 1:
             os.truncate(path, os.path.getsize(path) - _cut_within_last_page(path))
 
-    monkeypatch.setattr(skbatch._targets, "_write_mapped", writing_then_truncating)
+    monkeypatch.setattr(
+        skbatch._engine.targets, "_write_mapped", writing_then_truncating
+    )
     with pytest.raises(OSError, match=f"shrank.*{path}|{path}.*shrank"):
         model.predict(X, out=out)

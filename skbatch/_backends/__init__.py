@@ -26,7 +26,7 @@ Every library provides:
   (see :class:`skbatch._backends._threads.SharedLimit`).
 - ``BATCHES_SIDE_BY_SIDE``: whether batches side by side on CPU threads,
   each on one library thread, beat one batch at a time on all threads
-  (numpy and torch; see :func:`skbatch._engine.cpu_workers`).
+  (numpy and torch; see :func:`skbatch._backends.side_by_side.cpu_workers`).
 - ``COMPILES_PER_SHAPE``: whether each new array shape costs a compilation
   (jax), so that kernels keep shapes fixed rather than skip work by shape.
 - ``out_namespace()``: the module whose ``matmul``, ``multiply`` and

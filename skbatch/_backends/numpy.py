@@ -11,8 +11,8 @@ from . import to_numpy as _host_array
 from ._threads import SharedLimit
 
 # numpy's elementwise passes (residuals, squares, reductions) run on one
-# core while a multi-threaded GEMM waits for them (see skbatch/_engine.py,
-# cpu_workers).
+# core while a multi-threaded GEMM waits for them (see
+# skbatch/_backends/side_by_side.py, cpu_workers).
 BATCHES_SIDE_BY_SIDE = True
 # numpy runs every shape through the same compiled loops and BLAS calls.
 COMPILES_PER_SHAPE = False
@@ -126,7 +126,8 @@ def svd(A):
     """Thin SVD of a matrix, by LAPACK's ``gesdd`` through numpy.
 
     numpy's wrapper releases the GIL; scipy's (f2py) holds it, so SVDs run
-    side by side in threads (``skbatch._engine.map_threads``: the folds of
+    side by side in threads
+    (``skbatch._backends.side_by_side.map_threads``: the folds of
     a K-fold scheme, the candidates of a banded search) ran one at a time
     through scipy: 20 SVDs of 240 x 240 took 0.32 s on one thread or two
     through scipy, 0.16 s on two through numpy, whose one-thread SVD is as

@@ -12,7 +12,7 @@ from . import SPD_CHOLESKY_MIN_SIZE, split_device
 from ._threads import SharedLimit
 
 # torch's threads synchronise for every operation, which costs more than the
-# small ones of a batch (see skbatch/_engine.py, cpu_workers).
+# small ones of a batch (see skbatch/_backends/side_by_side.py, cpu_workers).
 BATCHES_SIDE_BY_SIDE = True
 # torch runs every shape through the same kernels.
 COMPILES_PER_SHAPE = False

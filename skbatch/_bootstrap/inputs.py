@@ -52,7 +52,7 @@ class FitInputs(NamedTuple):
     ``X`` and ``y`` validated on the host (numpy, or sparse X); ``X_fit``
     and ``y_fit`` as the wrapped estimator gets them (DataFrames kept);
     ``groups``; ``fit_params`` as ``fit`` checked them; ``data``, the
-    :class:`~skbatch._preflight.DataBytes` these hold.
+    :class:`~skbatch._engine.preflight.DataBytes` these hold.
     """
 
     X: Any

@@ -23,7 +23,7 @@ from sklearn.utils import _safe_indexing
 from sklearn.utils.validation import _check_method_params
 
 from .._base import refit_params
-from .._preflight import check_jackknife, linear_jackknife_bytes, refit_window
+from .._engine.preflight import check_jackknife, linear_jackknife_bytes, refit_window
 from .._ridge.banded_bootstrap import HeldBands
 from ..streaming import bca_acceleration
 from .attributes import statistic, unwrap_search

@@ -21,7 +21,7 @@ from scipy import sparse
 from sklearn.utils.validation import _check_sample_weight
 
 from .. import _backends
-from .._preflight import batched_budget
+from .._engine.preflight import batched_budget
 from .._ridge import problems as _problems
 from .._ridge.banded_bootstrap import (
     BandedBootstrapProblem,

@@ -3,7 +3,7 @@
 Any estimator that the batched linear path does not solve is refit on the
 rows of each replicate, in the order drawn
 (:func:`skbatch.random.bootstrap_rows`), in joblib windows sized by
-:func:`skbatch._preflight.refit_window`. Tuning done on all data is held
+:func:`skbatch._engine.preflight.refit_window`. Tuning done on all data is held
 fixed by :func:`replicate_estimator`.
 """
 
@@ -23,7 +23,7 @@ from sklearn.utils.validation import _check_method_params
 
 from .._base import refit_params
 from .._engine import run_parallel
-from .._preflight import refit_window
+from .._engine.preflight import refit_window
 from .._ridge.problems import check_replicate_weights
 from ..banded import BandedRidge, held_banded_ridge
 from ..random import bootstrap_rows
@@ -174,7 +174,7 @@ def windowed_refits(settings, X, shapes, data):
     ``bounds``: where each attribute of ``shapes`` starts in a refit's
     flat row of estimates (and where the last ends). ``run(task, reduce,
     n_items=..., desc=...)``: :func:`skbatch._engine.run_parallel` within
-    the memory window that :func:`skbatch._preflight.refit_window` grants
+    the memory window that :func:`skbatch._engine.preflight.refit_window` grants
     (or refuses now, before any refit).
     """
     sizes = [int(np.prod(shape)) for shape in shapes.values()]

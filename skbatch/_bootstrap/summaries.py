@@ -12,7 +12,7 @@ import warnings
 
 import numpy as np
 
-from .._preflight import bca_summary_bytes, gb_up, refuse
+from .._engine.preflight import bca_summary_bytes, gb_up, refuse
 from ..exceptions import DegenerateDataWarning
 from ..memory import GB, memory_budget
 from ..streaming import BCaAccumulator, BootstrapAccumulator, describe_nan
@@ -106,7 +106,7 @@ def check_host_memory(settings, shapes):
 
 
 def refuse_replicates(settings, need, budget, where, parts):
-    """:func:`skbatch._preflight.refuse` for the replicates' loops."""
+    """:func:`skbatch._engine.preflight.refuse` for the replicates' loops."""
     refuse(
         "BootstrapEstimator",
         settings.max_memory_gb,
@@ -120,7 +120,7 @@ def refuse_replicates(settings, need, budget, where, parts):
 
 
 def refuse_bca(settings, need, budget, where, parts):
-    """:func:`skbatch._preflight.refuse` for the BCa jackknife."""
+    """:func:`skbatch._engine.preflight.refuse` for the BCa jackknife."""
     refuse(
         "BootstrapEstimator",
         settings.max_memory_gb,

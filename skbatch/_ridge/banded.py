@@ -33,7 +33,8 @@ import numpy as np
 from array_api_compat import array_namespace
 
 from .. import _linalg
-from .._engine import Portable, cpu_workers, map_threads, run_problem
+from .._backends.side_by_side import cpu_workers, map_threads
+from .._engine import Portable, run_problem
 from ..backend import to_numpy
 from ..random import resolve_entropy
 from .cv import _Fold

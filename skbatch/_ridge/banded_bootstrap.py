@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._engine import Portable, cpu_workers
+from .._backends.side_by_side import cpu_workers
+from .._engine import Portable
 from ..backend import to_numpy
 from .banded import BandedDesign
 from .problems import (

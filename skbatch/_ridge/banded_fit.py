@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._engine import _say
+from .._engine.planner import _say
 from .._fit_warnings import no_model_scores, warn_at_grid_edges, warn_if_autocorrelated
 from .banded import (
     BandedDesign,

@@ -31,7 +31,8 @@ from sklearn.utils._param_validation import InvalidParameterError
 from sklearn.utils.metadata_routing import get_routing_for_object
 
 from .. import _linalg
-from .._engine import Portable, map_threads
+from .._backends.side_by_side import map_threads
+from .._engine import Portable
 from .._linalg import MIN_SCORED_ROWS
 
 __all__ = [

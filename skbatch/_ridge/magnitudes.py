@@ -11,7 +11,7 @@ import functools
 
 import numpy as np
 
-from .._targets import TargetColumns
+from .._engine.targets import TargetColumns
 
 __all__ = ["checked_targets"]
 
@@ -97,7 +97,7 @@ def _check_target_magnitudes(Y, start=0, *, dtype):
 
 
 def checked_targets(X, Y, dtype, out_of_core):
-    """``Y`` as :class:`~skbatch._targets.TargetColumns`, ``X`` and ``Y``'s
+    """``Y`` as :class:`~skbatch._engine.targets.TargetColumns`, ``X`` and ``Y``'s
     magnitudes checked for ``dtype`` (targets on disk as they are read)."""
     _check_magnitudes(X, dtype)
     # With one alpha too: the squared errors give best_score_.

@@ -36,10 +36,11 @@ import numpy as np
 from array_api_compat import device as array_device
 
 from .. import _backends, _linalg
-from .._engine import Portable, cpu_workers, plan_batches
+from .._backends.side_by_side import cpu_workers
+from .._engine import Portable, plan_batches, run_problem
+from .._engine.targets import TargetColumns
 from .._resampling.sign_flip import split_signed_rows
 from .._resampling.signed import signed_rows
-from .._targets import TargetColumns
 from ..memory import GB, memory_budget
 from ..random import bootstrap_counts
 
@@ -197,7 +198,8 @@ class RidgeSolver(Portable):
     @staticmethod
     def nbytes_side_by_side(n_samples, widths, scheme, itemsize, *, backend=None):
         """Device bytes at the peak of solvers of designs of ``widths`` columns
-        built side by side (:func:`skbatch._engine.map_threads`), from the
+        built side by side
+        (:func:`skbatch._backends.side_by_side.map_threads`), from the
         shapes, before decomposing.
 
         Each holds its X and centred copy (2np), its thin SVD (nr + rp) with
@@ -486,7 +488,7 @@ class TargetProblem:
     ``problem(ids)`` gives coefficients, intercepts, the best alpha's index,
     its score and the scores of every alpha of targets ``ids``; with a fixed
     ``alpha``, only coefficients and intercepts. ``Y`` is a host ndarray or
-    a :class:`~skbatch._targets.TargetColumns` (targets read from disk one
+    a :class:`~skbatch._engine.targets.TargetColumns` (targets read from disk one
     batch at a time, whose ``chunk_width`` batches follow).
     """
 
@@ -544,7 +546,7 @@ class TargetProblem:
         (``skbatch._engine.run_on_cluster``), so a worker gets its share of
         ``Y`` rather than all of it. Files on this host are read here; a dask
         array's columns are computed on the cluster, next to its chunks
-        (:meth:`~skbatch._targets.TargetColumns.task_block`).
+        (:meth:`~skbatch._engine.targets.TargetColumns.task_block`).
         """
         start, stop = int(ids[0]), int(ids[-1]) + 1
         return start, self.Y.task_block(start, stop)
@@ -568,7 +570,7 @@ class TargetProblem:
 def fit_targets(solver, Y, *, alpha_per_target, batch_size, max_memory_gb, verbose):
     """Choose alphas and fit all targets of ``Y`` (n_samples x t).
 
-    ``Y`` is a host ndarray or a :class:`~skbatch._targets.TargetColumns`.
+    ``Y`` is a host ndarray or a :class:`~skbatch._engine.targets.TargetColumns`.
 
     Returns
     -------
@@ -579,8 +581,6 @@ def fit_targets(solver, Y, *, alpha_per_target, batch_size, max_memory_gb, verbo
         The batch size the targets were read in (for targets read from
         disk, whole chunks of theirs).
     """
-    from .._engine import run_problem
-
     n_targets = Y.shape[1]
     n_alphas = solver.alphas.size
     # In the compute dtype, as scikit-learn's Ridge keeps float32 input's.
@@ -1114,7 +1114,8 @@ class BootstrapRidgeProblem(Portable):
     def gather_buffers(backend, n_samples, n_columns, n_targets, threads=True):
         """Buffers of Y's drawn rows held at once, for :meth:`nbytes`.
 
-        One per thread that runs batches (:func:`skbatch._engine.cpu_workers`
+        One per thread that runs batches
+        (:func:`skbatch._backends.side_by_side.cpu_workers`
         when ``threads``, else one) where the kernel gathers drawn rows, none
         where it stacks its products (:func:`skbatch._linalg.
         gathers_drawn_rows`; ``n_columns`` counts the ones column).

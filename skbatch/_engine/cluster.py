@@ -26,9 +26,10 @@ from dataclasses import dataclass
 import numpy as np
 from joblib.parallel import get_active_backend
 
-from .backend import Backend, backend_of_array, to_numpy
-from .memory import GB, memory_budget
-from .oom import _SIMULATED_OOM_LIMIT
+from ..backend import Backend, backend_of_array, to_numpy
+from ..memory import GB, memory_budget
+from ..oom import _SIMULATED_OOM_LIMIT
+from .planner import BatchPlanner, _run_batch
 
 logger = logging.getLogger("skbatch")
 
@@ -160,11 +161,8 @@ verbose, desc :
     """
     from distributed import wait
 
-    # Imported here: _engine imports this module, to re-export its names.
-    from . import _engine
-
     timeout = dask_timeout()
-    planner = _engine.BatchPlanner(
+    planner = BatchPlanner(
         n_items=n_items,
         backend=backend,
         device_bytes_per_item=device_bytes_per_item,
@@ -217,7 +215,7 @@ verbose, desc :
             )
             inputs = _computed_on(client, task_inputs(ids))
             future = client.submit(
-                _engine._run_batch,
+                _run_batch,
                 sent,
                 ids,
                 planner.n_side_by_side > 1,

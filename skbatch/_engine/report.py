@@ -1,6 +1,6 @@
 """How a fit ran: :class:`FitReport`, one :class:`FitStage` per engine loop.
 
-The engine (``skbatch/_engine.py``) builds a stage for each loop it runs and
+The engine (``skbatch/_engine/``) builds a stage for each loop it runs and
 hands it to :func:`record_stage`; :func:`collect_stages`, opened around every
 ``fit`` by ``skbatch._base.atomic_fit``, gathers them. The collectors live in
 a :class:`contextvars.ContextVar`, so a fit sees the stages of its own thread
@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass
 from operator import attrgetter
 
-from .backend import Backend
-from .memory import GB
+from ..backend import Backend
+from ..memory import GB
 
 logger = logging.getLogger("skbatch")
 

@@ -20,9 +20,9 @@ import joblib
 import numpy as np
 from scipy import sparse
 
-from ._engine import cpu_workers
-from .memory import GB, memory_budget
-from .streaming import BCA_FOLD, BCA_SLICE, BCA_SPACING, BCaAccumulator
+from .._backends.side_by_side import cpu_workers
+from ..memory import GB, memory_budget
+from ..streaming import BCA_FOLD, BCA_SLICE, BCA_SPACING, BCaAccumulator
 
 # Copies of X and y that fitting a model makes besides its input, for the
 # fit on all data and, on the generic path, for each refit, whose true
@@ -32,7 +32,7 @@ from .streaming import BCA_FOLD, BCA_SLICE, BCA_SPACING, BCaAccumulator
 REFIT_COPIES = 4
 # Copies of one replicate's result on the generic path: the task's output
 # array and the block the engine regroups for the reducer
-# (skbatch._engine._block_result), plus the reducer's two block-sized
+# (skbatch._engine.parallel._block_result), plus the reducer's two block-sized
 # temporaries (skbatch.streaming._RunningMoments.update).
 RESULT_COPIES = 4
 # Python objects of a fit besides its arrays (estimator clones, joblib's task
