@@ -158,7 +158,8 @@ def worker_breakdown(config):
 
     from sklearn.linear_model import Ridge
 
-    from skbatch import BootstrapEstimator, _linalg
+    from skbatch import BootstrapEstimator
+    from skbatch._kernels import linalg as _linalg
     from skbatch._ridge.problems import BootstrapRidgeProblem
     from skbatch.streaming import BootstrapAccumulator
 

@@ -1,6 +1,6 @@
 """What summing float32 coefficients in float64 costs a float32 fit.
 
-``skbatch._linalg.accumulated_matmul`` sums the two products that turn the
+``skbatch._kernels.linalg.accumulated_matmul`` sums the two products that turn the
 factors into coefficients (``U'Y`` and ``V (f U'Y)``) in float64 on the CPU,
 which keeps float32 coefficients within 2x of scikit-learn's float32 error.
 This script times ``BatchedRidge(dtype="float32")`` with it and with the
@@ -15,7 +15,7 @@ import warnings
 
 import numpy as np
 
-import skbatch._linalg as linalg
+import skbatch._kernels.linalg as linalg
 from skbatch import BatchedRidge
 
 N_SAMPLES, N_FEATURES, N_TARGETS = 1000, 300, 20_000

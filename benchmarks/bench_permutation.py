@@ -122,8 +122,8 @@ def run_tiny(name, quick):
     from sklearn.linear_model import Ridge
     from sklearn.model_selection import KFold, permutation_test_score
 
-    import skbatch._permutation_paths
-    import skbatch._permutation_plan
+    import skbatch._permutation.paths
+    import skbatch._permutation.plan
     import skbatch._ridge.problems
     from skbatch import PermutationScorer, resolve_backend
     from skbatch.random import permutation_indices, resolve_entropy
@@ -146,8 +146,8 @@ def run_tiny(name, quick):
             def lookup(_, ids, *args, **kwargs):
                 return indices[np.asarray(ids)]
 
-            skbatch._permutation_paths.signed_rows = lookup
-            skbatch._permutation_plan.signed_rows = lookup
+            skbatch._permutation.paths.signed_rows = lookup
+            skbatch._permutation.plan.signed_rows = lookup
             skbatch._ridge.problems.signed_rows = lookup
 
         def run(b=n_permutations):

@@ -7,10 +7,9 @@ import numpy as np
 from sklearn.base import BaseEstimator, MultiOutputMixin, RegressorMixin
 from sklearn.utils._param_validation import Interval
 
-from . import _linalg
-from ._banded_held import HeldBandedRidge, held_banded_ridge
-from ._banded_scores import SPLIT_SCORINGS, band_predictions, band_shares
-from ._base import (
+from ._estimators.banded_held import HeldBandedRidge, held_banded_ridge
+from ._estimators.banded_scores import SPLIT_SCORINGS, band_predictions, band_shares
+from ._estimators.base import (
     DeviceMixin,
     as_output,
     atomic_fit,
@@ -18,6 +17,7 @@ from ._base import (
     check_verbose,
     host_input,
 )
+from ._kernels import linalg as _linalg
 from ._ridge.banded import (
     BandedSpec,
     check_band_weights,

@@ -37,14 +37,6 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin, clone
 from sklearn.utils import get_tags
 
-from ._base import (
-    WrapperMixin,
-    atomic_fit,
-    check_max_memory_gb,
-    check_verbose,
-    estimator_input,
-    refit_params,
-)
 from ._bootstrap.attributes import (
     STATISTIC_KEY,
     attribute_names,
@@ -82,8 +74,16 @@ from ._bootstrap.summaries import (
 from ._engine import run_problem
 from ._engine.planner import _say
 from ._engine.preflight import DataBytes
+from ._estimators.base import (
+    WrapperMixin,
+    atomic_fit,
+    check_max_memory_gb,
+    check_verbose,
+    estimator_input,
+    refit_params,
+)
+from ._kernels.rules import check_alternative
 from ._ridge.spec import refit_reason
-from ._rules import check_alternative
 from .backend import resolve_backend
 from .random import DEFAULT_RANDOM_STATE, resolve_entropy
 from .ridge import BatchedRidge

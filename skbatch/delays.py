@@ -16,7 +16,7 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
-from ._base import as_output, host_input
+from ._estimators.base import as_output, host_input
 from .random import check_groups
 
 __all__ = ["Delayer"]

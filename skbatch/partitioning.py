@@ -15,10 +15,12 @@ from sklearn.base import clone
 from sklearn.model_selection import KFold, LeaveOneGroupOut, check_cv
 from sklearn.utils import check_X_y
 
-from ._base import check_max_memory_gb, check_verbose
 from ._engine import run_parallel
 from ._engine.preflight import DataBytes, refit_window, refuse
-from ._fit_checks import _check_weights
+from ._estimators.base import check_max_memory_gb, check_verbose
+from ._estimators.fit_checks import _check_weights
+from ._estimators.timeseries import autocorrelation_warning
+from ._kernels.rules import check_alternative
 from ._ridge.banded import WEIGHT_FLOOR, check_band_weights, check_bands
 from ._ridge.cv import MIN_SAMPLES, fold_rows, uses_groups
 from ._ridge.partition import subsets as _subsets
@@ -31,8 +33,6 @@ from ._ridge.partition_inference import (
     check_replicable,
     held_out_scores,
 )
-from ._rules import check_alternative
-from ._timeseries import autocorrelation_warning
 from .banded import BandedRidge
 from .exceptions import AutocorrelationWarning
 from .permutation import TIE_ULPS
@@ -322,7 +322,7 @@ default="circular_shift"
     targets alike, so ``pvalue_fwer`` (the max statistic over targets, per
     band) controls the family-wise error over targets; ``pvalue_fdr`` is
     Benjamini–Hochberg's adjustment of ``pvalue`` over targets
-    (:func:`skbatch._rules.bh_adjusted`). Bands are separate families.
+    (:func:`skbatch._kernels.rules.bh_adjusted`). Bands are separate families.
 
     **Intervals.** The replicates resample runs (the clusters of
     ``groups``), rows keeping their run label and weight. A replicate's
@@ -575,7 +575,7 @@ def _warn_exchangeable_rows(
     """Warn where a resampling treats autocorrelated rows as exchangeable.
 
     The rule is the estimators'
-    (:func:`skbatch._timeseries.autocorrelation_warning`), on the full
+    (:func:`skbatch._estimators.timeseries.autocorrelation_warning`), on the full
     model's held-out residuals (``residuals``, NaN on rows no fold tests),
     within the runs of ``groups``. Rows drawn independently (``bootstrap``,
     no groups) need residuals without autocorrelation; rows of band b

@@ -6,7 +6,7 @@ distribution is that score with ``y`` permuted (within groups when given),
 and ``p = (C + 1) / (n_permutations + 1)`` with C the number of permuted
 scores at least as high as the true one (``alternative="greater"``; "less"
 and "two-sided" as :func:`scipy.stats.permutation_test` defines them, the
-rules in :mod:`skbatch._rules`); when the scheme has at most
+rules in :mod:`skbatch._kernels.rules`); when the scheme has at most
 ``n_permutations`` distinct permutations, each is scored once and
 ``p = C / (their number)``, exact. ``permutation_type="sign_flip"`` is the
 one-sample test instead: the rows of ``y`` (or whole groups of rows) are
@@ -22,10 +22,10 @@ in bounded windows.
 This module holds the estimator: its parameters and their validation, the
 choice of problem (which path scores each metric) and of resampling scheme,
 and the fitted attributes. What the score is made of (metrics, folds) is in
-:mod:`skbatch._permutation_cv`, the checks and plans made before any work in
-:mod:`skbatch._permutation_plan`, the two paths in
-:mod:`skbatch._permutation_paths`, and the records passed between them in
-:mod:`skbatch._permutation_inputs`.
+:mod:`skbatch._permutation.cv`, the checks and plans made before any work in
+:mod:`skbatch._permutation.plan`, the two paths in
+:mod:`skbatch._permutation.paths`, and the records passed between them in
+:mod:`skbatch._permutation.inputs`.
 """
 
 import numbers
@@ -35,7 +35,7 @@ from sklearn.base import BaseEstimator, RegressorMixin, clone, is_classifier
 from sklearn.model_selection import check_cv
 from sklearn.utils import get_tags
 
-from ._base import (
+from ._estimators.base import (
     WrapperMixin,
     atomic_fit,
     check_max_memory_gb,
@@ -43,13 +43,14 @@ from ._base import (
     estimator_input,
     refit_params,
 )
-from ._permutation_cv import _check_scoring, _metrics, _split_rows
-from ._permutation_inputs import FitInputs, Paths, Resamples, Settings
-from ._permutation_paths import run_paths, warn_if_undefined
+from ._kernels.rules import check_alternative
+from ._permutation.cv import _check_scoring, _metrics, _split_rows
+from ._permutation.inputs import FitInputs, Paths, Resamples, Settings
+from ._permutation.paths import run_paths, warn_if_undefined
 
 # Read here by skbatch/partitioning.py.
-from ._permutation_plan import TIE_ULPS as TIE_ULPS
-from ._permutation_plan import (
+from ._permutation.plan import TIE_ULPS as TIE_ULPS
+from ._permutation.plan import (
     _check_host_memory,
     _check_refit_memory,
     _fast_path,
@@ -58,7 +59,6 @@ from ._permutation_plan import (
     _split_metrics,
 )
 from ._resampling.signed import check_resampling_type
-from ._rules import check_alternative
 from .backend import resolve_backend
 from .random import DEFAULT_RANDOM_STATE, resolve_entropy
 from .ridge import BatchedRidge
@@ -394,7 +394,7 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
         """The outer folds and the path of each metric (:class:`Paths`), each
         path planned and its memory checked: the ridge fast path for an
         estimator and data it serves (see
-        :func:`~skbatch._permutation_plan._fast_path`) and the scorings it
+        :func:`~skbatch._permutation.plan._fast_path`) and the scorings it
         computes, refits otherwise."""
         cv = check_cv(self.cv, inputs.y, classifier=is_classifier(estimator))
         splits = _split_rows(cv, inputs.X_fit, inputs.y, inputs.groups)

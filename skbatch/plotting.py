@@ -12,7 +12,7 @@ import numbers
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from ._rules import check_alternative
+from ._kernels.rules import check_alternative
 
 __all__ = ["BootstrapDisplay", "PermutationTestDisplay"]
 

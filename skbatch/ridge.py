@@ -11,7 +11,7 @@ from sklearn.base import BaseEstimator, MultiOutputMixin, RegressorMixin
 # checks what is relied on here.
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ._base import (
+from ._estimators.base import (
     DeviceMixin,
     atomic_fit,
     check_max_memory_gb,
@@ -20,15 +20,15 @@ from ._base import (
 )
 
 # Names banded.py imports from here.
-from ._fit_checks import fit_data
-from ._fit_warnings import (  # noqa: F401
+from ._estimators.fit_checks import fit_data
+from ._estimators.fit_warnings import (  # noqa: F401
     AlphaEdgeWarning,
     AutocorrelationWarning,
     no_model_scores,
     warn_at_grid_edges,
     warn_if_autocorrelated,
 )
-from ._predict import LinearPredictMixin, score_weights  # noqa: F401
+from ._estimators.predict import LinearPredictMixin, score_weights  # noqa: F401
 from ._ridge.batched import fit_batched_ridge
 from ._ridge.cv import cv_scheme
 from ._ridge.magnitudes import checked_targets  # noqa: F401

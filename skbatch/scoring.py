@@ -15,7 +15,7 @@ import numpy as np
 from sklearn.pipeline import Pipeline
 from sklearn.utils.validation import check_is_fitted
 
-from . import _linalg
+from ._kernels import linalg as _linalg
 from .backend import to_numpy
 
 __all__ = [
@@ -213,7 +213,7 @@ def correlation_score_split(y_true, y_pred, sample_weight=None):
     ``himalaya.scoring.correlation_score_split``, so numbers compare across
     libraries; unlike it, a target whose correlation is undefined (``y`` or
     ``P`` constant on the rows, to rounding, as
-    :func:`skbatch._linalg.score_per_target` decides it) has NaN shares,
+    :func:`skbatch._kernels.linalg.score_per_target` decides it) has NaN shares,
     with one :class:`~skbatch.exceptions.DegenerateDataWarning`, where
     himalaya gives zeros or unbounded values.
 
@@ -415,7 +415,7 @@ def correlation_split(parts, Y, weight=None):
     not; NaN where the correlation is undefined.
 
     Constancy is decided as for every correlation of skbatch
-    (:func:`skbatch._linalg.target_spread`, of ``y`` and of the summed
+    (:func:`skbatch._kernels.linalg.target_spread`, of ``y`` and of the summed
     prediction).
     """
     spread = _linalg.target_spread(Y, weight, deviations=True, xp=np)
@@ -433,7 +433,8 @@ def product_measure(parts, Y, intercept, weight=None):
     rows weighted by ``weight`` (n,) or not.
 
     R^2 and the targets' deviations and constancy are those of every score
-    (:func:`skbatch._linalg.score_per_target`, :func:`~skbatch._linalg.target_spread`).
+    (:func:`skbatch._kernels.linalg.score_per_target`,
+    :func:`~skbatch._kernels.linalg.target_spread`).
     """
     predictions = parts.sum(axis=0) + intercept
     r2 = _linalg.score_per_target(

@@ -12,7 +12,7 @@ import numbers
 import numpy as np
 
 from ._backends.side_by_side import cpu_workers, map_threads
-from ._rules import (
+from ._kernels.rules import (
     adjust_pvalues,
     bh_adjusted,
     check_alternative,
@@ -1457,7 +1457,7 @@ class PermutationCounter:
     equal for "less", both for "two-sided"; and the permutations whose
     maximum (minimum) over targets reaches it, for family-wise
     (max-statistic) p-values. The null distribution itself is kept only when
-    asked. The p-value rules are those of :mod:`skbatch._rules`.
+    asked. The p-value rules are those of :mod:`skbatch._kernels.rules`.
 
     A null score within ``tolerance`` of the observed one counts as a tie,
     on either side: a permutation that reproduces the observed data (the
@@ -1736,7 +1736,7 @@ class PermutationCounter:
 
         "greater": ``(counts + 1) / (n_total + 1)``, "less" the same of
         :attr:`counts_less`, "two-sided" twice the smaller of the two,
-        clipped to 1 (:func:`skbatch._rules.permutation_pvalue`). With
+        clipped to 1 (:func:`skbatch._kernels.rules.permutation_pvalue`). With
         ``exact``, ``counts / n_total``.
 
         Returns
@@ -1764,7 +1764,7 @@ class PermutationCounter:
         "greater": ``(max_counts + 1) / (n_total + 1)``; "less": the same of
         :attr:`min_counts` (the min statistic); "two-sided": twice the
         smaller of the two, clipped to 1
-        (:func:`skbatch._rules.maxstat_pvalue`). With ``exact``,
+        (:func:`skbatch._kernels.rules.maxstat_pvalue`). With ``exact``,
         ``max_counts / n_total``.
 
         Controls the family-wise error rate over targets (max-statistic
@@ -1795,7 +1795,7 @@ class PermutationCounter:
             Benjamini–Hochberg (false discovery rate, independent or
             positively dependent tests) or Benjamini–Yekutieli (false
             discovery rate, any dependence); see
-            :func:`skbatch._rules.adjust_pvalues`.
+            :func:`skbatch._kernels.rules.adjust_pvalues`.
 
         Returns
         -------
@@ -1829,7 +1829,7 @@ def fdr_adjusted(pvalues):
     minimum from the largest down, clipped to [0, 1]. Rejecting where the
     adjusted value is at most ``q`` controls the false discovery rate at
     ``q`` for independent or positively dependent tests. The same as
-    :func:`skbatch._rules.bh_adjusted`, where the rule lives.
+    :func:`skbatch._kernels.rules.bh_adjusted`, where the rule lives.
 
     Parameters
     ----------

@@ -10,7 +10,7 @@ from sklearn.model_selection import GridSearchCV, KFold, cross_val_score
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-import skbatch._linalg
+import skbatch._kernels.linalg
 from skbatch import BandedRidge, BatchedRidge
 from skbatch.testing import simulate_oom
 
@@ -279,7 +279,7 @@ def check_no_svd(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("an SVD ran before the parameters were checked")
 
-    monkeypatch.setattr(skbatch._linalg, "svd_decompose", refuse)
+    monkeypatch.setattr(skbatch._kernels.linalg, "svd_decompose", refuse)
 
 
 @pytest.mark.parametrize(
@@ -812,8 +812,8 @@ def test_a_candidate_beyond_the_svds_resolution_is_refused_before_any_work(
         raise AssertionError("decomposed before refusing")
 
     with monkeypatch.context() as patch:
-        patch.setattr(skbatch._linalg, "svd_decompose", no_svd)
-        patch.setattr(skbatch._linalg, "qr_factor", no_svd)
+        patch.setattr(skbatch._kernels.linalg, "svd_decompose", no_svd)
+        patch.setattr(skbatch._kernels.linalg, "qr_factor", no_svd)
         with pytest.raises(ValueError, match=r"band_weights: candidate 1 .*X's own"):
             BandedRidge(labels, band_weights=[[0.5, 0.5], [1.0, 1e-12]]).fit(X, Y)
     model = BandedRidge(labels, band_weights=[[0.5, 0.5], [0.9, 0.1]]).fit(X, Y)

@@ -1,4 +1,4 @@
-"""What every estimator shares (skbatch/_base.py).
+"""What every estimator shares (skbatch/_estimators/base.py).
 
 Fits are atomic: an error or an interrupt leaves the estimator as it was.
 The wrappers are what they wrap (a classifier's wrapper is a classifier);
@@ -34,7 +34,7 @@ from sklearn.utils.validation import check_is_fitted
 
 import skbatch
 from skbatch import BatchedRidge, BootstrapEstimator, PermutationScorer, _engine
-from skbatch._base import _device_parts
+from skbatch._estimators.base import _device_parts
 from skbatch.random import DEFAULT_RANDOM_STATE
 
 

@@ -29,7 +29,7 @@ from threadpoolctl import threadpool_limits
 
 import skbatch._engine
 import skbatch._engine.preflight
-import skbatch._linalg
+import skbatch._kernels.linalg
 import skbatch.bootstrap
 from skbatch import BatchedRidge, BootstrapEstimator, BootstrapResult
 from skbatch._backends.numpy import threads as blas_threads
@@ -208,8 +208,8 @@ def test_fast_path_replicates_equal_sklearn_on_resampled_rows(
     if drawn_rows:
         # The kernel's products over each replicate's drawn rows only, which
         # it otherwise keeps for designs of many columns and much work.
-        monkeypatch.setattr(skbatch._linalg, "GATHER_MIN_FLOPS", 0)
-        monkeypatch.setattr(skbatch._linalg, "GATHER_MIN_COLUMNS", 0)
+        monkeypatch.setattr(skbatch._kernels.linalg, "GATHER_MIN_FLOPS", 0)
+        monkeypatch.setattr(skbatch._kernels.linalg, "GATHER_MIN_COLUMNS", 0)
     estimator, reference = LINEAR_CASES[case]
     n_samples, n_features = shape
     X, Y = make_data(n_samples, n_features, 3, seed=1)
@@ -745,7 +745,7 @@ def test_gpu_cholesky_solve_on_cpu_arrays(library, monkeypatch):
     # The batched Cholesky branch runs on GPUs only; check its algebra here.
     pytest.importorskip(library)
     from skbatch import _backends
-    from skbatch._linalg import _solve_spd
+    from skbatch._kernels.linalg import _solve_spd
     from skbatch.backend import Backend
 
     monkeypatch.setattr(_backends.get(library), "solves_by_cholesky", lambda d: True)
@@ -772,7 +772,7 @@ def test_solve_centres_the_right_hand_side_it_is_given(library, route, monkeypat
     # Cholesky one (GPUs, run here on CPU arrays).
     pytest.importorskip(library)
     from skbatch import _backends
-    from skbatch._linalg import _solve_spd
+    from skbatch._kernels.linalg import _solve_spd
     from skbatch.backend import Backend
 
     if route == "cholesky":
@@ -840,7 +840,7 @@ def test_problem_counts_the_gather_buffer_of_every_thread(monkeypatch, n_feature
     Y = rng.standard_normal((200, 400))
     monkeypatch.setattr(problems, "SIDE_BY_SIDE_MIN_FLOPS", 0)
     drawn = {}
-    empty = skbatch._linalg.Scratch.empty
+    empty = skbatch._kernels.linalg.Scratch.empty
 
     def spy(self, name, shape, like, xp):
         buffer = empty(self, name, shape, like, xp)
@@ -848,7 +848,7 @@ def test_problem_counts_the_gather_buffer_of_every_thread(monkeypatch, n_feature
             drawn[threading.get_ident()] = buffer.nbytes
         return buffer
 
-    monkeypatch.setattr(skbatch._linalg.Scratch, "empty", spy)
+    monkeypatch.setattr(skbatch._kernels.linalg.Scratch, "empty", spy)
 
     def problem():
         return problems.BootstrapRidgeProblem(
@@ -870,7 +870,7 @@ def test_problem_counts_the_gather_buffer_of_every_thread(monkeypatch, n_feature
     with threadpool_limits(2, user_api="blas"):
         two = problem()
         skbatch._engine.run_problem(two, lambda ids, result: None, batch_size=5)
-    buffer = min(8 * 200 * 400, skbatch._linalg.MAX_GATHER_BYTES)
+    buffer = min(8 * 200 * 400, skbatch._kernels.linalg.MAX_GATHER_BYTES)
     if n_features == 10:
         assert two.fixed_bytes == one.fixed_bytes
         assert drawn == {}
@@ -912,7 +912,7 @@ def test_recycled_coefficient_arrays_leave_each_replicate_its_own(monkeypatch):
     X, Y = make_data(60, 6, 4, seed=23)
     params = dict(n_bootstrap=60, return_samples=True, random_state=2)
     monkeypatch.setattr("skbatch._ridge.problems.SIDE_BY_SIDE_MIN_FLOPS", 0)
-    pool = skbatch._linalg.ResultPool
+    pool = skbatch._kernels.linalg.ResultPool
     handed_out = []
     empty = pool.empty
 
@@ -1119,7 +1119,7 @@ def test_auto_block_size_is_the_politis_white_rule_on_the_residuals(block_scheme
     residuals = Y - LinearRegression().fit(X, Y).predict(X)
     per_run = np.array(
         [
-            skbatch._timeseries.optimal_block_length(
+            skbatch._estimators.timeseries.optimal_block_length(
                 residuals[groups == g], block_scheme=block_scheme
             )
             for g in range(3)

@@ -13,7 +13,7 @@ from sklearn.datasets import make_regression
 from sklearn.linear_model import LinearRegression, Ridge, RidgeCV
 from sklearn.model_selection import KFold
 
-import skbatch._linalg
+import skbatch._kernels.linalg
 from skbatch import BandedRidge, BatchedRidge
 
 ALPHAS = np.logspace(-2, 3, 6)
@@ -201,7 +201,7 @@ def test_spread_beyond_the_svds_limit_is_refused_before_any_work(monkeypatch):
     def no_svd(*args, **kwargs):
         raise AssertionError("decomposed before refusing")
 
-    monkeypatch.setattr(skbatch._linalg, "svd_decompose", no_svd)
+    monkeypatch.setattr(skbatch._kernels.linalg, "svd_decompose", no_svd)
     with pytest.raises(
         ValueError, match=r"times that of .*Alphas from \S+ on .*StandardScaler"
     ):

@@ -1,6 +1,6 @@
 """Held-out scores of degenerate folds: constant targets, zero weights.
 
-Every path scores with one function per metric (skbatch/_linalg.py), so a
+Every path scores with one function per metric (skbatch/_kernels/linalg.py), so a
 target constant on a test fold scores there as ``r2_score`` scores it (1.0
 if predicted exactly, else 0.0) whether the score chooses an alpha, a band
 weighting, or is reported per target or per band.
@@ -17,7 +17,7 @@ from sklearn.metrics import r2_score
 from sklearn.model_selection import GridSearchCV, KFold, LeaveOneGroupOut
 
 from skbatch import BandedRidge, BatchedRidge, DegenerateDataWarning
-from skbatch._linalg import holdout_scores, score_per_target
+from skbatch._kernels.linalg import holdout_scores, score_per_target
 
 ALPHAS = np.logspace(-2, 4, 7)
 # Runs of unequal length; KFold(4) of their 160 rows holds out rows 0-39

@@ -17,7 +17,7 @@ from sklearn.linear_model import LinearRegression, Ridge, RidgeCV
 from sklearn.metrics import mean_squared_error, r2_score
 from sklearn.model_selection import KFold
 
-from skbatch._linalg import (
+from skbatch._kernels.linalg import (
     center,
     fold_basis,
     gcv_scores,
@@ -808,7 +808,7 @@ def test_weighted_products_equal_dense_weighted_products(
     gathering Y's drawn rows a block of columns at a time (a tiny block in
     the last case), and must equal the products over every row.
     """
-    from skbatch import _linalg
+    from skbatch._kernels import linalg as _linalg
 
     library, to_backend, to_numpy = backend
     monkeypatch.setattr(_linalg, "GATHER_MIN_FLOPS", min_flops)
@@ -841,7 +841,7 @@ def test_products_reuse_a_threads_scratch_buffers_and_stay_exact(monkeypatch):
     """
     import pickle
 
-    from skbatch import _linalg
+    from skbatch._kernels import linalg as _linalg
 
     monkeypatch.setattr(_linalg, "GATHER_MIN_FLOPS", 0)
     monkeypatch.setattr(_linalg, "GATHER_MIN_COLUMNS", 0)
@@ -880,7 +880,7 @@ def test_result_pool_hands_out_only_what_it_made_and_got_back(dtype):
     """
     import pickle
 
-    from skbatch import _linalg
+    from skbatch._kernels import linalg as _linalg
 
     pool = _linalg.ResultPool()
     like = np.zeros((2, 2), dtype)
@@ -907,7 +907,7 @@ def test_result_pool_hands_out_only_what_it_made_and_got_back(dtype):
 
 def test_result_pool_leaves_immutable_arrays_to_their_library():
     jnp = pytest.importorskip("jax.numpy")
-    from skbatch import _linalg
+    from skbatch._kernels import linalg as _linalg
 
     like = jnp.zeros((2, 2))
     assert _linalg.ResultPool().empty((3, 4), like, array_namespace(like)) is None

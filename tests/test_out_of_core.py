@@ -19,7 +19,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.metrics import r2_score
 from sklearn.utils.validation import check_is_fitted
 
-import skbatch._predict
+import skbatch._estimators.predict
 import skbatch._ridge.batched
 from skbatch import BatchedRidge
 from skbatch._engine.targets import ColumnWriter, TargetColumns, chunk_aligned
@@ -447,7 +447,7 @@ def test_out_is_checked_before_any_prediction(
     def no_run(*args, **kwargs):
         raise AssertionError("predictions were computed before out was checked")
 
-    monkeypatch.setattr(skbatch._predict, "run_problem", no_run)
+    monkeypatch.setattr(skbatch._estimators.predict, "run_problem", no_run)
     with pytest.raises(error, match=match):
         model.predict(X, out=make_out(Y.shape, tmp_path))
 
@@ -738,7 +738,7 @@ def test_a_closed_h5py_dataset_is_refused_naming_the_argument(
     def no_run(*args, **kwargs):
         raise AssertionError("work began before the dataset was checked")
 
-    monkeypatch.setattr(skbatch._predict, "run_problem", no_run)
+    monkeypatch.setattr(skbatch._estimators.predict, "run_problem", no_run)
     monkeypatch.setattr(skbatch._ridge.batched, "fit_targets", no_run)
     call = {
         "fit": lambda: BatchedRidge(alphas=ALPHAS).fit(X, closed),

@@ -21,14 +21,14 @@ from sklearn.preprocessing import FunctionTransformer
 from sklearn.tree import DecisionTreeRegressor
 from sklearn.utils import get_tags
 
-import skbatch._permutation_paths as permutation_paths
+import skbatch._permutation.paths as permutation_paths
 import skbatch.streaming as streaming
 from skbatch import AutocorrelationWarning, Backend, BatchedRidge, PermutationScorer
+from skbatch._estimators.timeseries import autocorrelation_warning
 from skbatch._ridge import problems
 from skbatch._ridge.cv import cv_scheme
 from skbatch._ridge.problems import PermutedRidgeProblem
 from skbatch._ridge.spec import ridge_spec
-from skbatch._timeseries import autocorrelation_warning
 from skbatch.random import permutation_indices
 from skbatch.testing import simulate_oom
 

@@ -15,7 +15,7 @@ from sklearn.model_selection import KFold
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer
 
-import skbatch._permutation_paths as permutation_paths
+import skbatch._permutation.paths as permutation_paths
 from skbatch import BandedRidge, PermutationScorer
 from skbatch.streaming import PermutationCounter
 

@@ -21,7 +21,7 @@ from sklearn.model_selection import (
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer
 
-import skbatch._permutation_paths as permutation_paths
+import skbatch._permutation.paths as permutation_paths
 from skbatch import AlphaEdgeWarning, BatchedRidge, PermutationScorer
 from skbatch.random import permutation_indices
 

@@ -40,7 +40,7 @@ def _traced_peak(fn):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_solver_charges_its_decomposition_workspace(shape, cv, graded, dtype):
     # LAPACK's copy of X and workspace, a fold's copies of its rows, and for
-    # float32 on the CPU the float64 SVD (skbatch._linalg.svd_decompose): the
+    # float32 on the CPU the float64 SVD (skbatch._kernels.linalg.svd_decompose): the
     # solver's charge must cover those transients, which X, its centred copy
     # and the SVD alone (the held figure) miss.
     n, p = shape

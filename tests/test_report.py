@@ -11,7 +11,7 @@ from sklearn.linear_model import Lasso, Ridge
 from sklearn.neighbors import KNeighborsRegressor
 from threadpoolctl import threadpool_limits
 
-import skbatch._permutation_paths
+import skbatch._permutation.paths
 from skbatch import (
     Backend,
     BatchedRidge,
@@ -263,7 +263,7 @@ def test_failed_refit_keeps_the_previous_report(monkeypatch):
 
     # The fit of estimator_ has run and recorded its stage when the
     # permutations are interrupted.
-    monkeypatch.setattr(skbatch._permutation_paths, "run_problem", interrupted)
+    monkeypatch.setattr(skbatch._permutation.paths, "run_problem", interrupted)
     with pytest.raises(KeyboardInterrupt):
         scorer.fit(X, Y[:, :2])
     assert scorer.fit_report_ is report

@@ -1,4 +1,4 @@
-"""skbatch._rules: p-values from counts for each alternative, and the
+"""skbatch._kernels.rules: p-values from counts for each alternative, and the
 multiple-testing corrections, against scipy, statsmodels and hand-written
 loops by their definitions."""
 
@@ -9,7 +9,7 @@ import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 from scipy import stats
 
-from skbatch import _rules
+from skbatch._kernels import rules as _rules
 from skbatch.streaming import fdr_adjusted
 
 # --- hand-written references, by the textbook definitions --------------------

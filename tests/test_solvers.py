@@ -13,7 +13,7 @@ from sklearn.linear_model import LinearRegression, Ridge
 from sklearn.metrics import r2_score
 from sklearn.model_selection import KFold, LeavePOut, permutation_test_score
 
-import skbatch._permutation_paths
+import skbatch._permutation.paths
 import skbatch._ridge.banded
 import skbatch.bootstrap
 from skbatch import BatchedRidge, BootstrapEstimator, PermutationScorer
@@ -78,9 +78,9 @@ def test_a_registered_scheme_serves_the_permutation_fast_path(
 ):
     X, Y = make_data(14, 3, 2, seed=2)
     ran = []
-    run_problem = skbatch._permutation_paths.run_problem
+    run_problem = skbatch._permutation.paths.run_problem
     monkeypatch.setattr(
-        skbatch._permutation_paths,
+        skbatch._permutation.paths,
         "run_problem",
         lambda problem, *a, **k: ran.append(problem) or run_problem(problem, *a, **k),
     )
@@ -127,7 +127,7 @@ def test_a_scheme_refuses_scorings_it_does_not_compute():
 def test_bootstrap_and_permutation_take_the_same_paths(estimator, batched, monkeypatch):
     X, Y = make_data(30, 3, 2, seed=3)
     ran = []
-    for module in (skbatch.bootstrap, skbatch._permutation_paths):
+    for module in (skbatch.bootstrap, skbatch._permutation.paths):
         real = module.run_problem
 
         def spy(problem, *args, real=real, **kwargs):
@@ -192,8 +192,8 @@ ESTIMATOR_FILES = [f"{name}.py" for name in ESTIMATOR_MODULES] + sorted(
     str(path.relative_to(PACKAGE))
     for path in [
         *(PACKAGE / "_bootstrap").glob("*.py"),
-        *PACKAGE.glob("_permutation_*.py"),
-        *PACKAGE.glob("_banded_*.py"),
+        *(PACKAGE / "_permutation").glob("*.py"),
+        *(PACKAGE / "_estimators").glob("banded_*.py"),
     ]
 )
 

@@ -64,7 +64,7 @@ def map_threads(fn, items, backend):
     """``[fn(item) for item in items]``, side by side on a CPU backend.
 
     For independent tasks that run on one thread anyway, such as the
-    factorisations of :func:`skbatch._linalg.one_thread`: numpy and torch on
+    factorisations of :func:`skbatch._kernels.linalg.one_thread`: numpy and torch on
     the CPU run one per thread of the library, each on one thread; in order.
     Sequential elsewhere, and when called from another than the main thread
     (see :func:`cpu_workers`).

@@ -18,6 +18,6 @@ the fitted attributes; the work lives here:
   jackknife, closed form on the linear path, refits otherwise.
 
 Resampling (:mod:`skbatch.random`), the interval rules
-(:mod:`skbatch.streaming`, :mod:`skbatch._rules`) and the ridge problems
+(:mod:`skbatch.streaming`, :mod:`skbatch._kernels.rules`) and the ridge problems
 (:mod:`skbatch._ridge`) are layers below, shared with the other estimators.
 """

@@ -22,8 +22,8 @@ from sklearn.base import clone
 from sklearn.utils import _safe_indexing
 from sklearn.utils.validation import _check_method_params
 
-from .._base import refit_params
 from .._engine.preflight import check_jackknife, linear_jackknife_bytes, refit_window
+from .._estimators.base import refit_params
 from .._ridge.banded_bootstrap import HeldBands
 from ..streaming import bca_acceleration
 from .attributes import statistic, unwrap_search

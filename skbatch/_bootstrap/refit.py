@@ -21,9 +21,9 @@ from sklearn.linear_model import Ridge, RidgeCV
 from sklearn.utils import _safe_indexing
 from sklearn.utils.validation import _check_method_params
 
-from .._base import refit_params
 from .._engine import run_parallel
 from .._engine.preflight import refit_window
+from .._estimators.base import refit_params
 from .._ridge.problems import check_replicate_weights
 from ..banded import BandedRidge, held_banded_ridge
 from ..random import bootstrap_rows

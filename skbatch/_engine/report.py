@@ -2,7 +2,7 @@
 
 The engine (``skbatch/_engine/``) builds a stage for each loop it runs and
 hands it to :func:`record_stage`; :func:`collect_stages`, opened around every
-``fit`` by ``skbatch._base.atomic_fit``, gathers them. The collectors live in
+``fit`` by ``skbatch._estimators.base.atomic_fit``, gathers them. The collectors live in
 a :class:`contextvars.ContextVar`, so a fit sees the stages of its own thread
 (and of the engine's threads, which copy its context) and no other's.
 """

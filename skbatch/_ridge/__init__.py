@@ -21,7 +21,7 @@
 
 The estimators (``ridge.py``, ``permutation.py``, ``bootstrap.py``) import
 from here and never from each other's private names. The kernels are pure
-functions of ``xp`` arrays in :mod:`skbatch._linalg`.
+functions of ``xp`` arrays in :mod:`skbatch._kernels.linalg`.
 """
 
 from .cv import CV_SCHEMES, cv_scheme

@@ -32,9 +32,9 @@ from typing import NamedTuple
 import numpy as np
 from array_api_compat import array_namespace
 
-from .. import _linalg
 from .._backends.side_by_side import cpu_workers, map_threads
 from .._engine import Portable, run_problem
+from .._kernels import linalg as _linalg
 from ..backend import to_numpy
 from ..random import resolve_entropy
 from .cv import _Fold
@@ -54,7 +54,7 @@ from .spec import RidgeSpec, centred_column_norms, decomposed_dtype, smallest_al
 # 1e12 times the others', which leaves its coefficients at 0 to within
 # rounding, while its columns, rescaled by the square root of the weight,
 # would be beyond what the SVD resolves beside the others
-# (skbatch._linalg.svd_decompose refuses such a spread of column norms).
+# (skbatch._kernels.linalg.svd_decompose refuses such a spread of column norms).
 WEIGHT_FLOOR = 1e-12
 
 __all__ = [
@@ -379,7 +379,7 @@ def check_candidate_scales(
     alphas=None,
 ):
     """Refuse, before any work, X or a candidate whose rescaled columns are on
-    scales too far apart for the SVD (:func:`skbatch._linalg.
+    scales too far apart for the SVD (:func:`skbatch._kernels.linalg.
     check_column_spread`, for alphas from the smallest of ``alphas`` on;
     None: least squares): X's own spread first, as every ridge refuses it,
     then each candidate's, its bands' columns times the square roots of

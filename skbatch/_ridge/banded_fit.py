@@ -15,7 +15,11 @@ from typing import NamedTuple
 import numpy as np
 
 from .._engine.planner import _say
-from .._fit_warnings import no_model_scores, warn_at_grid_edges, warn_if_autocorrelated
+from .._estimators.fit_warnings import (
+    no_model_scores,
+    warn_at_grid_edges,
+    warn_if_autocorrelated,
+)
 from .banded import (
     BandedDesign,
     band_candidates,
@@ -111,7 +115,7 @@ def fit_banded_ridge(
 
     ``X``, ``Y`` (a host array, or the array on disk with ``out_of_core``),
     ``sample_weight`` and ``groups`` are those of
-    :func:`skbatch._fit_checks.fit_data`, ``scheme`` is split, ``columns``
+    :func:`skbatch._estimators.fit_checks.fit_data`, ``scheme`` is split, ``columns``
     and ``weights`` are :func:`~skbatch._ridge.banded.check_bands`'s and
     :func:`~skbatch._ridge.banded.check_band_weights`'s; the other arguments
     are ``BandedRidge``'s parameters, checked, ``backend`` and ``dtype``

@@ -9,7 +9,11 @@ warnings about what the fit says of the grid of alphas and of the rows.
 
 import numpy as np
 
-from .._fit_warnings import no_model_scores, warn_at_grid_edges, warn_if_autocorrelated
+from .._estimators.fit_warnings import (
+    no_model_scores,
+    warn_at_grid_edges,
+    warn_if_autocorrelated,
+)
 from .magnitudes import checked_targets
 from .problems import (
     RidgeSolver,
@@ -45,7 +49,7 @@ def fit_batched_ridge(
 
     ``X``, ``Y`` (a host array, or the array on disk with ``out_of_core``),
     ``sample_weight`` and ``groups`` are those of
-    :func:`skbatch._fit_checks.fit_data` and ``scheme`` is split; the other
+    :func:`skbatch._estimators.fit_checks.fit_data` and ``scheme`` is split; the other
     arguments are ``BatchedRidge``'s parameters, ``backend`` and ``dtype``
     resolved. Warnings name the caller of ``BatchedRidge.fit``.
 

@@ -30,10 +30,10 @@ from sklearn.model_selection import check_cv
 from sklearn.utils._param_validation import InvalidParameterError
 from sklearn.utils.metadata_routing import get_routing_for_object
 
-from .. import _linalg
 from .._backends.side_by_side import map_threads
 from .._engine import Portable
-from .._linalg import MIN_SCORED_ROWS
+from .._kernels import linalg as _linalg
+from .._kernels.linalg import MIN_SCORED_ROWS
 
 __all__ = [
     "CV_SCHEMES",
@@ -121,7 +121,7 @@ class CVScheme:
         giving ``(U, s, X_test_V, coords)``, decomposes them in place of the
         scheme (:class:`skbatch._ridge.banded.SharedFactors`). ``alpha``, the
         smallest alpha solved, is that of the scheme's own SVDs
-        (:func:`skbatch._linalg.svd_decompose`).
+        (:func:`skbatch._kernels.linalg.svd_decompose`).
         """
         return full(), None
 

@@ -30,7 +30,7 @@ def _column_magnitudes(A):
 def _check_magnitudes(X, dtype):
     """Refuse an X whose scale the computation cannot represent.
 
-    The SVD path never squares X (see ``skbatch._linalg._ridge_factors``):
+    The SVD path never squares X (see ``skbatch._kernels.linalg._ridge_factors``):
     X only has to fit the compute dtype, with room for its column sums (the
     means), and no column may be subnormal there (the cast to float32 would
     flush it to zero).

@@ -29,7 +29,7 @@ import warnings
 import numpy as np
 from sklearn.base import clone
 
-from .. import _linalg
+from .._kernels import linalg as _linalg
 from ..random import bootstrap_rows, permutation_indices
 from .cv import MIN_SAMPLES
 
@@ -79,7 +79,7 @@ def held_out_scores(
     ``model`` is fit on every training fold (its rows of ``groups`` and
     ``sample_weight`` given to ``fit``) and predicts the fold's test rows.
     ``average="rows"``: one R^2 per target over the test rows of every fold
-    together (:func:`skbatch._linalg.score_per_target`, weighted by the
+    together (:func:`skbatch._kernels.linalg.score_per_target`, weighted by the
     test rows' ``sample_weight``), as ``r2_score(y, cross_val_predict(...))``
     for folds that test each row once; ``"folds"``: the mean of each fold's
     R^2 on its own test rows, as ``cross_val_score(...).mean()``.

@@ -35,10 +35,11 @@ import math
 import numpy as np
 from array_api_compat import device as array_device
 
-from .. import _backends, _linalg
+from .. import _backends
 from .._backends.side_by_side import cpu_workers
 from .._engine import Portable, plan_batches, run_problem
 from .._engine.targets import TargetColumns
+from .._kernels import linalg as _linalg
 from .._resampling.sign_flip import split_signed_rows
 from .._resampling.signed import signed_rows
 from ..memory import GB, memory_budget
@@ -148,7 +149,7 @@ class RidgeSolver(Portable):
         self.sample_weight = weight
         self.coords = self._Q = None
         # The SVDs' resolution of graded columns is judged against the
-        # smallest alpha solved (skbatch._linalg.svd_decompose).
+        # smallest alpha solved (skbatch._kernels.linalg.svd_decompose).
         alpha = float(np.min(alphas))
         if basis is not None:
             folds = basis.folds
@@ -237,7 +238,8 @@ class RidgeSolver(Portable):
         copy it overwrites, its workspace and a column-permuted copy for
         graded columns) and the graded columns' check (copies of the
         directions kept or ``GRADED_CHECK_TEMPORARIES`` n x r residuals).
-        float32 is decomposed in float64 (:func:`skbatch._linalg.svd_decompose`):
+        float32 is decomposed in float64
+        (:func:`skbatch._kernels.linalg.svd_decompose`):
         add the float64 copy of X, and U and Vt in float64, to both.
         ``backend`` None counts as the CPU.
         """
@@ -1117,7 +1119,7 @@ class BootstrapRidgeProblem(Portable):
         One per thread that runs batches
         (:func:`skbatch._backends.side_by_side.cpu_workers`
         when ``threads``, else one) where the kernel gathers drawn rows, none
-        where it stacks its products (:func:`skbatch._linalg.
+        where it stacks its products (:func:`skbatch._kernels.linalg.
         gathers_drawn_rows`; ``n_columns`` counts the ones column).
         """
         library = _backends.get(backend.library)
@@ -1145,7 +1147,7 @@ class BootstrapRidgeProblem(Portable):
         else:
             elements = 2 * p * n + 4 * p * p + 5 * p * t + 4 * n + 2 * t
             # The drawn rows of Y gathered for one replicate at a time, on the
-            # CPU, into a buffer per thread (skbatch/_linalg.py,
+            # CPU, into a buffer per thread (skbatch/_kernels/linalg.py,
             # _weighted_products).
             fixed += gather_buffers * min(itemsize * n * t, _linalg.MAX_GATHER_BYTES)
         device = BOOTSTRAP_WORKSPACE_OVERHEAD * itemsize * elements

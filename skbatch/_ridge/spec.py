@@ -15,7 +15,7 @@ from array_api_compat import array_namespace
 from sklearn.linear_model import LinearRegression, Ridge, RidgeCV
 from sklearn.pipeline import Pipeline
 
-from .. import _linalg
+from .._kernels import linalg as _linalg
 from .cv import cv_scheme
 
 __all__ = ["RidgeSpec", "check_alphas", "refit_reason", "resolve_dtype", "ridge_spec"]
@@ -142,12 +142,12 @@ def check_column_scales(
 ):
     """Refuse, before any work, features on scales too far apart to solve.
 
-    Every ridge path decomposes X by an SVD (:func:`skbatch._linalg.
+    Every ridge path decomposes X by an SVD (:func:`skbatch._kernels.linalg.
     svd_decompose`), which resolves a feature only down to about
     ``1 / (BIDIAGONAL_DEFLATION * eps)`` times the norm of the largest one,
     once centred (4.5e13 in float64), unless the smallest of ``alphas``
     shrinks the features it cannot resolve to within rounding
-    (:func:`skbatch._linalg.shrinking_alpha`; None: least squares).
+    (:func:`skbatch._kernels.linalg.shrinking_alpha`; None: least squares).
     ``dtype`` is the compute dtype: float32 is decomposed in float64 on the
     CPU, in float32 on a GPU. Graded features the SVD resolves too coarsely
     for the smallest alpha are refused by the SVD itself.

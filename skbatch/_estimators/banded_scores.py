@@ -11,9 +11,9 @@ targets.
 import numpy as np
 from sklearn.utils.validation import check_array
 
-from ._base import host_input
-from ._predict import score_weights
-from .scoring import correlation_split, product_measure
+from ..scoring import correlation_split, product_measure
+from .base import host_input
+from .predict import score_weights
 
 __all__ = ["SPLIT_SCORINGS", "band_predictions", "band_shares"]
 

@@ -17,17 +17,17 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
-from . import _linalg
-from ._base import as_output, check_input_device, host_input
-from ._engine import run_problem
-from ._engine.targets import (
+from .._engine import run_problem
+from .._engine.targets import (
     ColumnWriter,
     TargetColumns,
     check_target_array,
     out_of_core_kind,
     shares_data,
 )
-from ._ridge.problems import PredictionProblem
+from .._kernels import linalg as _linalg
+from .._ridge.problems import PredictionProblem
+from .base import as_output, check_input_device, host_input
 
 __all__ = ["LinearPredictMixin", "score_weights"]
 

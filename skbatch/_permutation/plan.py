@@ -6,8 +6,8 @@ why not) and which metrics it scores, the memory preflights of the
 retained results and of the refits, the fast path's device, dtype and
 memory plan, and the exceedance counter of each metric with its tie
 tolerance. Functions of the scorer's
-parameters (:class:`~skbatch._permutation_inputs.Settings`) and the data;
-:mod:`skbatch._permutation_paths` runs the paths they plan.
+parameters (:class:`~skbatch._permutation.inputs.Settings`) and the data;
+:mod:`skbatch._permutation.paths` runs the paths they plan.
 """
 
 import functools
@@ -18,20 +18,20 @@ import scipy.sparse as sp
 from sklearn.base import is_classifier
 from sklearn.model_selection import check_cv
 
-from ._engine.planner import _say
-from ._engine.preflight import DataBytes, refit_window, refuse
-from ._permutation_cv import _metrics, _splits_ignore_y
-from ._resampling.sign_flip import SIGN_FLIP
-from ._resampling.signed import count_resamples, signed_rows
-from ._ridge.banded import banded_spec, permuted_problem
-from ._ridge.cv import cv_scheme
-from ._ridge.problems import DEVICE_SCORINGS
-from ._ridge.spec import check_column_scales, refit_reason, resolve_dtype, ridge_spec
-from ._timeseries import autocorrelation_warning
-from .backend import resolve_backend
-from .memory import GB, memory_budget
-from .ridge import AutocorrelationWarning
-from .streaming import PermutationCounter
+from .._engine.planner import _say
+from .._engine.preflight import DataBytes, refit_window, refuse
+from .._estimators.timeseries import autocorrelation_warning
+from .._resampling.sign_flip import SIGN_FLIP
+from .._resampling.signed import count_resamples, signed_rows
+from .._ridge.banded import banded_spec, permuted_problem
+from .._ridge.cv import cv_scheme
+from .._ridge.problems import DEVICE_SCORINGS
+from .._ridge.spec import check_column_scales, refit_reason, resolve_dtype, ridge_spec
+from ..backend import resolve_backend
+from ..memory import GB, memory_budget
+from ..ridge import AutocorrelationWarning
+from ..streaming import PermutationCounter
+from .cv import _metrics, _splits_ignore_y
 
 # Scores bounded by 1 whose round-off is relative to 1, not to the score:
 # R^2 = 1 - SSE / SST near 0 still carries errors of order eps.
@@ -45,7 +45,7 @@ TIE_ULPS = 1000
 
 def _warn_if_autocorrelated(y, groups):
     """Warn when shuffling rows of ``y`` that are clearly autocorrelated
-    (:func:`skbatch._timeseries.autocorrelation_warning`); labels
+    (:func:`skbatch._estimators.timeseries.autocorrelation_warning`); labels
     (classifiers' ``y``) are not checked."""
     y = np.asarray(y)
     if y.dtype.kind not in "biuf":
@@ -102,7 +102,7 @@ def _fast_path(settings, estimator, inputs, cv, splits):
     """``(spec, reason)``: the ridge problem of the fast path, or None and
     why not, the reason None for an estimator nobody expects there (see
     :func:`skbatch._ridge.spec.refit_reason`); ``inputs``, the
-    :class:`~skbatch._permutation_inputs.FitInputs`."""
+    :class:`~skbatch._permutation.inputs.FitInputs`."""
     X, fit_params, n_targets = inputs.X, inputs.fit_params, inputs.n_targets
     spec = banded_spec(estimator) or ridge_spec(estimator)
     if spec is None:
@@ -187,7 +187,7 @@ def _check_host_memory(settings, n_stats):
 def _check_refit_memory(settings, inputs, n_stats):
     """Refuse, before any fit, refits whose copies of the data exceed the
     budget: each worker of the generic path refits on one (``inputs``, the
-    :class:`~skbatch._permutation_inputs.FitInputs`)."""
+    :class:`~skbatch._permutation.inputs.FitInputs`)."""
     X, y = inputs.X, inputs.y
     data = DataBytes.of(inputs.X_given, inputs.y_given, X, y, inputs.fit_params)
     summaries = PermutationCounter.nbytes_needed(
@@ -241,7 +241,7 @@ def _counter(settings, observed, dtype, n_items, exact, scoring):
 def _plan_ridge(settings, inputs, splits, spec, n_items, inner_groups):
     """The fast path's device, dtype and work for ``n_items``
     permutations of ``inputs`` (the
-    :class:`~skbatch._permutation_inputs.FitInputs`), its memory checked.
+    :class:`~skbatch._permutation.inputs.FitInputs`), its memory checked.
     ``inner_groups`` (or None) are the groups the estimator's own CV splits
     each training fold's rows by.
 
@@ -250,7 +250,7 @@ def _plan_ridge(settings, inputs, splits, spec, n_items, inner_groups):
     ridge : dict
         ``X`` and ``Y`` in float64, ``spec``, ``backend``, ``dtype``,
         ``flops`` and ``inner_scheme``, for
-        :func:`skbatch._permutation_paths._fit_ridge`.
+        :func:`skbatch._permutation.paths._fit_ridge`.
     """
     input_dtype = np.asarray(inputs.X).dtype
     X = np.asarray(inputs.X, dtype=np.float64)

@@ -13,9 +13,9 @@ import warnings
 
 import numpy as np
 
-from ._engine import active_dask_client
-from ._timeseries import autocorrelation_warning
-from .exceptions import AlphaEdgeWarning, AutocorrelationWarning
+from .._engine import active_dask_client
+from ..exceptions import AlphaEdgeWarning, AutocorrelationWarning
+from .timeseries import autocorrelation_warning
 
 __all__ = [
     "AlphaEdgeWarning",
@@ -34,7 +34,8 @@ EDGE_SHARE = 0.05
 EDGE_IMPROVEMENT = 0.01
 # Leave-one-out and GCV warn when the median over targets of the lag-1
 # autocorrelation of the fit's residuals (within runs) exceeds both figures.
-# 0.3, above the resampling floor of skbatch._timeseries.AUTOCORRELATION_WARN:
+# 0.3, above the resampling floor of
+# skbatch._estimators.timeseries.AUTOCORRELATION_WARN:
 # LOO is misled only once a row's neighbours predict its leave-one-out
 # residual (median alpha 4.6e3 by LOO where leave-one-run-out chose 1e6 on
 # AR(0.9) noise), not at the milder dependence that biases standard errors.
@@ -57,10 +58,10 @@ def warn_if_autocorrelated(
     fit of up to :data:`AUTOCORRELATION_TARGETS` targets (evenly spaced;
     the first ones of targets on disk, one read),
     their lag-1 autocorrelation within the runs ``groups``
-    (:func:`skbatch._timeseries.lag1_autocorrelation`), and its median over
+    (:func:`skbatch._estimators.timeseries.lag1_autocorrelation`), and its median over
     those targets against :data:`LOO_AUTOCORRELATION_WARN` and
     standard errors of white noise
-    (:func:`skbatch._timeseries.autocorrelation_warning`).
+    (:func:`skbatch._estimators.timeseries.autocorrelation_warning`).
     A dask ``y`` with a cluster active is not checked: its blocks are
     computed on the workers only, never in the calling process.
     """

@@ -3,8 +3,8 @@
 The parameters as the fit reads them (:class:`Settings`), the data
 (:class:`FitInputs`), the resamples to score (:class:`Resamples`) and the
 path chosen for each metric with what it needs (:class:`Paths`).
-:mod:`skbatch.permutation` fills them in; :mod:`skbatch._permutation_plan`
-and :mod:`skbatch._permutation_paths` read them.
+:mod:`skbatch.permutation` fills them in; :mod:`skbatch._permutation.plan`
+and :mod:`skbatch._permutation.paths` read them.
 """
 
 import dataclasses
@@ -92,7 +92,7 @@ class Paths(NamedTuple):
     ``backend``, the generic path's (the fast path's is in ``ridge``);
     ``metrics``, every metric (name -> scoring) in order, of which ``fast``
     are scored on the ridge fast path, planned in ``ridge`` (see
-    :func:`skbatch._permutation_plan._plan_ridge`; None without ``fast``),
+    :func:`skbatch._permutation.plan._plan_ridge`; None without ``fast``),
     and ``slow`` by refits; ``refits``, the parameters of every fit of the
     estimator (``fit_params``, with the rows' groups when it takes them).
     """

@@ -12,9 +12,9 @@ from sklearn.base import BaseEstimator, MultiOutputMixin, RegressorMixin
 from sklearn.linear_model import Ridge
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._ridge.banded import check_band_weights, check_bands
-from ._ridge.banded_bootstrap import HeldBands
-from ._ridge.spec import check_alphas
+from .._ridge.banded import check_band_weights, check_bands
+from .._ridge.banded_bootstrap import HeldBands
+from .._ridge.spec import check_alphas
 
 __all__ = ["HeldBandedRidge", "held_banded_ridge"]
 

@@ -27,8 +27,8 @@ from array_api_compat import array_namespace, is_numpy_array
 from array_api_compat import device as array_device
 from scipy.linalg import LinAlgWarning
 
-from . import _backends
-from .exceptions import DegenerateDataWarning
+from .. import _backends
+from ..exceptions import DegenerateDataWarning
 
 # Rows of Y gathered at once by the bootstrap kernel (_weighted_products), per
 # batch in flight: large enough for full-speed GEMMs over them.

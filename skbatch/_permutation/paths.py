@@ -2,7 +2,7 @@
 
 Both score the same resamples (one seed stream per resample, see
 :mod:`skbatch.random`) and stream their scores into one exceedance
-counter per metric (:func:`skbatch._permutation_plan._counter`):
+counter per metric (:func:`skbatch._permutation.plan._counter`):
 
 - the ridge fast path (:func:`_fit_ridge`): resampling ``y`` (permuting
   its rows or flipping their signs) leaves the decomposition of every
@@ -36,22 +36,22 @@ from sklearn.utils import _safe_indexing
 from sklearn.utils.metaestimators import _safe_split
 from sklearn.utils.validation import _check_method_params
 
-from . import _backends
-from ._engine import run_parallel, run_problem
-from ._permutation_cv import (
+from .. import _backends
+from .._engine import run_parallel, run_problem
+from .._resampling.sign_flip import split_signed_rows
+from .._resampling.signed import signed_rows
+from .._ridge.banded import permuted_problem
+from .._ridge.problems import PermutedRidgeProblem
+from ..backend import to_numpy
+from ..ridge import AlphaEdgeWarning, AutocorrelationWarning
+from .cv import (
     _PER_TARGET_METRICS,
     _flipped,
     _per_target_score,
     _split_rows,
     _splits_ignore_y,
 )
-from ._permutation_plan import _counter
-from ._resampling.sign_flip import split_signed_rows
-from ._resampling.signed import signed_rows
-from ._ridge.banded import permuted_problem
-from ._ridge.problems import PermutedRidgeProblem
-from .backend import to_numpy
-from .ridge import AlphaEdgeWarning, AutocorrelationWarning
+from .plan import _counter
 
 # Below this much work (FLOPs of the whole fast path) every product is small
 # and BLAS / torch threads synchronise more than they compute: 2-20x slower
@@ -150,7 +150,7 @@ def _fit_ridge(
 ):
     """Fast path: permutations as extra targets through one SVD per fold.
 
-    ``ridge`` is what :func:`~skbatch._permutation_plan._plan_ridge`
+    ``ridge`` is what :func:`~skbatch._permutation.plan._plan_ridge`
     planned; ``metrics`` (name -> scoring) are among
     ``DEVICE_SCORINGS``. Returns the backend and a counter per metric.
     """

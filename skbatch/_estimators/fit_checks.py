@@ -13,9 +13,9 @@ import numpy as np
 from scipy import sparse
 from sklearn.utils.validation import check_array, validate_data
 
-from ._base import host_input
-from ._engine.targets import NUMERIC_KINDS, check_target_array, out_of_core_kind
-from ._ridge.cv import MIN_SAMPLES
+from .._engine.targets import NUMERIC_KINDS, check_target_array, out_of_core_kind
+from .._ridge.cv import MIN_SAMPLES
+from .base import host_input
 
 __all__ = ["fit_data"]
 

@@ -3,7 +3,7 @@
 The metrics of ``scoring`` (and those with a value per target) and their
 checks, the folds of ``cv`` as integer rows and whether they depend on
 ``y`` (then split again for every resampled ``y``), and a resampled ``y``
-with the signs of its rows flipped. :mod:`skbatch._permutation_paths`
+with the signs of its rows flipped. :mod:`skbatch._permutation.paths`
 refits and scores with them.
 """
 
@@ -33,8 +33,8 @@ from sklearn.model_selection import (
     check_cv,
 )
 
-from . import _linalg
-from ._ridge.cv import fold_rows, uses_groups
+from .._kernels import linalg as _linalg
+from .._ridge.cv import fold_rows, uses_groups
 
 
 def _pearson(y_true, y_pred, *, multioutput="raw_values"):
@@ -42,7 +42,7 @@ def _pearson(y_true, y_pred, *, multioutput="raw_values"):
 
     Undefined: fewer than 2 rows, or a constant column (as ``np.corrcoef``).
     The correlation of every path, that of the ridge fast path included
-    (:func:`skbatch._linalg.score_per_target`); NaN is reported by the
+    (:func:`skbatch._kernels.linalg.score_per_target`); NaN is reported by the
     scorer once, not per fold.
     """
     y_true = np.asarray(y_true).reshape(len(y_true), -1)

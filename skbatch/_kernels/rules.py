@@ -57,7 +57,7 @@ def check_alternative(alternative):
 
     Examples
     --------
-    >>> from skbatch._rules import check_alternative
+    >>> from skbatch._kernels.rules import check_alternative
     >>> check_alternative("less")
     'less'
     """
@@ -73,7 +73,7 @@ def sides(alternative):
 
     Examples
     --------
-    >>> from skbatch._rules import sides
+    >>> from skbatch._kernels.rules import sides
     >>> sides("two-sided")
     ('greater', 'less')
     """
@@ -91,7 +91,7 @@ def threshold(observed, tolerance, side):
 
     Examples
     --------
-    >>> from skbatch._rules import threshold
+    >>> from skbatch._kernels.rules import threshold
     >>> float(threshold(0.5, 0.01, "less"))
     0.51
     """
@@ -121,7 +121,7 @@ def reaches(scores, limit, side):
     Examples
     --------
     >>> import numpy as np
-    >>> from skbatch._rules import reaches
+    >>> from skbatch._kernels.rules import reaches
     >>> reaches(np.array([[0.2], [0.5], [np.nan]]), np.array([0.5]), "less")[:, 0]
     array([ True,  True,  True])
     """
@@ -149,7 +149,7 @@ def family_extreme(scores, side):
     Examples
     --------
     >>> import numpy as np
-    >>> from skbatch._rules import family_extreme
+    >>> from skbatch._kernels.rules import family_extreme
     >>> family_extreme(np.array([[0.1, np.nan, 0.3]]), "greater")
     array([[inf]])
     """
@@ -195,7 +195,7 @@ def permutation_pvalue(n_total, *, greater=None, less=None, alternative, exact):
 
     Examples
     --------
-    >>> from skbatch._rules import permutation_pvalue
+    >>> from skbatch._kernels.rules import permutation_pvalue
     >>> float(permutation_pvalue(99, greater=4, less=96, alternative="two-sided",
     ...                          exact=False))
     0.1
@@ -236,7 +236,7 @@ def maxstat_pvalue(n_total, *, max_counts=None, min_counts=None, alternative, ex
     Examples
     --------
     >>> import numpy as np
-    >>> from skbatch._rules import maxstat_pvalue
+    >>> from skbatch._kernels.rules import maxstat_pvalue
     >>> maxstat_pvalue(9, min_counts=np.array([0, 4]), alternative="less",
     ...                exact=False)
     array([0.1, 0.5])
@@ -318,7 +318,7 @@ def bh_adjusted(pvalues):
 
     Examples
     --------
-    >>> from skbatch._rules import bh_adjusted
+    >>> from skbatch._kernels.rules import bh_adjusted
     >>> bh_adjusted([0.01, 0.04, float("nan"), 0.03])
     array([0.03, 0.04,  nan, 0.04])
     """
@@ -351,7 +351,7 @@ def by_adjusted(pvalues):
 
     Examples
     --------
-    >>> from skbatch._rules import by_adjusted
+    >>> from skbatch._kernels.rules import by_adjusted
     >>> by_adjusted([0.01, 0.02])
     array([0.03, 0.03])
     """
@@ -384,7 +384,7 @@ def holm_adjusted(pvalues):
 
     Examples
     --------
-    >>> from skbatch._rules import holm_adjusted
+    >>> from skbatch._kernels.rules import holm_adjusted
     >>> holm_adjusted([0.01, 0.04, 0.03])
     array([0.03, 0.06, 0.06])
     """
@@ -422,7 +422,7 @@ def adjust_pvalues(pvalues, method):
 
     Examples
     --------
-    >>> from skbatch._rules import adjust_pvalues
+    >>> from skbatch._kernels.rules import adjust_pvalues
     >>> adjust_pvalues([0.01, 0.04, 0.03], "holm")
     array([0.03, 0.06, 0.06])
     """

@@ -18,9 +18,9 @@ from sklearn.utils.metadata_routing import (
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._engine.report import FitReport, collect_stages
-from .backend import backend_of_array, resolve_backend, to_numpy
-from .random import check_groups
+from .._engine.report import FitReport, collect_stages
+from ..backend import backend_of_array, resolve_backend, to_numpy
+from ..random import check_groups
 
 
 def host_input(X):
