@@ -19,8 +19,8 @@ from ._engine import run_parallel
 from ._engine.preflight import DataBytes, refit_window, refuse
 from ._estimators.base import check_max_memory_gb, check_verbose
 from ._estimators.fit_checks import _check_weights
-from ._estimators.timeseries import autocorrelation_warning
 from ._kernels.rules import check_alternative
+from ._kernels.timeseries import autocorrelation_warning
 from ._ridge.banded import WEIGHT_FLOOR, check_band_weights, check_bands
 from ._ridge.cv import MIN_SAMPLES, fold_rows, uses_groups
 from ._ridge.partition import subsets as _subsets
@@ -575,7 +575,7 @@ def _warn_exchangeable_rows(
     """Warn where a resampling treats autocorrelated rows as exchangeable.
 
     The rule is the estimators'
-    (:func:`skbatch._estimators.timeseries.autocorrelation_warning`), on the full
+    (:func:`skbatch._kernels.timeseries.autocorrelation_warning`), on the full
     model's held-out residuals (``residuals``, NaN on rows no fold tests),
     within the runs of ``groups``. Rows drawn independently (``bootstrap``,
     no groups) need residuals without autocorrelation; rows of band b

@@ -21,16 +21,16 @@ from ._estimators.base import (
 
 # Names banded.py imports from here.
 from ._estimators.fit_checks import fit_data
-from ._estimators.fit_warnings import (  # noqa: F401
+from ._estimators.predict import LinearPredictMixin, score_weights  # noqa: F401
+from ._ridge.batched import fit_batched_ridge
+from ._ridge.cv import cv_scheme
+from ._ridge.fit_warnings import (  # noqa: F401
     AlphaEdgeWarning,
     AutocorrelationWarning,
     no_model_scores,
     warn_at_grid_edges,
     warn_if_autocorrelated,
 )
-from ._estimators.predict import LinearPredictMixin, score_weights  # noqa: F401
-from ._ridge.batched import fit_batched_ridge
-from ._ridge.cv import cv_scheme
 from ._ridge.magnitudes import checked_targets  # noqa: F401
 from ._ridge.problems import fit_flops
 from ._ridge.spec import SCORINGS, batched_ridge_spec, check_alphas, resolve_dtype

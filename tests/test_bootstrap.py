@@ -1119,7 +1119,7 @@ def test_auto_block_size_is_the_politis_white_rule_on_the_residuals(block_scheme
     residuals = Y - LinearRegression().fit(X, Y).predict(X)
     per_run = np.array(
         [
-            skbatch._estimators.timeseries.optimal_block_length(
+            skbatch._kernels.timeseries.optimal_block_length(
                 residuals[groups == g], block_scheme=block_scheme
             )
             for g in range(3)

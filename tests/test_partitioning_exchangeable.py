@@ -9,7 +9,7 @@ from sklearn.model_selection import KFold
 from test_ridge import _ar1_runs
 
 from skbatch import AutocorrelationWarning, BandedRidge, variance_partitioning
-from skbatch._estimators.timeseries import lag1_autocorrelation
+from skbatch._kernels.timeseries import lag1_autocorrelation
 
 # Runs of unequal length.
 RUN_LENGTHS = (50, 35, 45, 40)

@@ -24,7 +24,7 @@ from sklearn.utils import get_tags
 import skbatch._permutation.paths as permutation_paths
 import skbatch.streaming as streaming
 from skbatch import AutocorrelationWarning, Backend, BatchedRidge, PermutationScorer
-from skbatch._estimators.timeseries import autocorrelation_warning
+from skbatch._kernels.timeseries import autocorrelation_warning
 from skbatch._ridge import problems
 from skbatch._ridge.cv import cv_scheme
 from skbatch._ridge.problems import PermutedRidgeProblem

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
-from skbatch._estimators.timeseries import (
+from skbatch._kernels.timeseries import (
     lag1_autocorrelation,
     min_rows_for_block_length,
     optimal_block_length,

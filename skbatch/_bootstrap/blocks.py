@@ -2,7 +2,7 @@
 warning that an iid bootstrap of rows meets autocorrelated residuals.
 
 How blocks are drawn is :mod:`skbatch.random`'s; the Politis-White rule and
-the autocorrelation test are :mod:`skbatch._estimators.timeseries`'s.
+the autocorrelation test are :mod:`skbatch._kernels.timeseries`'s.
 """
 
 import math
@@ -11,7 +11,7 @@ import warnings
 
 import numpy as np
 
-from .._estimators.timeseries import (
+from .._kernels.timeseries import (
     autocorrelation_warning,
     min_rows_for_block_length,
     optimal_block_length,

@@ -10,11 +10,11 @@ needs lives here:
   ``n_jobs``), the wrappers' mixin;
 - :mod:`~skbatch._estimators.fit_checks`: the inputs of a ridge ``fit``,
   checked before any work;
-- :mod:`~skbatch._estimators.fit_warnings`: what a ridge fit says about its
+- :mod:`~skbatch._ridge.fit_warnings`: what a ridge fit says about its
   data (alphas at the grid's edge, autocorrelated residuals);
 - :mod:`~skbatch._estimators.predict`: predictions and scores of a fitted
   linear model of many targets, in batches;
-- :mod:`~skbatch._estimators.timeseries`: lag-1 autocorrelation and block
+- :mod:`~skbatch._kernels.timeseries`: lag-1 autocorrelation and block
   lengths of residuals, for warnings and ``block_size="auto"``;
 - :mod:`~skbatch._estimators.banded_scores` and
   :mod:`~skbatch._estimators.banded_held`: ``BandedRidge``'s per-band scores

@@ -20,7 +20,7 @@ from sklearn.model_selection import check_cv
 
 from .._engine.planner import _say
 from .._engine.preflight import DataBytes, refit_window, refuse
-from .._estimators.timeseries import autocorrelation_warning
+from .._kernels.timeseries import autocorrelation_warning
 from .._resampling.sign_flip import SIGN_FLIP
 from .._resampling.signed import count_resamples, signed_rows
 from .._ridge.banded import banded_spec, permuted_problem
@@ -45,7 +45,7 @@ TIE_ULPS = 1000
 
 def _warn_if_autocorrelated(y, groups):
     """Warn when shuffling rows of ``y`` that are clearly autocorrelated
-    (:func:`skbatch._estimators.timeseries.autocorrelation_warning`); labels
+    (:func:`skbatch._kernels.timeseries.autocorrelation_warning`); labels
     (classifiers' ``y``) are not checked."""
     y = np.asarray(y)
     if y.dtype.kind not in "biuf":

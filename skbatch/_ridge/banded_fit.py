@@ -15,11 +15,6 @@ from typing import NamedTuple
 import numpy as np
 
 from .._engine.planner import _say
-from .._estimators.fit_warnings import (
-    no_model_scores,
-    warn_at_grid_edges,
-    warn_if_autocorrelated,
-)
 from .banded import (
     BandedDesign,
     band_candidates,
@@ -27,6 +22,11 @@ from .banded import (
     check_candidate_scales,
     check_search_memory,
     search_bands,
+)
+from .fit_warnings import (
+    no_model_scores,
+    warn_at_grid_edges,
+    warn_if_autocorrelated,
 )
 from .magnitudes import checked_targets
 

@@ -9,7 +9,7 @@ warnings about what the fit says of the grid of alphas and of the rows.
 
 import numpy as np
 
-from .._estimators.fit_warnings import (
+from .fit_warnings import (
     no_model_scores,
     warn_at_grid_edges,
     warn_if_autocorrelated,

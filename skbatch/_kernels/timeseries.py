@@ -128,7 +128,7 @@ def optimal_block_length(residuals, groups=None, block_scheme="circular"):
     Examples
     --------
     >>> import numpy as np
-    >>> from skbatch._estimators.timeseries import optimal_block_length
+    >>> from skbatch._kernels.timeseries import optimal_block_length
     >>> e = np.random.default_rng(0).standard_normal(1000)
     >>> x = np.empty(1000)
     >>> x[0] = e[0]
@@ -167,7 +167,7 @@ def lag1_autocorrelation(residuals, groups=None):
     Examples
     --------
     >>> import numpy as np
-    >>> from skbatch._estimators.timeseries import lag1_autocorrelation
+    >>> from skbatch._kernels.timeseries import lag1_autocorrelation
     >>> lag1_autocorrelation(np.array([1.0, 2.0, 1.0, 2.0])).round(2)
     array([-0.75])
     """
@@ -209,7 +209,7 @@ def autocorrelation_warning(residuals, groups=None, *, floor=AUTOCORRELATION_WAR
     Examples
     --------
     >>> import numpy as np
-    >>> from skbatch._estimators.timeseries import autocorrelation_warning
+    >>> from skbatch._kernels.timeseries import autocorrelation_warning
     >>> steps = np.cumsum(np.random.default_rng(0).standard_normal((101, 2)), axis=0)
     >>> statistic, threshold, n_series = autocorrelation_warning(steps)
     >>> bool(statistic > threshold), round(threshold, 3), n_series

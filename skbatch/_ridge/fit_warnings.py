@@ -14,8 +14,8 @@ import warnings
 import numpy as np
 
 from .._engine import active_dask_client
+from .._kernels.timeseries import autocorrelation_warning
 from ..exceptions import AlphaEdgeWarning, AutocorrelationWarning
-from .timeseries import autocorrelation_warning
 
 __all__ = [
     "AlphaEdgeWarning",
@@ -35,7 +35,7 @@ EDGE_IMPROVEMENT = 0.01
 # Leave-one-out and GCV warn when the median over targets of the lag-1
 # autocorrelation of the fit's residuals (within runs) exceeds both figures.
 # 0.3, above the resampling floor of
-# skbatch._estimators.timeseries.AUTOCORRELATION_WARN:
+# skbatch._kernels.timeseries.AUTOCORRELATION_WARN:
 # LOO is misled only once a row's neighbours predict its leave-one-out
 # residual (median alpha 4.6e3 by LOO where leave-one-run-out chose 1e6 on
 # AR(0.9) noise), not at the milder dependence that biases standard errors.
@@ -58,10 +58,10 @@ def warn_if_autocorrelated(
     fit of up to :data:`AUTOCORRELATION_TARGETS` targets (evenly spaced;
     the first ones of targets on disk, one read),
     their lag-1 autocorrelation within the runs ``groups``
-    (:func:`skbatch._estimators.timeseries.lag1_autocorrelation`), and its median over
+    (:func:`skbatch._kernels.timeseries.lag1_autocorrelation`), and its median over
     those targets against :data:`LOO_AUTOCORRELATION_WARN` and
     standard errors of white noise
-    (:func:`skbatch._estimators.timeseries.autocorrelation_warning`).
+    (:func:`skbatch._kernels.timeseries.autocorrelation_warning`).
     A dask ``y`` with a cluster active is not checked: its blocks are
     computed on the workers only, never in the calling process.
     """
