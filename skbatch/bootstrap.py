@@ -41,6 +41,7 @@ from ._base import (
     WrapperMixin,
     atomic_fit,
     check_max_memory_gb,
+    check_n_jobs,
     check_verbose,
     estimator_input,
     refit_params,
@@ -365,13 +366,7 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         for name in ("return_samples", "tune_per_replicate"):
             if not isinstance(getattr(self, name), bool | np.bool_):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
-        n_jobs = self.n_jobs
-        if n_jobs is not None and (
-            isinstance(n_jobs, bool)
-            or not isinstance(n_jobs, numbers.Integral)
-            or n_jobs == 0
-        ):
-            raise ValueError(f"n_jobs must be None or a nonzero int, got {n_jobs!r}")
+        check_n_jobs(self.n_jobs)
         if self.estimator is not None and not hasattr(self.estimator, "fit"):
             raise ValueError(
                 f"estimator must be None or an estimator with a fit method, got "

@@ -15,7 +15,7 @@ from sklearn.base import clone
 from sklearn.model_selection import KFold, LeaveOneGroupOut, check_cv
 from sklearn.utils import check_X_y
 
-from ._base import check_max_memory_gb, check_verbose
+from ._base import check_max_memory_gb, check_n_jobs, check_verbose
 from ._engine import run_parallel
 from ._fit_checks import _check_weights
 from ._preflight import DataBytes, refit_window, refuse
@@ -428,6 +428,7 @@ default="circular_shift"
             f"scores"
         )
     entropy = resolve_entropy(random_state)
+    check_n_jobs(n_jobs)
     check_max_memory_gb(max_memory_gb)
     check_verbose(verbose)
     X, Y = check_X_y(
