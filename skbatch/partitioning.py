@@ -97,7 +97,12 @@ class VariancePartition(_Fields):
         (``BandedRidge.band_names_``), by size, then lexicographic in band
         order.
     scores : ndarray of shape (n_subsets, n_targets)
-        Held-out R^2 of the model on each subset, the mean over the folds.
+        Held-out R^2 of the model on each subset: with ``average="rows"``
+        (the default), one R^2 over the test rows of all folds together,
+        each row predicted by the model of its fold (as ``r2_score(y,
+        cross_val_predict(...))``); with ``average="folds"``, the mean of
+        the folds' R^2, each on its own test rows (as
+        ``cross_val_score(...).mean()``).
     regions : ndarray of shape (n_subsets, n_targets)
         The Venn region of each subset: the variance shared by exactly its
         bands (for a single band, its unique variance).
@@ -179,8 +184,10 @@ def variance_partitioning(
 
     For each non-empty subset ``U`` of the bands, a clone of ``estimator``
     restricted to the columns of ``U`` is fit on each training fold of
-    ``cv`` and scored by R^2 per target on the fold's test rows; ``f(U)``
-    is the mean over the folds. With ``B`` all bands and ``f(∅) = 0``, band
+    ``cv`` and predicts the fold's test rows; ``f(U)`` is, per target, the
+    R^2 of those predictions over the test rows of all folds together
+    (``average="rows"``, the default), or the mean of each fold's R^2 on
+    its own test rows (``average="folds"``). With ``B`` all bands and ``f(∅) = 0``, band
     b's unique variance is ``f(B) - f(B minus b)``, and for two bands the
     shared part is ``f(0) + f(1) - f(01)``; for k bands every region of the
     Venn diagram follows by Möbius inversion
@@ -380,6 +387,20 @@ default="circular_shift"
     >>> bool(result.unique[0, 0] > 0.5 > result.unique[1, 0])
     True
     >>> bool(np.allclose(result.regions.sum(axis=0), result.scores[-1]))
+    True
+
+    A subset's score is the R^2 of its held-out predictions over the test
+    rows of all folds together (``average="rows"``), as scikit-learn's
+    ``cross_val_predict`` assembles them; the full model's:
+
+    >>> from sklearn.metrics import r2_score
+    >>> from sklearn.model_selection import cross_val_predict
+    >>> full = BandedRidge(bands=bands, band_weights=5, alphas=np.logspace(-2, 3, 6))
+    >>> held_out = cross_val_predict(
+    ...     full, X, Y, cv=LeaveOneGroupOut(), groups=runs, params={"groups": runs}
+    ... )
+    >>> r2 = r2_score(Y, held_out, multioutput="raw_values")
+    >>> bool(np.allclose(result.scores[-1], r2))
     True
 
     P-values and intervals of the unique variance (band rows rotated

@@ -242,3 +242,20 @@ def test_bad_input_is_refused_before_any_fit(kwargs, match):
     kwargs.setdefault("estimator", _NoFit())
     with pytest.raises(ValueError, match=match):
         variance_partitioning(X, X[:, :2], **kwargs)
+
+
+def test_the_docs_say_what_each_average_computes():
+    # The scores' docs name both averages, and none says the default is the
+    # mean over the folds.
+    import skbatch._ridge.partition_inference as inference
+    from skbatch.partitioning import VariancePartition
+
+    summary = variance_partitioning.__doc__.split("Parameters")[0]
+    scores = VariancePartition.__doc__.split("scores :")[1].split(" : ")[0]
+    for text in (inference.__doc__, summary, scores):
+        flat = " ".join(text.split())
+        assert 'average="rows"' in flat and 'average="folds"' in flat, flat
+        assert "folds together" in flat, flat
+        assert "is the mean over the folds." not in flat, flat
+        assert "the mean over the folds;" not in flat, flat
+        assert not flat.rstrip().endswith("the mean over the folds."), flat
