@@ -20,7 +20,7 @@ from ._engine import run_parallel
 from ._fit_checks import _check_weights
 from ._preflight import DataBytes, refit_window, refuse
 from ._ridge.banded import WEIGHT_FLOOR, check_band_weights, check_bands
-from ._ridge.cv import MIN_SAMPLES, fold_rows, uses_groups
+from ._ridge.cv import MIN_SAMPLES, check_fold_weights, fold_rows, uses_groups
 from ._ridge.partition import subsets as _subsets
 from ._ridge.partition import unique_variance, venn_regions
 from ._ridge.partition_inference import (
@@ -237,7 +237,10 @@ default=None
         uses groups and, on each training fold, to the inner fit.
     sample_weight : array-like of shape (n_samples,), default=None
         Non-negative weights, given to every fit (training rows) and to the
-        R^2 of every fold (test rows).
+        R^2 (test rows). A fold whose training rows all weigh 0 is refused
+        before any fit, naming it, and so, with ``average="folds"``, is a
+        fold whose test rows all weigh 0 (its R^2 would be 0 / 0), as
+        :class:`~skbatch.BandedRidge` refuses such folds of its ``cv``.
     n_permutations : int, default=0
         Permutations per band for the p-values of the unique variance; 0
         tests nothing. For band b, permutation i moves the rows of band b's
@@ -470,6 +473,8 @@ default="circular_shift"
     if sample_weight is not None:
         sample_weight = _check_weights(sample_weight, n_samples)
     splits = _outer_splits(cv, X, Y, groups)
+    # "folds" scores each fold on its own test rows, which must weigh.
+    check_fold_weights(splits, sample_weight, scored_per_fold=average == "folds")
     if n_bootstrap:
         check_replicable(splits, groups, n_samples)
         _warn_few_runs(groups)
