@@ -15,7 +15,12 @@ from typing import NamedTuple
 import numpy as np
 
 from .._engine import _say
-from .._fit_warnings import no_model_scores, warn_at_grid_edges, warn_if_autocorrelated
+from .._fit_warnings import (
+    no_model_scores,
+    warn_at_grid_edges,
+    warn_if_autocorrelated,
+    warn_undefined_best_scores,
+)
 from .banded import (
     BandedDesign,
     band_candidates,
@@ -268,6 +273,9 @@ def _warn_about_fit(
         n_alphas=alphas.size,
         n_candidates=len(candidates),
         stacklevel=FIT_STACKLEVEL,
+    )
+    warn_undefined_best_scores(
+        found.score, scoring, cv, shared=not local_alpha, stacklevel=FIT_STACKLEVEL
     )
 
 
