@@ -44,6 +44,7 @@ from ._base import (
     check_n_jobs,
     check_verbose,
     estimator_input,
+    fit_under_budget,
     refit_params,
 )
 from ._bootstrap.attributes import (
@@ -219,7 +220,9 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         :func:`skbatch.resolve_backend`.
     max_memory_gb : float or None, default=None
         Memory budget in GB, for the replicates kept on the host and for
-        the device batches; None measures free memory.
+        the device batches; None measures free memory. Also the budget of
+        the fit of ``estimator_`` on all data, for an estimator that takes
+        ``max_memory_gb`` and was given none (``estimator_`` then holds it).
     verbose : int, default=0
         1: print the plan of each loop before it runs and a summary after
         it, and show progress; 2: also log the plans, every batch and the
@@ -434,7 +437,7 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         )
         backend, flops = self._preflight(settings, estimator, inputs)
         with full_fit_threads(flops, self.n_bootstrap, FULL_FIT_ONE_THREAD_MAX_FLOPS):
-            self.estimator_ = clone(estimator).fit(
+            self.estimator_ = fit_under_budget(estimator, settings.max_memory_gb).fit(
                 inputs.X_fit,
                 inputs.y_fit,
                 **refit_params(estimator, groups, fit_params),
