@@ -135,8 +135,10 @@ def run_on_cluster(
     computed by the cluster, next to its chunks, never in this process.
     The batches are those :func:`~skbatch._engine.run_batched` plans in this
     process (one :class:`~skbatch._engine.BatchPlanner`), so the results are
-    the same. At most ``TASKS_IN_FLIGHT_PER_WORKER`` batches per
-    worker thread, and no more than the host budget holds, are in flight.
+    the same up to the rounding of the workers' BLAS threads (within the
+    tolerance of docs/user_guide/guarantees.rst). At most
+    ``TASKS_IN_FLIGHT_PER_WORKER`` batches per worker thread, and no more
+    than the host budget holds, are in flight.
 
     A worker that dies mid-fit is replaced by dask, which recomputes its
     batches from another worker's copy of the problem; if every copy was
