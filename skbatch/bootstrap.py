@@ -78,8 +78,10 @@ from ._estimators.base import (
     WrapperMixin,
     atomic_fit,
     check_max_memory_gb,
+    check_n_jobs,
     check_verbose,
     estimator_input,
+    fit_under_budget,
     refit_params,
 )
 from ._kernels.rules import check_alternative
@@ -219,7 +221,9 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         :func:`skbatch.resolve_backend`.
     max_memory_gb : float or None, default=None
         Memory budget in GB, for the replicates kept on the host and for
-        the device batches; None measures free memory.
+        the device batches; None measures free memory. Also the budget of
+        the fit of ``estimator_`` on all data, for an estimator that takes
+        ``max_memory_gb`` and was given none (``estimator_`` then holds it).
     verbose : int, default=0
         1: print the plan of each loop before it runs and a summary after
         it, and show progress; 2: also log the plans, every batch and the
@@ -366,13 +370,7 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         for name in ("return_samples", "tune_per_replicate"):
             if not isinstance(getattr(self, name), bool | np.bool_):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
-        n_jobs = self.n_jobs
-        if n_jobs is not None and (
-            isinstance(n_jobs, bool)
-            or not isinstance(n_jobs, numbers.Integral)
-            or n_jobs == 0
-        ):
-            raise ValueError(f"n_jobs must be None or a nonzero int, got {n_jobs!r}")
+        check_n_jobs(self.n_jobs)
         if self.estimator is not None and not hasattr(self.estimator, "fit"):
             raise ValueError(
                 f"estimator must be None or an estimator with a fit method, got "
@@ -440,7 +438,7 @@ class BootstrapEstimator(WrapperMixin, RegressorMixin, BaseEstimator):
         )
         backend, flops = self._preflight(settings, estimator, inputs)
         with full_fit_threads(flops, self.n_bootstrap, FULL_FIT_ONE_THREAD_MAX_FLOPS):
-            self.estimator_ = clone(estimator).fit(
+            self.estimator_ = fit_under_budget(estimator, settings.max_memory_gb).fit(
                 inputs.X_fit,
                 inputs.y_fit,
                 **refit_params(estimator, groups, fit_params),

@@ -17,12 +17,12 @@ from sklearn.utils import check_X_y
 
 from ._engine import run_parallel
 from ._engine.preflight import DataBytes, refit_window, refuse
-from ._estimators.base import check_max_memory_gb, check_verbose
+from ._estimators.base import check_max_memory_gb, check_n_jobs, check_verbose
 from ._estimators.fit_checks import _check_weights
 from ._kernels.rules import check_alternative
 from ._kernels.timeseries import autocorrelation_warning
 from ._ridge.banded import WEIGHT_FLOOR, check_band_weights, check_bands
-from ._ridge.cv import MIN_SAMPLES, fold_rows, uses_groups
+from ._ridge.cv import MIN_SAMPLES, check_fold_weights, fold_rows, uses_groups
 from ._ridge.partition import subsets as _subsets
 from ._ridge.partition import unique_variance, venn_regions
 from ._ridge.partition_inference import (
@@ -97,7 +97,12 @@ class VariancePartition(_Fields):
         (``BandedRidge.band_names_``), by size, then lexicographic in band
         order.
     scores : ndarray of shape (n_subsets, n_targets)
-        Held-out R^2 of the model on each subset, the mean over the folds.
+        Held-out R^2 of the model on each subset: with ``average="rows"``
+        (the default), one R^2 over the test rows of all folds together,
+        each row predicted by the model of its fold (as ``r2_score(y,
+        cross_val_predict(...))``); with ``average="folds"``, the mean of
+        the folds' R^2, each on its own test rows (as
+        ``cross_val_score(...).mean()``).
     regions : ndarray of shape (n_subsets, n_targets)
         The Venn region of each subset: the variance shared by exactly its
         bands (for a single band, its unique variance).
@@ -179,8 +184,10 @@ def variance_partitioning(
 
     For each non-empty subset ``U`` of the bands, a clone of ``estimator``
     restricted to the columns of ``U`` is fit on each training fold of
-    ``cv`` and scored by R^2 per target on the fold's test rows; ``f(U)``
-    is the mean over the folds. With ``B`` all bands and ``f(∅) = 0``, band
+    ``cv`` and predicts the fold's test rows; ``f(U)`` is, per target, the
+    R^2 of those predictions over the test rows of all folds together
+    (``average="rows"``, the default), or the mean of each fold's R^2 on
+    its own test rows (``average="folds"``). With ``B`` all bands and ``f(∅) = 0``, band
     b's unique variance is ``f(B) - f(B minus b)``, and for two bands the
     shared part is ``f(0) + f(1) - f(01)``; for k bands every region of the
     Venn diagram follows by Möbius inversion
@@ -230,7 +237,10 @@ default=None
         uses groups and, on each training fold, to the inner fit.
     sample_weight : array-like of shape (n_samples,), default=None
         Non-negative weights, given to every fit (training rows) and to the
-        R^2 of every fold (test rows).
+        R^2 (test rows). A fold whose training rows all weigh 0 is refused
+        before any fit, naming it, and so, with ``average="folds"``, is a
+        fold whose test rows all weigh 0 (its R^2 would be 0 / 0), as
+        :class:`~skbatch.BandedRidge` refuses such folds of its ``cv``.
     n_permutations : int, default=0
         Permutations per band for the p-values of the unique variance; 0
         tests nothing. For band b, permutation i moves the rows of band b's
@@ -382,6 +392,20 @@ default="circular_shift"
     >>> bool(np.allclose(result.regions.sum(axis=0), result.scores[-1]))
     True
 
+    A subset's score is the R^2 of its held-out predictions over the test
+    rows of all folds together (``average="rows"``), as scikit-learn's
+    ``cross_val_predict`` assembles them; the full model's:
+
+    >>> from sklearn.metrics import r2_score
+    >>> from sklearn.model_selection import cross_val_predict
+    >>> full = BandedRidge(bands=bands, band_weights=5, alphas=np.logspace(-2, 3, 6))
+    >>> held_out = cross_val_predict(
+    ...     full, X, Y, cv=LeaveOneGroupOut(), groups=runs, params={"groups": runs}
+    ... )
+    >>> r2 = r2_score(Y, held_out, multioutput="raw_values")
+    >>> bool(np.allclose(result.scores[-1], r2))
+    True
+
     P-values and intervals of the unique variance (band rows rotated
     within runs; whole runs resampled). Four runs are too few for intervals
     that keep their level, and a warning says so:
@@ -428,6 +452,7 @@ default="circular_shift"
             f"scores"
         )
     entropy = resolve_entropy(random_state)
+    check_n_jobs(n_jobs)
     check_max_memory_gb(max_memory_gb)
     check_verbose(verbose)
     X, Y = check_X_y(
@@ -448,6 +473,8 @@ default="circular_shift"
     if sample_weight is not None:
         sample_weight = _check_weights(sample_weight, n_samples)
     splits = _outer_splits(cv, X, Y, groups)
+    # "folds" scores each fold on its own test rows, which must weigh.
+    check_fold_weights(splits, sample_weight, scored_per_fold=average == "folds")
     if n_bootstrap:
         check_replicable(splits, groups, n_samples)
         _warn_few_runs(groups)

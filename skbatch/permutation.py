@@ -31,7 +31,7 @@ and the fitted attributes. What the score is made of (metrics, folds) is in
 import numbers
 
 import numpy as np
-from sklearn.base import BaseEstimator, RegressorMixin, clone, is_classifier
+from sklearn.base import BaseEstimator, RegressorMixin, is_classifier
 from sklearn.model_selection import check_cv
 from sklearn.utils import get_tags
 
@@ -41,6 +41,7 @@ from ._estimators.base import (
     check_max_memory_gb,
     check_verbose,
     estimator_input,
+    fit_under_budget,
     refit_params,
 )
 from ._kernels.rules import check_alternative
@@ -147,7 +148,10 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
         :func:`skbatch.resolve_backend`.
     max_memory_gb : float or None, default=None
         Memory budget in GB, for device batches, generic-path windows and
-        the retained null; None measures free memory.
+        the retained null; None measures free memory. Also the budget of
+        the fit of ``estimator_`` on all data, for an estimator that takes
+        ``max_memory_gb`` and was given none (``estimator_`` then holds
+        it), so that every stage of ``fit_report_`` is planned against it.
     verbose : int, default=0
         1: print each loop's plan and summary, why a ridge-like estimator
         is refit, and progress; 2: also log every batch and out-of-memory
@@ -362,7 +366,7 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
         paths = self._choose_paths(
             settings, estimator, inputs, metrics, n_items, n_stats
         )
-        self.estimator_ = clone(estimator).fit(
+        self.estimator_ = fit_under_budget(estimator, settings.max_memory_gb).fit(
             inputs.X_fit, inputs.y_fit, **paths.refits
         )
         backend, counters = run_paths(settings, estimator, inputs, resamples, paths)

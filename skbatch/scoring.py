@@ -283,9 +283,19 @@ def r2_score_split(
     (centred), so that the shares always sum to ``r2_score(y, P +
     intercept)``. With a fitted :class:`~skbatch.BandedRidge`,
     ``r2_score_split(y, model.predict_per_band(X),
-    intercept=model.intercept_)`` is ``model.score_per_band(X, y)``. For
-    zero-mean ``y`` and predictions, as himalaya asks for, the shares are
-    himalaya's.
+    intercept=model.intercept_)`` is ``model.score_per_band(X, y)``.
+
+    himalaya's function asks for a zero-mean ``y_true`` (it warns
+    otherwise, and takes ``sum_i y_i**2`` as the total) and uses the
+    predictions as given, uncentred. On a zero-mean ``y`` the totals agree,
+    and so do the shares when ``P`` has the mean of ``y`` (centred
+    predictions, or bands whose means cancel). Where ``P``'s mean ``m``
+    differs, the ``n m**2 / SST`` that the offset takes off R^2 is shared
+    otherwise: himalaya takes ``n m_b m / SST`` off band b, in proportion
+    to the mean ``m_b`` of its prediction, here in proportion to ``sum_i
+    P_b,i P_i`` (centred), so that a band's share does not depend on a
+    constant its prediction carries. The shares then differ by the
+    difference of those two terms, while summing to the same total.
 
     Parameters
     ----------

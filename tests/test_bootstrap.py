@@ -710,7 +710,7 @@ def test_in_pipeline_and_grid_search_and_pickle():
         ({"attributes": []}, r"attributes must be .* got \[\]"),
         ({"attributes": ("coef_", "coef_")}, "attributes must be"),
         ({"return_samples": "yes"}, "return_samples must be a bool, got 'yes'"),
-        ({"n_jobs": 0}, "n_jobs must be None or a nonzero int, got 0"),
+        ({"n_jobs": 0}, "n_jobs must be None, a positive int .* got 0"),
         ({"max_memory_gb": -1.0}, "max_memory_gb .* got -1.0"),
         ({"verbose": -1}, "verbose must be an int >= 0, got -1"),
     ],

@@ -778,3 +778,62 @@ def test_the_generic_path_fails_saying_the_data_was_lost(monkeypatch):
     ):
         _bootstrap_closing_every_worker(False, monkeypatch)
     assert time.perf_counter() - started < FIT_TIMEOUT_S
+
+
+# --- the client closed mid-fit --------------------------------------------------
+
+
+_RUN_BATCH = engine.cluster._run_batch
+
+
+def _slow_third_batch(problem, ids, *args):
+    # The third batch of 50 targets takes a second, so that a close from
+    # another thread comes while the fit waits for it.
+    if ids[0] == 2 * 50:
+        time.sleep(1.0)
+    return _RUN_BATCH(problem, ids, *args)
+
+
+def _closing_on_the_third_batch(monkeypatch, client, when):
+    """Close ``client`` at the third batch: before submitting it, after, or
+    from another thread while the fit waits for it (the batch then takes a
+    second, so that the close comes first)."""
+    submit = client.submit
+    n_submits = []
+    closer = []
+
+    def closing_submit(*args, **kwargs):
+        n_submits.append(1)
+        if len(n_submits) == 3 and when == "before":
+            client.close()
+        future = submit(*args, **kwargs)
+        if len(n_submits) == 3 and when == "after":
+            client.close()
+        if len(n_submits) == 3 and when == "thread":
+            closer.append(threading.Timer(0.2, client.close))
+            closer[0].start()
+        return future
+
+    monkeypatch.setattr(engine.cluster, "_run_batch", _slow_third_batch)
+    monkeypatch.setattr(client, "submit", closing_submit)
+    return closer
+
+
+@pytest.mark.parametrize("when", ["before", "after", "thread"])
+def test_a_client_closed_mid_fit_fails_saying_so(monkeypatch, when):
+    X, Y = make_data(n_targets=400)
+    with distributed.Client(
+        processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None
+    ) as client:
+        closer = _closing_on_the_third_batch(monkeypatch, client, when)
+        model = BatchedRidge(alphas=ALPHAS, n_targets_batch=50, device="cpu")
+        with pytest.raises(RuntimeError, match="client .* was closed during the fit"):
+            model.fit(X, Y)
+        for thread in closer:
+            thread.join()
+        assert client.status == "closed"
+    assert not hasattr(model, "coef_")
+    assert not hasattr(model, "fit_report_")
+    # Without a client the same estimator fits in this process.
+    model.fit(X, Y)
+    assert_array_equal(model.alpha_, BatchedRidge(alphas=ALPHAS).fit(X, Y).alpha_)

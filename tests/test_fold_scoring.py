@@ -247,3 +247,109 @@ def test_zero_weight_test_fold_is_refused_and_the_fit_kept(make):
             assert_array_equal(after[name], value)
         elif isinstance(value, float):
             assert after[name] == value
+
+
+def naive_fold_correlations(X, Y, splits):
+    """Mean over the folds of Pearson's r of sklearn Ridge's held-out
+    predictions, per alpha and target: NaN where a fold's target is constant."""
+    scores = np.zeros((len(ALPHAS), Y.shape[1]))
+    for a, alpha in enumerate(ALPHAS):
+        for train, test in splits:
+            predicted = Ridge(alpha=alpha).fit(X[train], Y[train]).predict(X[test])
+            with np.errstate(invalid="ignore", divide="ignore"):
+                scores[a] += [
+                    np.corrcoef(Y[test][:, j], predicted[:, j])[0, 1]
+                    if np.ptp(Y[test][:, j]) > 0
+                    else np.nan
+                    for j in range(Y.shape[1])
+                ]
+    return scores / len(splits)
+
+
+def degenerate_warnings(caught):
+    return [w for w in caught if issubclass(w.category, DegenerateDataWarning)]
+
+
+@pytest.mark.parametrize(
+    "make, scale",
+    [
+        (
+            lambda: BatchedRidge(alphas=ALPHAS, cv=KFold(4), scoring="correlation"),
+            np.ones(len(BANDS)),
+        ),
+        (
+            lambda: BandedRidge(
+                BANDS,
+                alphas=ALPHAS,
+                band_weights=CANDIDATES[:1],
+                cv=KFold(4),
+                scoring="correlation",
+            ),
+            # A band weight scales its columns by its square root.
+            np.sqrt(CANDIDATES[0][BANDS]),
+        ),
+    ],
+    ids=["BatchedRidge", "BandedRidge"],
+)
+def test_a_correlation_undefined_on_a_fold_warns_once_naming_the_targets(make, scale):
+    # Targets constant on one test fold have no mean correlation over the
+    # folds: NaN at every alpha, the first alpha kept, as GridSearchCV; the
+    # NaN comes with the DegenerateDataWarning of every quiet NaN.
+    X, Y, _ = runs_with_dead_targets(seed=9)
+    splits = list(KFold(4).split(X))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = make().fit(X, Y)
+    (warning,) = degenerate_warnings(caught)
+    message = str(warning.message)
+    assert "3 of 8 targets" in message and "fold of cv" in message, message
+    assert warning.filename == __file__
+    naive = naive_fold_correlations(X * scale, Y, splits)
+    assert np.isnan(naive[:, DEAD]).all()
+    assert_array_equal(np.isnan(model.best_score_), np.isin(np.arange(8), DEAD))
+    assert_array_equal(model.alpha_[DEAD], ALPHAS[0])
+    alive = np.setdiff1d(np.arange(8), DEAD)
+    assert_allclose(model.best_score_[alive], naive[:, alive].max(axis=0), rtol=1e-8)
+
+
+def test_the_shared_alpha_leaves_undefined_targets_out():
+    # best_score_ is then the mean over the targets scored, never NaN: no
+    # warning; BandedRidge(local_alpha=False) keeps a best_score_ per target,
+    # NaN for those, and warns, saying they were left out.
+    X, Y, _ = runs_with_dead_targets(seed=9)
+    splits = list(KFold(4).split(X))
+    model = BatchedRidge(
+        alphas=ALPHAS, cv=KFold(4), scoring="correlation", alpha_per_target=False
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        model.fit(X, Y)
+    alive = np.setdiff1d(np.arange(8), DEAD)
+    mean = naive_fold_correlations(X, Y, splits)[:, alive].mean(axis=1)
+    assert model.alpha_ == ALPHAS[np.argmax(mean)]
+    assert_allclose(model.best_score_, mean.max(), rtol=1e-8)
+    banded = BandedRidge(
+        BANDS,
+        alphas=ALPHAS,
+        band_weights=CANDIDATES,
+        cv=KFold(4),
+        scoring="correlation",
+        local_alpha=False,
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        banded.fit(X, Y)
+    (warning,) = degenerate_warnings(caught)
+    assert "3 of 8 targets" in str(warning.message)
+    assert "left out of the mean" in str(warning.message)
+    assert_array_equal(np.isnan(banded.best_score_), np.isin(np.arange(8), DEAD))
+
+
+def test_scores_defined_on_every_fold_do_not_warn():
+    X, Y, _ = runs_with_dead_targets(seed=9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DegenerateDataWarning)
+        BatchedRidge(alphas=ALPHAS, cv=KFold(4)).fit(X, Y)
+        BatchedRidge(alphas=ALPHAS, cv=KFold(4), scoring="correlation").fit(
+            X, np.delete(Y, DEAD, axis=1)
+        )

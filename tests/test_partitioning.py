@@ -11,7 +11,7 @@ from sklearn.metrics import r2_score
 from sklearn.model_selection import KFold, LeaveOneGroupOut
 from test_ridge import _ar1_runs
 
-from skbatch import BandedRidge, variance_partitioning
+from skbatch import BandedRidge, BatchedRidge, variance_partitioning
 from skbatch._ridge.partition import subsets, unique_variance, venn_regions
 
 RUN_LENGTHS = (40, 55, 35, 50)
@@ -77,7 +77,8 @@ def _naive(
                     X[train][:, keep], Y[train], sample_weight=w, groups=runs[train]
                 )
                 predicted[test] = model.predict(X[test][:, keep]).reshape(len(test), -1)
-                folds.append(r2(test, predicted[test]))
+                if average == "folds":
+                    folds.append(r2(test, predicted[test]))
             every = np.arange(len(Y))
             scores.append(
                 r2(every, predicted) if average == "rows" else np.mean(folds, axis=0)
@@ -242,3 +243,64 @@ def test_bad_input_is_refused_before_any_fit(kwargs, match):
     kwargs.setdefault("estimator", _NoFit())
     with pytest.raises(ValueError, match=match):
         variance_partitioning(X, X[:, :2], **kwargs)
+
+
+def test_the_docs_say_what_each_average_computes():
+    # The scores' docs name both averages, and none says the default is the
+    # mean over the folds.
+    import skbatch._ridge.partition_inference as inference
+    from skbatch.partitioning import VariancePartition
+
+    summary = variance_partitioning.__doc__.split("Parameters")[0]
+    scores = VariancePartition.__doc__.split("scores :")[1].split(" : ")[0]
+    for text in (inference.__doc__, summary, scores):
+        flat = " ".join(text.split())
+        assert 'average="rows"' in flat and 'average="folds"' in flat, flat
+        assert "folds together" in flat, flat
+        assert "is the mean over the folds." not in flat, flat
+        assert "the mean over the folds;" not in flat, flat
+        assert not flat.rstrip().endswith("the mean over the folds."), flat
+
+
+def _zero_weight_on_run(runs, run):
+    weight = np.random.default_rng(3).uniform(0.5, 2.0, len(runs))
+    weight[runs == run] = 0.0
+    return weight
+
+
+def test_a_test_fold_of_zero_weight_is_refused_by_the_mean_over_folds():
+    # As BatchedRidge and BandedRidge refuse such a fold of their cv, naming
+    # it, before any fit (it fit every subset and returned NaN everywhere).
+    X, Y, labels, runs = _data((2, 2), seed=4)
+    weight = _zero_weight_on_run(runs, 2)
+    with pytest.raises(ValueError) as refused:
+        variance_partitioning(
+            X,
+            Y,
+            bands=labels,
+            estimator=_NoFit(),
+            groups=runs,
+            sample_weight=weight,
+            average="folds",
+        )
+    assert "sample_weight is 0 on all 35 test rows of cv fold 2" in str(refused.value)
+    with pytest.raises(ValueError) as by_ridge:
+        BatchedRidge(cv=LeaveOneGroupOut()).fit(X, Y, sample_weight=weight, groups=runs)
+    assert str(refused.value) == str(by_ridge.value)
+
+
+def test_a_test_fold_of_zero_weight_adds_nothing_to_the_score_over_rows():
+    X, Y, labels, runs = _data((2, 2), seed=4)
+    weight = _zero_weight_on_run(runs, 2)
+    # Inner folds of training rows that each hold rows of positive weight.
+    result = variance_partitioning(
+        X,
+        Y,
+        bands=labels,
+        estimator=_model(cv=KFold(3)),
+        groups=runs,
+        sample_weight=weight,
+    )
+    naive = _naive(X, Y, labels, runs, 2, sample_weight=weight, cv=KFold(3))
+    assert np.isfinite(result.scores).all()
+    assert_allclose(result.scores, naive, rtol=1e-8, atol=1e-10)

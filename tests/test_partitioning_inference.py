@@ -13,7 +13,12 @@ from sklearn.model_selection import GroupKFold, KFold, LeaveOneGroupOut
 from test_partitioning import _NoFit
 from test_ridge import _ar1_runs
 
-from skbatch import BandedRidge, variance_partitioning
+from skbatch import (
+    BandedRidge,
+    BootstrapEstimator,
+    PermutationScorer,
+    variance_partitioning,
+)
 from skbatch._ridge.partition_inference import replicate, replicate_splits
 from skbatch.random import bootstrap_rows, permutation_indices
 
@@ -414,6 +419,10 @@ def test_same_result_for_any_n_jobs():
         (dict(random_state=-3), ValueError, "random_state"),
         (dict(random_state="seed"), TypeError, "random_state"),
         (dict(max_memory_gb=-1.0), ValueError, "max_memory_gb"),
+        (dict(n_jobs="x"), TypeError, "n_jobs must be None or an int, got str: 'x'"),
+        (dict(n_jobs=1.5), TypeError, "n_jobs must be None or an int, got float"),
+        (dict(n_jobs=True), TypeError, "n_jobs must be None or an int, got bool"),
+        (dict(n_jobs=0), ValueError, r"n_jobs must be None, a positive int .* got 0"),
         (
             dict(n_permutations=99, n_bootstrap=99, max_memory_gb=1e-7),
             ValueError,
@@ -428,9 +437,25 @@ def test_same_result_for_any_n_jobs():
     ],
 )
 def test_bad_input_is_refused_before_any_fit(kwargs, error, match):
+    # n_jobs: the estimators' check, the same message.
     X, runs = _ar1_runs(RUN_LENGTHS, 4, 0.5, 9)
     kwargs.setdefault("groups", runs)
     with pytest.raises(error, match=match):
         variance_partitioning(
             X, X[:, :2], bands=[0, 0, 1, 1], estimator=_NoFit(), **kwargs
         )
+
+
+@pytest.mark.parametrize("n_jobs", ["x", 1.5, True, 0])
+def test_n_jobs_is_refused_as_the_estimators_refuse_it(n_jobs):
+    X, runs = _ar1_runs(RUN_LENGTHS, 4, 0.5, 9)
+    with pytest.raises((TypeError, ValueError)) as estimators:
+        PermutationScorer(_NoFit(), n_jobs=n_jobs).fit(X, X[:, 0])
+    with pytest.raises(type(estimators.value)) as bootstrap:
+        BootstrapEstimator(_NoFit(), n_jobs=n_jobs).fit(X, X[:, 0])
+    with pytest.raises(type(estimators.value)) as partitioning:
+        variance_partitioning(
+            X, X[:, :2], bands=[0, 0, 1, 1], estimator=_NoFit(), n_jobs=n_jobs
+        )
+    assert str(partitioning.value) == str(estimators.value)
+    assert str(bootstrap.value) == str(estimators.value)

@@ -70,7 +70,7 @@ def test_matches_himalaya_on_centred_data(include_correlation):
 
 
 def test_without_correlation_each_band_scores_alone():
-    y, parts = split_data(seed=14)
+    y, parts = split_data(seed=14, n_bands=2)
     weight = np.random.default_rng(2).uniform(0.5, 2.0, y.shape[0])
     own = r2_score_split(y, parts, False, intercept=5.0, sample_weight=weight)
     for b in range(parts.shape[0]):
@@ -131,3 +131,43 @@ def test_held_out_split_is_score_per_band():
 def test_refuses_bad_input(kwargs, match):
     with pytest.raises(ValueError, match=match):
         r2_score_split(np.ones((10, 2)), np.ones((3, 10, 2)), **kwargs)
+
+
+def _himalaya_split(y, parts):
+    pytest.importorskip("himalaya")
+    import warnings
+
+    from himalaya.backend import set_backend
+    from himalaya.scoring import r2_score_split as himalaya_split
+
+    set_backend("numpy")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # y is zero-mean
+        return np.asarray(himalaya_split(y, parts))
+
+
+@pytest.mark.parametrize("offsets", [(0.7, -0.2), (1.5, 0.0), (0.6, -0.6)])
+def test_offset_predictions_share_the_offset_as_the_docstring_says(offsets):
+    # Zero-mean y, uncentred predictions: the totals agree with himalaya's;
+    # the shares differ by himalaya's n m_b m / SST against this function's
+    # n m^2 / SST in proportion to the centred products, and agree when the
+    # offsets cancel (m = 0).
+    y, parts = split_data(seed=14, n_bands=2)
+    y = y - y.mean(axis=0)
+    parts = parts - parts.mean(axis=1, keepdims=True)
+    parts = parts + np.asarray(offsets)[:, None, None]
+    ours, theirs = r2_score_split(y, parts), _himalaya_split(y, parts)
+    total = r2_score(y, parts.sum(0), multioutput="raw_values")
+    np.testing.assert_allclose(ours.sum(0), total, rtol=1e-10)
+    np.testing.assert_allclose(theirs.sum(0), total, rtol=1e-10)
+    n = y.shape[0]
+    m_b, m = parts.mean(axis=1), parts.sum(0).mean(axis=0)
+    centred = parts - m_b[:, None]
+    products = (centred * centred.sum(0)).sum(axis=1)
+    sst = (y**2).sum(axis=0)
+    gap = -n * m_b * m / sst + n * m**2 / sst * products / products.sum(0)
+    np.testing.assert_allclose(theirs - ours, gap, rtol=1e-9, atol=1e-12)
+    assert (np.abs(gap).max() > 0.01) == (sum(offsets) != 0)
+    doc = " ".join(r2_score_split.__doc__.split())
+    assert "uses the predictions as given, uncentred" in doc
+    assert "``n m_b m / SST``" in doc

@@ -11,6 +11,7 @@ from sklearn.linear_model import Lasso, Ridge
 from sklearn.neighbors import KNeighborsRegressor
 from threadpoolctl import threadpool_limits
 
+import skbatch._engine
 import skbatch._permutation.paths
 from skbatch import (
     Backend,
@@ -363,3 +364,89 @@ def test_report_table_has_a_row_per_stage():
     ]
     # Columns line up: every row is as long as the header or shorter.
     assert {len(row) for row in rows} <= {len(header)}
+
+
+# --- the budget the user gave ------------------------------------------------
+
+
+@pytest.fixture
+def two_blas_threads():
+    """Batches side by side, two, whatever the host."""
+    with threadpool_limits(2, user_api="blas"):
+        yield
+
+
+def _big_items(n_targets=5000):
+    # Permutations of 5,000 targets: one item (a permuted fold of every
+    # target) about 0.1 GB, more than half of 0.15 GB.
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((200, 20)), rng.standard_normal((200, n_targets))
+
+
+def test_every_stage_is_planned_within_the_budget_given(two_blas_threads, monkeypatch):
+    # The fit on all data ran under the measured budget (capped at 8 GB) and
+    # the permutations planned two items side by side, 0.208 GB for 0.15.
+    monkeypatch.setattr(skbatch._engine.planner, "cpu_workers", lambda backend: 2)
+    X, Y = _big_items()
+    model = PermutationScorer(BatchedRidge(), n_permutations=3, max_memory_gb=0.15).fit(
+        X, Y
+    )
+    stages = model.fit_report_.stages
+    assert [stage.name for stage in stages] == ["targets", "permutations"]
+    for stage in stages:
+        assert stage.budget_gb == 0.15
+        # The peak the record derives from its own memory model.
+        per_batch = stage.device_bytes_per_item + stage.host_bytes_per_item
+        assert stage.planned_peak_bytes >= stage.fixed_bytes + per_batch
+        assert stage.planned_peak_bytes <= 0.15 * 1e9
+    (permutations,) = [s for s in stages if s.name == "permutations"]
+    assert permutations.device_bytes_per_item > 0.075e9
+    assert permutations.n_workers == 1
+    assert model.estimator_.max_memory_gb == 0.15
+    # The estimator given is left as it was.
+    assert model.estimator.max_memory_gb is None
+
+
+def test_the_bootstrap_fit_on_all_data_is_planned_within_the_budget_given():
+    X, Y = make_data(30)
+    model = BootstrapEstimator(BatchedRidge(), n_bootstrap=5, max_memory_gb=0.05).fit(
+        X, Y
+    )
+    (fit,) = [s for s in model.fit_report_.stages if s.name == "targets"]
+    assert fit.budget_gb == 0.05
+    assert model.estimator_.max_memory_gb == 0.05
+
+
+@pytest.mark.parametrize("budget", [0.09, 0.05])
+def test_a_refusal_says_the_budget_given_and_what_the_data_holds(budget):
+    # It said "budget is 0.0818 GB": the budget less the data's share.
+    X, Y = _big_items()
+    model = PermutationScorer(BatchedRidge(), n_permutations=3, max_memory_gb=budget)
+    with pytest.raises(ValueError) as refused:
+        model.fit(X, Y)
+    message = str(refused.value)
+    assert f"the memory budget is {budget:.3g} GB (max_memory_gb={budget})" in message
+    assert "beside the" in message and "the data and decompositions hold" in message
+    assert not hasattr(model, "estimator_")
+
+
+@pytest.mark.parametrize(
+    "item_share, side_by_side", [(0.3, 2), (0.45, 2), (0.55, 1), (0.9, 1)]
+)
+def test_items_bigger_than_their_share_of_the_budget_run_alone(
+    item_share, side_by_side, monkeypatch
+):
+    monkeypatch.setattr(skbatch._engine.planner, "cpu_workers", lambda backend: 2)
+    planner = skbatch._engine.BatchPlanner(
+        n_items=10,
+        backend=Backend("numpy"),
+        device_bytes_per_item=item_share * 1e9,
+        fixed_bytes=0.05e9,
+        max_memory_gb=1.05,
+        threads=True,
+    )
+    assert planner.n_side_by_side == side_by_side
+    planner.start(
+        "batched", planner.n_side_by_side, planner.n_side_by_side, where=("",)
+    )
+    assert planner.stage.planned_peak_bytes <= 1.05e9

@@ -18,7 +18,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
-from skbatch import Backend, BatchedRidge, memory
+from skbatch import Backend, BatchedRidge, DegenerateDataWarning, memory
 from skbatch._ridge import problems
 from skbatch._ridge.cv import LeaveOneOut, cv_scheme
 from skbatch.memory import GB
@@ -106,7 +106,14 @@ def test_a_target_without_scores_does_not_choose_the_shared_alpha(cv):
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         ours = BatchedRidge(**args).fit(X, with_constant)
+    # Per target, its best_score_ is NaN, which one DegenerateDataWarning
+    # says (and no warning of numpy's).
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         BatchedRidge(**{**args, "alpha_per_target": True}).fit(X, with_constant)
+    runtime = [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert [w.category for w in runtime] == [DegenerateDataWarning]
+    assert "1 of 5 targets" in str(runtime[0].message)
     ref = BatchedRidge(**args).fit(X, Y)
     assert ours.alpha_ == ref.alpha_
     assert ours.best_score_ == pytest.approx(ref.best_score_, rel=1e-12)

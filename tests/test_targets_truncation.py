@@ -56,8 +56,8 @@ def _truncate_after_first_read(monkeypatch, path, cut):
     read = skbatch._engine.targets._read_mapped
     blocks = []
 
-    def reading_then_truncating(Y, start, stop):
-        block = read(Y, start, stop)
+    def reading_then_truncating(Y, start, stop, *args):
+        block = read(Y, start, stop, *args)
         blocks.append((start, stop))
         if len(blocks) == 1:
             os.truncate(path, os.path.getsize(path) - cut)
@@ -144,3 +144,103 @@ def test_predictions_into_a_truncated_out_are_refused(tmp_path, monkeypatch):
     )
     with pytest.raises(OSError, match=f"shrank.*{path}|{path}.*shrank"):
         model.predict(X, out=out)
+
+
+# What cuts the file: the first positioned read of the file, or the first
+# span copied through the mapping, whichever the reader does; the next part
+# of the same block then lies past the file's end.
+_CUT_DURING_A_BLOCK = """
+import os
+import sys
+import numpy as np
+import skbatch._engine.targets as targets
+from sklearn.exceptions import NotFittedError
+from sklearn.utils.validation import check_is_fitted
+from skbatch import BatchedRidge
+
+path, how = sys.argv[1], sys.argv[2]
+n, t = 4000, 300
+rng = np.random.default_rng(0)
+X = rng.standard_normal((n, 2))
+(X @ rng.standard_normal((2, t)) + rng.standard_normal((n, t))).tofile(path)
+Y = np.memmap(path, dtype=np.float64, mode="r", shape=(n, t))
+if how == "fortran":
+    Y = np.memmap(path, dtype=np.float64, mode="r", shape=(n, t), order="F")
+cut = []
+
+
+def cutting(function):
+    def cut_once(*args):
+        result = function(*args)
+        if not cut:
+            cut.append(True)
+            os.truncate(path, os.path.getsize(path) // 3)
+        return result
+
+    return cut_once
+
+
+targets._release = cutting(targets._release)
+os.preadv = cutting(os.preadv)
+model = BatchedRidge(alphas=[1.0, 10.0])
+try:
+    model.fit(X, Y)
+except OSError as error:
+    print("refused:", error)
+try:
+    check_is_fitted(model)
+except NotFittedError:
+    print("not fitted")
+"""
+
+
+@pytest.mark.parametrize("order", ["c", "fortran"])
+def test_a_file_cut_while_a_block_is_copied_is_refused_without_a_fault(order, tmp_path):
+    # Few features, so that reading the targets is most of the fit; in a
+    # child process, which a fault (SIGBUS) would kill.
+    path = tmp_path / "y.dat"
+    done = subprocess.run(
+        [sys.executable, "-c", _CUT_DURING_A_BLOCK, str(path), order],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert "refused:" in done.stdout and "shrank" in done.stdout, done.stdout
+    assert str(path) in done.stdout
+    assert "not fitted" in done.stdout
+
+
+def test_a_block_read_through_the_file_equals_the_values_written(tmp_path):
+    # Positioned reads of the file (and the copy through the mapping, for a
+    # strided slice) give the values written, for every layout: C and
+    # Fortran order, an offset, a slice of columns, reversed rows, one row,
+    # one column.
+    path = tmp_path / "y.dat"
+    values = np.random.default_rng(1).standard_normal(57 * 41)
+    header = 24
+    with open(path, "wb") as file:
+        file.write(b"x" * header)
+        values.tofile(file)
+    slices = [
+        np.s_[:, :],
+        np.s_[:, 5:30],
+        np.s_[::-1, :],
+        np.s_[3:50:2, ::3],
+        np.s_[:, 7:8],
+        np.s_[9:10, :],
+    ]
+    for order in ("C", "F"):
+        Y = np.memmap(path, np.float64, "r", offset=header, shape=(57, 41), order=order)
+        written = values.reshape((57, 41), order=order)
+        for where in slices:
+            view, expected = Y[where], written[where]
+            file = skbatch._engine.targets._MappedFile.of(view)
+            if sys.platform.startswith("linux"):
+                assert file is not None
+            width = view.shape[1]
+            for start, stop in ((0, width), (1, 4), (width - 1, width)):
+                block = skbatch._engine.targets._read_mapped(view, start, stop, file)
+                np.testing.assert_array_equal(block, expected[:, start:stop])
+            columns = skbatch._engine.targets.TargetColumns(view)
+            np.testing.assert_array_equal(columns.read(0, width), expected)

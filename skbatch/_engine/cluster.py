@@ -44,6 +44,9 @@ TASKS_IN_FLIGHT_PER_WORKER = 2
 # Times the data is sent again, and the tasks that needed it rerun, after the
 # dask workers holding every copy of it died.
 DATA_LOSS_RETRIES = 2
+# Client.status of a client that was closed (or is closing): no task can be
+# sent or waited for through it any more.
+CLOSED_CLIENT_STATUSES = ("closing", "closed")
 # Task arguments bigger than this (dask's sizeof) go to a dask cluster once,
 # scattered, instead of inside every task: joblib's dask backend scatters from
 # the same size on, but again for every window.
@@ -133,8 +136,10 @@ def run_on_cluster(
     computed by the cluster, next to its chunks, never in this process.
     The batches are those :func:`~skbatch._engine.run_batched` plans in this
     process (one :class:`~skbatch._engine.BatchPlanner`), so the results are
-    the same. At most ``TASKS_IN_FLIGHT_PER_WORKER`` batches per
-    worker thread, and no more than the host budget holds, are in flight.
+    the same up to the rounding of the workers' BLAS threads (within the
+    tolerance of docs/user_guide/guarantees.rst). At most
+    ``TASKS_IN_FLIGHT_PER_WORKER`` batches per worker thread, and no more
+    than the host budget holds, are in flight.
 
     A worker that dies mid-fit is replaced by dask, which recomputes its
     batches from another worker's copy of the problem; if every copy was
@@ -158,9 +163,12 @@ verbose, desc :
     Returns
     -------
     skbatch._engine.Plan
-    """
-    from distributed import wait
 
+    Raises
+    ------
+    RuntimeError
+        When ``client`` is closed while the batches run, saying so.
+    """
     timeout = dask_timeout()
     planner = BatchPlanner(
         n_items=n_items,
@@ -194,6 +202,23 @@ verbose, desc :
     # Each batch splits on its own worker after an out-of-memory error: the
     # batches are cut once, as planned.
     batches = deque(planner.batches())
+    try:
+        return _run_tasks(
+            client, problem, reduce, planner, batches, n_threads, in_flight
+        )
+    except Exception as exc:
+        if client.status in CLOSED_CLIENT_STATUSES:
+            raise _client_closed_error(client) from exc
+        raise
+
+
+def _run_tasks(client, problem, reduce, planner, batches, n_threads, in_flight):
+    """Run ``batches`` (arrays of item ids) of ``problem`` on the ``n_threads``
+    worker threads of ``client``'s cluster, at most ``in_flight`` at a time,
+    for :func:`run_on_cluster`."""
+    from distributed import wait
+
+    timeout = dask_timeout()
     data = _TaskData((problem,), {}, client, min_bytes=0, broadcast=True)
     pending = deque()
     n_losses = 0
@@ -271,6 +296,18 @@ verbose, desc :
                     reduce(task.ids[lo:hi], result)
                 planner.count(n_calls, n_splits)
     return planner.finish(("%d dask worker threads", n_threads))
+
+
+def _client_closed_error(client):
+    """The error of a fit whose dask client was closed while it ran."""
+    return RuntimeError(
+        f"The dask client this fit ran its batches on was closed during the "
+        f"fit (its status is {client.status!r}: client.close() was called, or "
+        f"its cluster shut down), and nothing more could be computed (a fit "
+        f"leaves the estimator as it was). Keep the client open until the "
+        f"call returns; fit again with an open client, or with no client "
+        f"active to fit in this process."
+    )
 
 
 @dataclass

@@ -59,7 +59,7 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size, chunk_width :
     Plan
         With the number of kernel calls and OOM recoveries filled in. The
         loop's :class:`~skbatch.FitStage` goes to the fit reports being
-        collected (see :func:`skbatch._report.collect_stages`).
+        collected (see :func:`skbatch._engine.report.collect_stages`).
     """
     planner = BatchPlanner(
         n_items=n_items,

@@ -89,7 +89,7 @@ def plan_batches(
     chunk_width : int or None, default=None
         Items per chunk of the array the items are read from or written to
         (the column chunks of out-of-core targets): an "auto" plan then
-        follows the chunks (:func:`skbatch._targets.chunk_aligned`).
+        follows the chunks (:func:`skbatch._engine.targets.chunk_aligned`).
 
     Returns
     -------
@@ -130,6 +130,13 @@ def plan_batches(
             f"on {backend.name} is {device_budget:.3g} GB; raise max_memory_gb or "
             "reduce n_samples / n_features."
         )
+    item_bytes = device_bytes_per_item
+    if not backend.is_gpu:
+        item_bytes += host_bytes_per_item
+    if fixed_bytes + item_bytes > device_budget * GB:
+        raise ValueError(
+            _one_item_refusal(item_bytes, fixed_bytes, device_budget, max_memory_gb)
+        )
     room = device_budget - fixed_bytes / GB
     batching_room = min(room, device_batching) / n_workers
     if backend.is_gpu:
@@ -157,6 +164,43 @@ def plan_batches(
     return Plan(n_items, size, math.ceil(n_items / size), device_batching)
 
 
+def _one_item_refusal(item_bytes, fixed_bytes, budget_gb, max_memory_gb):
+    """The message refusing an item that does not fit beside the data: what
+    each needs, against the budget the user gave (or the one measured)."""
+    besides = (
+        f" beside the {fixed_bytes / GB:.3g} GB the data and decompositions "
+        f"hold ({(item_bytes + fixed_bytes) / GB:.3g} GB together)"
+        if fixed_bytes
+        else ""
+    )
+    given = (
+        "measured: max_memory_gb=None"
+        if max_memory_gb is None
+        else f"max_memory_gb={max_memory_gb!r}"
+    )
+    return (
+        f"One item needs {item_bytes / GB:.3g} GB{besides} but the memory budget "
+        f"is {budget_gb:.3g} GB ({given}); raise max_memory_gb or reduce the size "
+        f"of an item (fewer samples or features)."
+    )
+
+
+def side_by_side_within(
+    n_workers, budget_gb, device_bytes_per_item, host_bytes_per_item, fixed_bytes, hold
+):
+    """Batches side by side, at most ``n_workers``, whose items fit the budget.
+
+    One item per batch and, with ``hold``, a finished batch's host result
+    besides, beside ``fixed_bytes``: an item bigger than its share of the
+    budget runs alone rather than several side by side past the budget.
+    """
+    room = budget_gb * GB - fixed_bytes
+    item = device_bytes_per_item + host_bytes_per_item
+    while n_workers > 1 and n_workers * item + hold * host_bytes_per_item > room:
+        n_workers -= 1
+    return n_workers
+
+
 def _batch_size(n_items, bytes_per_item, budget_gb, batching_gb):
     """Items per batch: one item must fit ``budget_gb``, a batch ``batching_gb``.
 
@@ -182,7 +226,7 @@ def _say(verbose, message):
 
 
 def _progress(total, verbose, desc):
-    """The :class:`~skbatch._report.Progress` of one loop; never stored on an
+    """The :class:`~skbatch._engine.report.Progress` of one loop; never stored on an
     estimator.
 
     ``verbose=0``: no bar, no lines. ``verbose>=1``: the bar is shown where
@@ -258,7 +302,7 @@ def _finished_stage(stage, plan, started, verbose):
 class BatchPlanner:
     """The bookkeeping of one loop of batches, here or on a dask cluster.
 
-    :func:`run_batched` and :func:`~skbatch._cluster.run_on_cluster` share
+    :func:`run_batched` and :func:`~skbatch._engine.cluster.run_on_cluster` share
     it, so that they cut the same batches and record the same stage: it
     plans the batch size (:func:`plan_batches`), cuts the item ids into
     batches in item order, shrinks later batches after an out-of-memory
@@ -309,6 +353,15 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size, chunk_width :
         desc="items",
     ):
         self.n_side_by_side = cpu_workers(backend) if threads else 1
+        if batch_size == "auto" and self.n_side_by_side > 1:
+            self.n_side_by_side = side_by_side_within(
+                self.n_side_by_side,
+                memory_budget(backend, max_memory_gb),
+                device_bytes_per_item,
+                host_bytes_per_item,
+                fixed_bytes,
+                hold_result,
+            )
         # Side by side, one batch more than the threads is in flight: the threads
         # compute while this thread reduces a finished batch, whose result is
         # held meanwhile (n_held). With one batch per thread they waited for
@@ -378,7 +431,8 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size, chunk_width :
         logger.log(self.log_level, "%s: " + message, self.desc, *args)
 
     def progress(self):
-        """The loop's :class:`~skbatch._report.Progress` (see :func:`_progress`)."""
+        """The loop's :class:`~skbatch._engine.report.Progress` (see
+        :func:`_progress`)."""
         return _progress(self.plan.n_items, self.verbose, self.desc)
 
     def batches(self):

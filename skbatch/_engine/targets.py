@@ -14,6 +14,7 @@ once the caller has made an array of it.
 import mmap
 import os
 import sys
+import weakref
 
 import numpy as np
 
@@ -157,6 +158,7 @@ class TargetColumns:
         self.host_bytes_per_column = (
             0 if self.kind is None else self.shape[0] * (self.dtype.itemsize + 1)
         )
+        self._file = None
 
     @property
     def out_of_core(self):
@@ -202,7 +204,9 @@ class TargetColumns:
     def _read(self, start, stop):
         if self.kind == "memmap":
             _check_mapped_size(self.Y, "y")
-            block = _read_mapped(self.Y, start, stop)
+            if self._file is None:
+                self._file = _MappedFile.of(self.Y)
+            block = _read_mapped(self.Y, start, stop, self._file)
             # A file cut inside its last page is read as zeros there.
             _check_mapped_size(self.Y, "y")
             return block
@@ -215,6 +219,8 @@ class TargetColumns:
         # file is sent by name, never by its contents, with the identity of
         # the file read here, which the other process checks.
         state = dict(self.__dict__)
+        # A descriptor is this process's own: the other opens the file again.
+        state["_file"] = None
         if self.kind == "memmap":
             by_name = _memmap_by_name(self.Y)
             if by_name is not None:
@@ -437,22 +443,130 @@ def _check_mapped_size(array, name):
         )
 
 
-def _read_mapped(Y, start, stop):
-    """Columns ``start:stop`` of memmap ``Y``, read through its own mapping.
+def _read_mapped(Y, start, stop, file=None):
+    """Columns ``start:stop`` of memmap ``Y``, read from the file it maps.
 
-    Through the array, never its file's name: a file replaced or removed
-    since the memmap was made still gives the memmap's values. Copied in
-    spans of the file (:func:`_pieces`), whose pages are released after each
+    Through ``file`` (a :class:`_MappedFile` of ``Y``) where there is one:
+    positioned reads of the file, which return short, never fault, where the
+    file was cut meanwhile (an ``OSError`` naming it). Else through ``Y``'s
+    own mapping, in spans of the file (:func:`_pieces`) each preceded by a
+    check of the file's size and whose pages are released after each
     (:func:`_release`), so that the resident set holds the block and one
-    span, not every page the copy touched.
+    span, not every page the copy touched; a file cut while a span is copied
+    there still faults (SIGBUS). Either way the values are those of the file
+    mapped, never of another file that took its name since.
     """
     view = Y[:, start:stop]
-    mapping = _shared_mapping(Y)
     block = np.empty(view.shape, view.dtype, order=_file_order(view))
+    if file is not None and file.read_into(view, block):
+        return block
+    mapping = _shared_mapping(Y)
     for piece in _pieces(view, mapping):
+        _check_mapped_size(Y, "y")
         block[piece] = view[piece]
         _release(mapping, view[piece])
     return block
+
+
+class _MappedFile:
+    """A descriptor of the file mapped under a memmap, for positioned reads.
+
+    Opened by the memmap's file name and kept only where it is the very file
+    mapped (its identity in ``/proc/self/maps`` compared with a mapping of
+    the descriptor's), so that a file replaced since is never read; then
+    held, so that the name may change meanwhile. Closed with this object.
+    """
+
+    def __init__(self, root, descriptor):
+        self.root, self.descriptor = root, descriptor
+        self._finalizer = weakref.finalize(self, os.close, descriptor)
+
+    @classmethod
+    def of(cls, Y):
+        """The :class:`_MappedFile` of memmap ``Y``; None where the pages
+        must be read through the mapping: a mapping whose changes are
+        private to it (mode "c"), no mapping table or positioned reads (not
+        Linux), or a file no longer at its name."""
+        root = _memmap_root(Y)
+        if (
+            root is None
+            or root.mode == "c"
+            or not root.filename
+            or not hasattr(os, "preadv")
+        ):
+            return None
+        mapped = _mapped_identity(root)
+        if mapped is None:
+            return None
+        try:
+            descriptor = os.open(root.filename, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            found = _descriptor_identity(descriptor)
+        except (OSError, ValueError):
+            found = None
+        if found != mapped:
+            os.close(descriptor)
+            return None
+        return cls(root, descriptor)
+
+    def read_into(self, view, block):
+        """Copy ``view`` (a view of the memmap) into ``block`` of its shape,
+        laid out as in the file; False, with nothing read, for a layout
+        other than rows (or columns) of consecutive elements."""
+        axis = 0 if _file_order(view) == "C" else 1
+        inner = 1 - axis
+        itemsize = view.itemsize
+        if view.shape[inner] > 1 and view.strides[inner] != itemsize:
+            return False
+        if view.size == 0:
+            return True
+        at = self._offset(view)
+        # One line (row, or column in Fortran order) of the block after the
+        # other, as bytes.
+        lines = (block if axis == 0 else block.T).view(np.uint8)
+        step = view.strides[axis]
+        if view.shape[axis] == 1 or step == lines.shape[1]:
+            self._read(lines.reshape(-1), at)
+            return True
+        descriptor, size = self.descriptor, lines.shape[1]
+        for line in lines:
+            if os.preadv(descriptor, [line], at) != size:
+                self._read(line, at)
+            at += step
+        return True
+
+    def _offset(self, view):
+        """Where ``view``'s first element lies in the file."""
+        root = self.root
+        data = root.__array_interface__["data"][0]
+        return root.offset + view.__array_interface__["data"][0] - data
+
+    def _read(self, into, offset):
+        """Fill the bytes ``into`` from the file at ``offset``."""
+        done = 0
+        while done < into.size:
+            count = os.preadv(self.descriptor, [into[done:]], offset + done)
+            if count == 0:
+                _check_mapped_size(self.root, "y")
+                raise OSError(
+                    f"{self.root.filename} ended at byte {offset + done} while "
+                    f"y was read from it; keep the file whole until skbatch is "
+                    f"done with y."
+                )
+            done += count
+
+
+def _descriptor_identity(descriptor):
+    """The ``/proc/self/maps`` identity of the file open as ``descriptor``,
+    as :func:`_mapped_identity` gives that of a memmap's file."""
+    with mmap.mmap(descriptor, 0, access=mmap.ACCESS_READ) as probe:
+        first = np.frombuffer(probe, dtype=np.uint8, count=1)
+        try:
+            return _mapped_identity(first)
+        finally:
+            del first
 
 
 def _write_mapped(out, start, block):

@@ -230,6 +230,19 @@ def check_n_jobs(n_jobs):
         )
 
 
+def fit_under_budget(estimator, max_memory_gb):
+    """A clone of ``estimator`` for a wrapper's fit on all data, under the
+    wrapper's ``max_memory_gb`` where the estimator takes a budget and was
+    given none: the wrapper's budget is the whole fit's, and its
+    ``fit_report_`` records the stages against it."""
+    estimator = clone(estimator)
+    if max_memory_gb is not None:
+        params = estimator.get_params(deep=False)
+        if "max_memory_gb" in params and params["max_memory_gb"] is None:
+            estimator.set_params(max_memory_gb=max_memory_gb)
+    return estimator
+
+
 def refit_params(estimator, groups, fit_params):
     """``fit_params`` of a wrapper's fits of ``estimator``, with the rows' groups.
 

@@ -27,6 +27,7 @@ from .fit_warnings import (
     no_model_scores,
     warn_at_grid_edges,
     warn_if_autocorrelated,
+    warn_undefined_best_scores,
 )
 from .magnitudes import checked_targets
 
@@ -272,6 +273,9 @@ def _warn_about_fit(
         n_alphas=alphas.size,
         n_candidates=len(candidates),
         stacklevel=FIT_STACKLEVEL,
+    )
+    warn_undefined_best_scores(
+        found.score, scoring, cv, shared=not local_alpha, stacklevel=FIT_STACKLEVEL
     )
 
 

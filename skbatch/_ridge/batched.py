@@ -13,6 +13,7 @@ from .fit_warnings import (
     no_model_scores,
     warn_at_grid_edges,
     warn_if_autocorrelated,
+    warn_undefined_best_scores,
 )
 from .magnitudes import checked_targets
 from .problems import (
@@ -137,4 +138,10 @@ def fit_batched_ridge(
         n_alphas=alphas.size,
         stacklevel=stacklevel,
     )
+    # best_score_ holds NaN: per target, or, for one alpha for all, the mean
+    # over the targets scored when no target is.
+    if alpha_per_target or np.isnan(best_score).all():
+        warn_undefined_best_scores(
+            best_score, scoring, cv, shared=False, stacklevel=stacklevel
+        )
     return coef, intercept, best, best_score, scores, mean_scores

@@ -40,6 +40,7 @@ __all__ = [
     "GeneralizedCV",
     "KFold",
     "LeaveOneOut",
+    "check_fold_weights",
     "cv_scheme",
     "fold_rows",
     "uses_groups",
@@ -493,6 +494,27 @@ def fold_rows(rows, n_samples, fold, part):
     return rows.astype(np.intp, copy=False)
 
 
+def check_fold_weights(splits, sample_weight, *, scored_per_fold=True):
+    """Refuse a fold whose training rows, or (``scored_per_fold``) test rows,
+    all weigh 0, naming it: nothing to fit, or a score of 0 / 0 (NaN)."""
+    if sample_weight is None:
+        return
+    for i, (train, test) in enumerate(splits):
+        if not np.any(sample_weight[train]):
+            raise ValueError(
+                f"sample_weight is 0 on all {len(train)} training rows of cv fold "
+                f"{i}: that fold has nothing to fit; give some of its training "
+                "rows a positive weight or use another cv"
+            )
+        if scored_per_fold and not np.any(sample_weight[test]):
+            raise ValueError(
+                f"sample_weight is 0 on all {len(test)} test rows of cv fold {i}: "
+                "that fold has nothing to score (its score would be NaN, 0 / 0); "
+                "give some of its test rows a positive weight or use a cv "
+                "whose test folds each hold rows of positive weight"
+            )
+
+
 def _check_splits(splits, cv, sample_weight, scoring):
     """Refuse folds no ridge can be fit or scored on; warn of undefined scores.
 
@@ -515,19 +537,7 @@ def _check_splits(splits, cv, sample_weight, scoring):
                 f"cv fold {i} has {len(train)} training row(s): a ridge fit needs "
                 f"at least {MIN_SAMPLES} samples; use fewer folds"
             )
-        if sample_weight is not None and not np.any(sample_weight[train]):
-            raise ValueError(
-                f"sample_weight is 0 on all {len(train)} training rows of cv fold "
-                f"{i}: that fold has nothing to fit; give some of its training "
-                "rows a positive weight or use another cv"
-            )
-        if sample_weight is not None and not np.any(sample_weight[test]):
-            raise ValueError(
-                f"sample_weight is 0 on all {len(test)} test rows of cv fold {i}: "
-                "that fold has nothing to score (every alpha would score NaN on "
-                "it); give some of its test rows a positive weight or use a cv "
-                "whose test folds each hold rows of positive weight"
-            )
+    check_fold_weights(splits, sample_weight)
     sizes = np.array([len(test) for _, test in splits])
     if scoring != "neg_mean_squared_error" and np.any(sizes < MIN_SCORED_ROWS):
         name = "correlation" if scoring == "correlation" else "R^2"

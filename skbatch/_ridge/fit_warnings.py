@@ -3,10 +3,13 @@
 For ``BatchedRidge`` and ``BandedRidge``: :class:`AlphaEdgeWarning` when
 many targets chose an edge of the grid of alphas while their score was
 still improving there (:func:`warn_at_grid_edges`, with the score of no
-model from :func:`no_model_scores`), and :class:`AutocorrelationWarning`
+model from :func:`no_model_scores`), :class:`AutocorrelationWarning`
 when leave-one-out or GCV chose on autocorrelated residuals
-(:func:`warn_if_autocorrelated`). The two warnings are public API, as
-``skbatch.AlphaEdgeWarning`` and ``skbatch.AutocorrelationWarning``.
+(:func:`warn_if_autocorrelated`), and :class:`DegenerateDataWarning` when
+the score of some targets at the chosen alpha is NaN
+(:func:`warn_undefined_best_scores`). The warnings are public API, as
+``skbatch.AlphaEdgeWarning``, ``skbatch.AutocorrelationWarning`` and
+``skbatch.DegenerateDataWarning``.
 """
 
 import warnings
@@ -14,8 +17,13 @@ import warnings
 import numpy as np
 
 from .._engine import active_dask_client
+from .._kernels.linalg import MIN_SCORED_ROWS
 from .._kernels.timeseries import autocorrelation_warning
-from ..exceptions import AlphaEdgeWarning, AutocorrelationWarning
+from ..exceptions import (
+    AlphaEdgeWarning,
+    AutocorrelationWarning,
+    DegenerateDataWarning,
+)
 
 __all__ = [
     "AlphaEdgeWarning",
@@ -23,6 +31,7 @@ __all__ = [
     "no_model_scores",
     "warn_at_grid_edges",
     "warn_if_autocorrelated",
+    "warn_undefined_best_scores",
 ]
 
 # After fit, warn when more than this share of targets chose the smallest or
@@ -180,3 +189,57 @@ def no_model_scores(scheme, Y, targets, sample_weight, scoring, fit_intercept, b
         return np.concatenate(parts)
 
     return no_model
+
+
+def warn_undefined_best_scores(best_score, scoring, cv, *, shared, stacklevel):
+    """Warn once when the score of some targets at the chosen alpha is NaN.
+
+    The rule of every NaN a result holds for a reason in the data
+    (:func:`skbatch._kernels.linalg.warn_undefined`): one
+    :class:`DegenerateDataWarning` naming how many targets and why. Under a
+    K-fold ``cv`` a target's score is the mean over the folds, NaN where
+    any fold's is (as ``cross_val_score(...).mean()``): a correlation of a
+    target constant on one test fold. ``shared``: one alpha for all
+    targets, chosen by the mean over the targets scored, which leaves these
+    out; else each such target scored NaN at every alpha and kept the
+    first, as ``GridSearchCV`` does.
+    """
+    undefined = np.isnan(best_score)
+    count = int(undefined.sum())
+    if count == 0:
+        return
+    name = "R^2" if scoring == "r2" else scoring
+    if cv is None or isinstance(cv, str):
+        where = "on the rows scored"
+    else:
+        where = (
+            "on the test rows of at least one fold of cv (a target's score is "
+            "the mean over the folds, NaN where any fold's is, as with "
+            "cross_val_score)"
+        )
+    if scoring == "correlation":
+        why = (
+            f"the target or its prediction is constant (to rounding) {where}, "
+            f"or their weights are all 0"
+        )
+    else:
+        why = (
+            f"fewer than {MIN_SCORED_ROWS} rows, or rows whose weights are all "
+            f"0, are scored {where}"
+        )
+    if shared:
+        then = (
+            "They were left out of the mean over the targets that chose the "
+            "shared alpha; their own score there is NaN."
+        )
+    else:
+        then = (
+            "Every alpha scored NaN for them, so each kept the first alpha (as "
+            "GridSearchCV does) and its best_score_ is NaN."
+        )
+    warnings.warn(
+        f"{name} is undefined (NaN) at the chosen alpha for {count} of "
+        f"{best_score.shape[0]} targets: {why}. {then}",
+        DegenerateDataWarning,
+        stacklevel=stacklevel,
+    )

@@ -1,8 +1,12 @@
 """Inference on unique variance: the refits of permuted and resampled designs.
 
 The statistic is band b's unique variance, ``f(B) - f(B minus b)``, with
-``f(U)`` the held-out R^2 of the model on the bands of ``U``, the mean over
-the outer folds (:func:`held_out_scores`); the Venn maths is in
+``f(U)`` the held-out R^2 of the model on the bands of ``U``
+(:func:`held_out_scores`): with ``average="rows"`` (the default), one R^2
+over the test rows of all outer folds together, each row predicted by its
+fold's model, as ``r2_score(y, cross_val_predict(...))``; with
+``average="folds"``, the mean of the folds' own R^2, as
+``cross_val_score(...).mean()``. The Venn maths is in
 :mod:`skbatch._ridge.partition`.
 
 - Permutation null (:func:`band_null_scores`): band b's rows are permuted
