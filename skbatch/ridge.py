@@ -30,6 +30,7 @@ from ._fit_warnings import (  # noqa: F401
 )
 from ._predict import LinearPredictMixin, score_weights  # noqa: F401
 from ._ridge.batched import fit_batched_ridge
+from ._ridge.covariance import DECOMPOSITIONS, check_decomposition
 from ._ridge.cv import cv_scheme
 from ._ridge.magnitudes import checked_targets  # noqa: F401
 from ._ridge.problems import fit_flops
@@ -91,6 +92,20 @@ default=None
         Compute dtype. "auto": float32 for float32 ``X`` (as scikit-learn's
         ``Ridge``) and on a GPU, float64 otherwise; predictions are float32
         only for a float32 model and float32 ``X``.
+    solver : {"auto", "svd", "covariance"}, default="auto"
+        How the design is decomposed. "svd": a thin SVD of all rows and of
+        each training fold. "covariance" (K-fold ``cv`` only): one ``eigh``
+        of each training fold's p x p covariance, formed from the moments of
+        its test rows subtracted from those of all rows, serving every alpha;
+        no n x p factor is formed, which is far faster and smaller when the
+        rows outnumber the features (EEG and MEG temporal response
+        functions). It squares the condition number: its relative error is
+        about ``eps * cond(X'X + alpha I)`` at the smallest alpha. "auto":
+        the covariance for K-fold ``cv`` when every training fold has at
+        least twice as many rows as features and that error is at most 1e-9
+        (then alphas and coefficients agree with the SVD's to 1e-10
+        relative), the SVD otherwise (leave-one-out, GCV, p > n / 2,
+        ill-conditioned designs).
     n_targets_batch : "auto" or int, default="auto"
         Targets per batch; "auto" sizes batches from the memory budget.
     store_cv_results : bool, default=False
@@ -245,6 +260,7 @@ default=None
         fit_intercept=True,
         scoring=None,
         dtype="auto",
+        solver="auto",
         n_targets_batch="auto",
         store_cv_results=False,
         device="auto",
@@ -257,6 +273,7 @@ default=None
         self.fit_intercept = fit_intercept
         self.scoring = scoring
         self.dtype = dtype
+        self.solver = solver
         self.n_targets_batch = n_targets_batch
         self.store_cv_results = store_cv_results
         self.device = device
@@ -280,6 +297,7 @@ default=None
         "fit_intercept": ["boolean"],
         "scoring": [StrOptions(set(SCORINGS) - {None}), None],
         "dtype": [StrOptions({"auto", "float32", "float64"}), type, np.dtype],
+        "solver": [StrOptions(set(DECOMPOSITIONS))],
         "n_targets_batch": [
             StrOptions({"auto"}),
             Interval(numbers.Integral, 1, None, closed="left"),
@@ -297,6 +315,7 @@ default=None
         self._validate_params()
         alphas = check_alphas(self.alphas)
         scheme = cv_scheme(self.cv, self.scoring)
+        check_decomposition(self.solver, scheme)
         check_max_memory_gb(self.max_memory_gb)
         check_verbose(self.verbose)
         return alphas, scheme
@@ -373,6 +392,7 @@ default=None
             batch_size=self.n_targets_batch,
             max_memory_gb=self.max_memory_gb,
             verbose=self.verbose,
+            solver=self.solver,
         )
         one_target = not out_of_core and y.ndim == 1
         if one_target:

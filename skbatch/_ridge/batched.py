@@ -10,6 +10,7 @@ warnings about what the fit says of the grid of alphas and of the rows.
 import numpy as np
 
 from .._fit_warnings import no_model_scores, warn_at_grid_edges, warn_if_autocorrelated
+from .covariance import CovarianceSolver, choose_decomposition
 from .magnitudes import checked_targets
 from .problems import (
     RidgeSolver,
@@ -40,6 +41,7 @@ def fit_batched_ridge(
     batch_size,
     max_memory_gb,
     verbose,
+    solver="auto",
 ):
     """Choose alphas and fit all targets ``Y`` on ``X``, as ``BatchedRidge``.
 
@@ -47,7 +49,9 @@ def fit_batched_ridge(
     ``sample_weight`` and ``groups`` are those of
     :func:`skbatch._fit_checks.fit_data` and ``scheme`` is split; the other
     arguments are ``BatchedRidge``'s parameters, ``backend`` and ``dtype``
-    resolved. Warnings name the caller of ``BatchedRidge.fit``.
+    resolved; ``solver`` chooses the decomposition
+    (:func:`~skbatch._ridge.covariance.choose_decomposition`). Warnings name
+    the caller of ``BatchedRidge.fit``.
 
     Returns
     -------
@@ -68,30 +72,41 @@ def fit_batched_ridge(
         alphas=alphas,
     )
     targets = checked_targets(X, Y, dtype, out_of_core)
-    check_solver_memory(
-        n_samples,
-        n_features,
-        scheme,
-        dtype,
-        backend,
-        max_memory_gb,
-        n_targets=n_targets,
-        n_alphas=alphas.size,
-    )
-
+    decomposition = choose_decomposition(solver, scheme, n_samples, n_features)
+    memory = dict(n_targets=n_targets, n_alphas=alphas.size)
+    solver_args = (X, sample_weight, alphas, scheme, backend, dtype)
+    options = dict(fit_intercept=fit_intercept, scoring=scoring)
     with backend.context():
-        solver = RidgeSolver(
-            X,
-            sample_weight,
-            alphas,
-            scheme,
-            backend,
-            dtype,
-            fit_intercept=fit_intercept,
-            scoring=scoring,
-        )
+        ridge_solver = None
+        if decomposition == "covariance":
+            check_solver_memory(
+                n_samples,
+                n_features,
+                scheme,
+                dtype,
+                backend,
+                max_memory_gb,
+                solver=CovarianceSolver,
+                **memory,
+            )
+            ridge_solver = CovarianceSolver(*solver_args, **options)
+            # "auto" keeps the covariance only where squaring the condition
+            # number keeps the SVD's accuracy.
+            if solver == "auto" and not ridge_solver.accurate():
+                ridge_solver = None
+        if ridge_solver is None:
+            check_solver_memory(
+                n_samples,
+                n_features,
+                scheme,
+                dtype,
+                backend,
+                max_memory_gb,
+                **memory,
+            )
+            ridge_solver = RidgeSolver(*solver_args, **options)
         results = fit_targets(
-            solver,
+            ridge_solver,
             targets,
             alpha_per_target=alpha_per_target,
             batch_size=batch_size,
