@@ -10,7 +10,7 @@ warnings about what the fit says of the grid of alphas and of the rows.
 import numpy as np
 
 from .._fit_warnings import no_model_scores, warn_at_grid_edges, warn_if_autocorrelated
-from .covariance import CovarianceSolver, choose_decomposition
+from .covariance import CovarianceSolver, choose_decomposition, covariance_solver
 from .magnitudes import checked_targets
 from .problems import (
     RidgeSolver,
@@ -72,13 +72,12 @@ def fit_batched_ridge(
         alphas=alphas,
     )
     targets = checked_targets(X, Y, dtype, out_of_core)
-    decomposition = choose_decomposition(solver, scheme, n_samples, n_features)
     memory = dict(n_targets=n_targets, n_alphas=alphas.size)
     solver_args = (X, sample_weight, alphas, scheme, backend, dtype)
     options = dict(fit_intercept=fit_intercept, scoring=scoring)
     with backend.context():
         ridge_solver = None
-        if decomposition == "covariance":
+        if choose_decomposition(solver, scheme, X) == "covariance":
             check_solver_memory(
                 n_samples,
                 n_features,
@@ -89,11 +88,7 @@ def fit_batched_ridge(
                 solver=CovarianceSolver,
                 **memory,
             )
-            ridge_solver = CovarianceSolver(*solver_args, **options)
-            # "auto" keeps the covariance only where squaring the condition
-            # number keeps the SVD's accuracy.
-            if solver == "auto" and not ridge_solver.accurate():
-                ridge_solver = None
+            ridge_solver = covariance_solver(*solver_args, **options, solver=solver)
         if ridge_solver is None:
             check_solver_memory(
                 n_samples,

@@ -38,6 +38,7 @@ __all__ = [
     "CovarianceSolver",
     "check_decomposition",
     "choose_decomposition",
+    "covariance_solver",
 ]
 
 #: Values of ``BatchedRidge(solver=...)``.
@@ -53,6 +54,10 @@ COVARIANCE_MIN_ROWS_PER_FEATURE = 2
 # float64 (tests/test_covariance.py; measured errors stay below
 # 0.1 * eps * cond, benchmarks/RESULTS.md).
 COVARIANCE_MAX_ERROR = 1e-9
+# Column norms whose squares (and sums of a few thousand of them, the
+# cross-moments) stay normal float64 numbers: 1e-140^2 keeps 1e-280 above the
+# subnormals (2.2e-308) with room for the weights, 1e140^2 stays below 1.8e308.
+COVARIANCE_NORM_RANGE = (1e-140, 1e140)
 # Rows of X between breaks that make a fold's rows one slice each run rather
 # than gathered indices.
 MIN_RUN_ROWS = 64
@@ -76,22 +81,86 @@ def check_decomposition(solver, scheme):
         )
 
 
-def choose_decomposition(solver, scheme, n_samples, n_features):
-    """``"svd"`` or ``"covariance"`` by shape, for a split ``scheme``.
+def choose_decomposition(solver, scheme, X):
+    """``"svd"`` or ``"covariance"`` by shape and scale, for a split ``scheme``.
 
     ``"auto"`` chooses the covariance for a K-fold scheme whose smallest
     training fold has at least ``COVARIANCE_MIN_ROWS_PER_FEATURE`` rows per
-    column; :meth:`CovarianceSolver.accurate` then says whether its
-    conditioning keeps it.
+    column and a host design ``X`` whose column norms square within the
+    float64 range (:func:`squares_in_range`);
+    :meth:`CovarianceSolver.accurate` then says whether its conditioning
+    keeps it.
+
+    Raises
+    ------
+    ValueError
+        For ``solver="covariance"`` and an X whose squares leave that range.
     """
-    if solver != "auto":
+    if solver == "svd":
+        return solver
+    if solver == "covariance":
+        if not squares_in_range(X):
+            raise ValueError(
+                "solver='covariance' squares X's columns, whose norms (from "
+                f"{_norm_range(X)}) leave the float64 range once squared; use "
+                "solver='svd' or 'auto'"
+            )
         return solver
     if not isinstance(scheme, KFold):
         return "svd"
     smallest = min(len(train) for train, _ in scheme.splits)
-    if smallest >= COVARIANCE_MIN_ROWS_PER_FEATURE * n_features:
-        return "covariance"
-    return "svd"
+    if smallest < COVARIANCE_MIN_ROWS_PER_FEATURE * X.shape[1]:
+        return "svd"
+    return "covariance" if squares_in_range(X) else "svd"
+
+
+def covariance_solver(
+    X, sample_weight, alphas, scheme, backend, dtype, *, fit_intercept, scoring, solver
+):
+    """A :class:`CovarianceSolver` of ``X`` where ``solver`` and the rule
+    (:func:`choose_decomposition`, :meth:`CovarianceSolver.accurate`) choose
+    the covariance, else None (decompose by SVD). Called inside the backend's
+    context, after the memory check of the decomposition chosen."""
+    if choose_decomposition(solver, scheme, X) != "covariance":
+        return None
+    decomposed = CovarianceSolver(
+        X,
+        sample_weight,
+        alphas,
+        scheme,
+        backend,
+        dtype,
+        fit_intercept=fit_intercept,
+        scoring=scoring,
+    )
+    # "auto" keeps the covariance only where squaring the condition number
+    # keeps the SVD's accuracy.
+    if solver == "auto" and not decomposed.accurate():
+        return None
+    return decomposed
+
+
+def _column_norms(X):
+    return _linalg.column_norms(np.asarray(X, dtype=np.float64), np)
+
+
+def squares_in_range(X):
+    """Whether every non-zero column norm of ``X`` lies within
+    ``COVARIANCE_NORM_RANGE``: its square, the covariance's diagonal, then
+    keeps every digit in float64."""
+    norms = _column_norms(X)
+    norms = norms[norms > 0]
+    if norms.size == 0:
+        return True
+    low, high = COVARIANCE_NORM_RANGE
+    return bool(
+        np.all(np.isfinite(norms)) and norms.min() >= low and norms.max() <= high
+    )
+
+
+def _norm_range(X):
+    norms = _column_norms(X)
+    return f"{norms.min():.3g} to {norms.max():.3g}"
 
 
 def row_selections(rows, backend, block=_linalg.COVARIANCE_ROW_BLOCK):
