@@ -131,6 +131,8 @@ default=None
         ``LinearRegression`` does (scikit-learn's ``Ridge`` ravels it).
     intercept_ : ndarray of shape (n_targets,) or float
         Intercepts, in ``dtype_`` (0.0 when ``fit_intercept=False``).
+    solver_ : {"svd", "covariance"}
+        The decomposition the fit used (see ``solver``).
     alpha_ : ndarray of shape (n_targets,) or float
         Chosen alpha per target; a float for 1-D ``y`` or
         ``alpha_per_target=False``. With ``sample_weight``, leave-one-out
@@ -375,7 +377,7 @@ default=None
         flops = fit_flops(n_samples, n_features, n_targets, alphas.size, scheme)
         self.backend_ = resolve_backend(self.device, flops=flops)
         self.dtype_ = resolve_dtype(self.dtype, self.backend_, X.dtype)
-        coef, intercept, best, best_score, scores, mean_scores = fit_batched_ridge(
+        fitted = fit_batched_ridge(
             X,
             Y,
             sample_weight,
@@ -394,6 +396,7 @@ default=None
             verbose=self.verbose,
             solver=self.solver,
         )
+        coef, intercept, best, best_score, scores, mean_scores, self.solver_ = fitted
         one_target = not out_of_core and y.ndim == 1
         if one_target:
             self.alpha_ = float(alphas[best[0]])

@@ -60,6 +60,8 @@ def fit_batched_ridge(
     mean_scores : ndarray of shape (n_alphas,) or None
         With one alpha for all targets (``alpha_per_target=False``), the
         mean over the targets scored of each alpha's scores; else None.
+    decomposition : {"svd", "covariance"}
+        The decomposition the fit used.
     """
     n_samples, n_features = X.shape
     n_targets = Y.shape[1]
@@ -143,4 +145,7 @@ def fit_batched_ridge(
         n_alphas=alphas.size,
         stacklevel=stacklevel,
     )
-    return coef, intercept, best, best_score, scores, mean_scores
+    decomposition = (
+        "covariance" if isinstance(ridge_solver, CovarianceSolver) else "svd"
+    )
+    return coef, intercept, best, best_score, scores, mean_scores, decomposition

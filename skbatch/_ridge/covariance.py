@@ -53,7 +53,7 @@ COVARIANCE_MIN_ROWS_PER_FEATURE = 2
 # coefficients and scores then agree with the SVD's to 1e-10 relative in
 # float64 (tests/test_covariance.py; measured errors stay below
 # 0.1 * eps * cond, benchmarks/RESULTS.md).
-COVARIANCE_MAX_ERROR = 1e-9
+COVARIANCE_MAX_ERROR = 1e-10
 # Column norms whose squares (and sums of a few thousand of them, the
 # cross-moments) stay normal float64 numbers: 1e-140^2 keeps 1e-280 above the
 # subnormals (2.2e-308) with room for the weights, 1e140^2 stays below 1.8e308.
@@ -245,9 +245,11 @@ class CovarianceSolver(Portable):
         self.n_samples, self.n_features = n, p = X.shape
         self.X = backend.asarray(X, dtype)
         work = self.work_dtype = _linalg.decomposition_dtype(self.X, xp)
+        # The work dtype as the backend takes dtypes: numpy's.
+        self._work_numpy = np.dtype(np.float64 if work == xp.float64 else dtype)
         self.root_weight = weight = None
         if sample_weight is not None:
-            weight = backend.asarray(sample_weight, work)
+            weight = backend.asarray(sample_weight, self._work_numpy)
             self.root_weight = xp.sqrt(weight)
         # Moments about X's first row: within the spread of the rows, so the
         # centring subtracts moments of one scale (as _linalg.center shifts).
@@ -458,7 +460,7 @@ class CovarianceSolver(Portable):
         y_shift, tested, total = self._targets(Y)
         scores = self.scores(Y, y_shift, tested, total)
         best, best_score = _linalg.select_alpha(scores, xp=xp)
-        alphas = self.backend.asarray(self.alphas, self.work_dtype)
+        alphas = self.backend.asarray(self.alphas, self._work_numpy)
         alpha = xp.take(alphas, best)
         return (*self.refit(y_shift, total, alpha), best, best_score, scores.T)
 
