@@ -2009,10 +2009,10 @@ def covariance_holdout_scores(
 ):
     """Test-set score of every alpha from a fold's eigenbasis.
 
-    The coefficients of every alpha are formed at once (n_features x
-    (n_alphas n_targets)) and the test rows, centred on the training means,
-    predicted a block at a time; the errors are scored by the function that
-    scores every path (:func:`_score_errors`).
+    The test rows, centred on the training means, are predicted a block at
+    a time for every alpha at once, ``X_test V diag(1 / (eigenvalues +
+    alpha)) V' X'Y``, multiplied in the cheaper order; the errors are scored
+    by the function that scores every path (:func:`_score_errors`).
 
     Parameters
     ----------
@@ -2039,9 +2039,18 @@ def covariance_holdout_scores(
     _check_scoring(scoring)
     alphas = _as_float_array(alphas, eigenvalues, xp)
     n_alphas, (n_features, n_targets) = alphas.shape[0], VtXtY.shape
+    n_test = y_true.shape[0]
     filtered = VtXtY[:, None, :] / (eigenvalues[:, None, None] + alphas[None, :, None])
-    coef = V @ xp.reshape(filtered, (n_features, n_alphas * n_targets))
-    predictions = xp.concat([block @ coef for block in test_blocks], axis=0)
+    filtered = xp.reshape(filtered, (n_features, n_alphas * n_targets))
+    # The product of three factors in the cheaper order: the coefficients of
+    # every alpha (p^2 per alpha and target) when they are fewer than the
+    # test rows, else the test rows in V's basis (p^2 per row).
+    if n_alphas * n_targets <= n_test:
+        coef = V @ filtered
+        predictions = [block @ coef for block in test_blocks]
+    else:
+        predictions = [(block @ V) @ filtered for block in test_blocks]
+    predictions = xp.concat(predictions, axis=0)
     predictions = xp.reshape(predictions, (-1, n_alphas, n_targets))
     dtype = _criterion_dtype(y_true, xp)
     weight = None
