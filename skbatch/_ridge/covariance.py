@@ -273,41 +273,48 @@ class CovarianceSolver(Portable):
                 self.X, rows, self.root_weight, self.x_shift, work, xp=xp
             )
 
-        test_moments = [moments(row_selections(test, backend)) for _, test in splits]
+        tests = [moments(row_selections(test, backend)) for _, test in splits]
         total = (
-            tuple(sum(parts) for parts in zip(*test_moments))
+            tuple(sum(parts) for parts in zip(*tests))
             if self.partition
             else moments(self.all_rows)
         )
         self.total = total[:2]
-        self.folds, fold_moments = [], []
-        for (train, test), tested in zip(splits, test_moments):
-            complement = (
-                train.size + test.size == n and np.union1d(train, test).size == n
-            )
-            fold_moments.append(
-                _subtract(total, tested)
-                if complement
-                else moments(row_selections(train, backend))
-            )
-            self.folds.append(
-                _CovarianceFold(
-                    fold_moments[-1], train, test, complement, weight, backend
-                )
-            )
-        del test_moments
+        complements = [
+            train.size + test.size == n and np.union1d(train, test).size == n
+            for train, test in splits
+        ]
 
-        def decompose(part):
+        def decompose(k):
+            # A fold's moments formed here and its test fold's dropped once
+            # used: the p x p matrices alive stay near one per fold.
+            if k is None:
+                part = total
+            elif complements[k]:
+                part = _subtract(total, tests[k])
+                tests[k] = None
+            else:
+                part = moments(row_selections(splits[k][0], backend))
             weight, sums, gram = part
+            del part
             covariance = _linalg.centred_cross(
                 gram, sums, sums, weight, fit_intercept=fit_intercept
             )
-            return _linalg.covariance_eigh(covariance, xp=xp)
+            del gram
+            return (weight, sums), _linalg.covariance_eigh(covariance, xp=xp)
 
-        bases = map_threads(decompose, [total, *fold_moments], backend)
-        (self.eigenvalues, self.V), *fold_bases = bases
-        for fold, (eigenvalues, V) in zip(self.folds, fold_bases):
+        *fold_bases, (_, full) = map_threads(
+            decompose, [*range(len(splits)), None], backend
+        )
+        self.eigenvalues, self.V = full
+        self.folds = []
+        for (train, test), complement, (moments_k, (eigenvalues, V)) in zip(
+            splits, complements, fold_bases
+        ):
+            fold = _CovarianceFold(moments_k, train, test, complement, weight, backend)
             fold.eigenvalues, fold.V = eigenvalues, V
+            self.folds.append(fold)
+        bases = [full] + [basis for _, basis in fold_bases]
         # The full eigenvalues, as the SVD's singular values, size the problem.
         self.s = self.eigenvalues
         alpha = float(np.min(alphas))
