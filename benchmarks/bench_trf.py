@@ -1,7 +1,7 @@
 """Temporal response functions (EEG): BatchedRidge against mTRF, MNE and a loop.
 
 Workload, as an EEG researcher fits a forward model: 8 trials of
-``--seconds`` s at 1,024 Hz, 17 stimulus features (AR(1) series,
+``--seconds`` s at 128 Hz, 17 stimulus features (AR(1) series,
 restarting at each trial) delayed by 0-64 samples (65 lags, 1,105 columns),
 64 channels driven by a smooth random TRF plus noise, 9 alphas, leave one
 trial out, each channel choosing its alpha by the mean over folds of its
@@ -44,7 +44,7 @@ import numpy as np
 import psutil
 
 N_TRIALS = 8
-SFREQ = 1024
+SFREQ = 128
 N_FEATURES = 17
 N_LAGS = 65
 N_CHANNELS = 64

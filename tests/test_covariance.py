@@ -320,3 +320,40 @@ def test_backends_equal_numpy(library):
     model.fit(X, Y, groups=groups, sample_weight=weight)
     assert model.solver_ == "covariance"
     assert_same_model(ref, model)
+
+
+def test_solver_pickles_for_cluster_tasks(tmp_path):
+    """A task on a dask worker receives the solver pickled: the same fit."""
+    import pickle
+
+    from skbatch._ridge.cv import KFold as Scheme
+    from skbatch.backend import resolve_backend
+
+    X, Y, groups = runs_data(seed=11)
+    scheme = Scheme(LeaveOneGroupOut()).split(X, Y, groups=groups)
+    solver = covariance.CovarianceSolver(
+        X,
+        np.linspace(0.5, 2, X.shape[0]),
+        ALPHAS,
+        scheme,
+        resolve_backend("numpy"),
+        np.float64,
+        fit_intercept=True,
+        scoring=None,
+    )
+    copy = pickle.loads(pickle.dumps(solver))
+    for a, b in zip(solver.select_and_fit(Y), copy.select_and_fit(Y)):
+        assert_array_equal(a, b)
+
+
+def test_targets_on_disk_equal_in_memory(tmp_path):
+    X, Y, groups = runs_data(seed=12)
+    disk = np.lib.format.open_memmap(tmp_path / "y.npy", "w+", Y.dtype, Y.shape)
+    disk[:] = Y
+    disk.flush()
+    params = dict(alphas=ALPHAS, cv=LeaveOneGroupOut(), n_targets_batch=2)
+    memory = BatchedRidge(**params).fit(X, Y, groups=groups)
+    on_disk = BatchedRidge(**params).fit(X, disk, groups=groups)
+    assert on_disk.solver_ == memory.solver_ == "covariance"
+    assert_array_equal(on_disk.coef_, memory.coef_)
+    assert_array_equal(on_disk.alpha_, memory.alpha_)
