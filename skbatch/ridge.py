@@ -23,6 +23,7 @@ from ._estimators.base import (
 from ._estimators.fit_checks import fit_data
 from ._estimators.predict import LinearPredictMixin, score_weights  # noqa: F401
 from ._ridge.batched import fit_batched_ridge
+from ._ridge.covariance import DECOMPOSITIONS, check_decomposition
 from ._ridge.cv import cv_scheme
 from ._ridge.fit_warnings import (  # noqa: F401
     AlphaEdgeWarning,
@@ -91,6 +92,20 @@ default=None
         Compute dtype. "auto": float32 for float32 ``X`` (as scikit-learn's
         ``Ridge``) and on a GPU, float64 otherwise; predictions are float32
         only for a float32 model and float32 ``X``.
+    solver : {"auto", "svd", "covariance"}, default="auto"
+        How the design is decomposed. "svd": a thin SVD of all rows and of
+        each training fold. "covariance" (K-fold ``cv`` only): one ``eigh``
+        of each training fold's p x p covariance, formed from the moments of
+        its test rows subtracted from those of all rows, serving every alpha;
+        no n x p factor is formed, which is far faster and smaller when the
+        rows outnumber the features (EEG and MEG temporal response
+        functions). It squares the condition number: its relative error is
+        about ``eps * cond(X'X + alpha I)`` at the smallest alpha. "auto":
+        the covariance for K-fold ``cv`` when every training fold has at
+        least twice as many rows as features and that error is at most 1e-9
+        (then alphas and coefficients agree with the SVD's to 1e-10
+        relative), the SVD otherwise (leave-one-out, GCV, p > n / 2,
+        ill-conditioned designs).
     n_targets_batch : "auto" or int, default="auto"
         Targets per batch; "auto" sizes batches from the memory budget.
     store_cv_results : bool, default=False
@@ -116,6 +131,8 @@ default=None
         ``LinearRegression`` does (scikit-learn's ``Ridge`` ravels it).
     intercept_ : ndarray of shape (n_targets,) or float
         Intercepts, in ``dtype_`` (0.0 when ``fit_intercept=False``).
+    solver_ : {"svd", "covariance"}
+        The decomposition the fit used (see ``solver``).
     alpha_ : ndarray of shape (n_targets,) or float
         Chosen alpha per target; a float for 1-D ``y`` or
         ``alpha_per_target=False``. With ``sample_weight``, leave-one-out
@@ -245,6 +262,7 @@ default=None
         fit_intercept=True,
         scoring=None,
         dtype="auto",
+        solver="auto",
         n_targets_batch="auto",
         store_cv_results=False,
         device="auto",
@@ -257,6 +275,7 @@ default=None
         self.fit_intercept = fit_intercept
         self.scoring = scoring
         self.dtype = dtype
+        self.solver = solver
         self.n_targets_batch = n_targets_batch
         self.store_cv_results = store_cv_results
         self.device = device
@@ -280,6 +299,7 @@ default=None
         "fit_intercept": ["boolean"],
         "scoring": [StrOptions(set(SCORINGS) - {None}), None],
         "dtype": [StrOptions({"auto", "float32", "float64"}), type, np.dtype],
+        "solver": [StrOptions(set(DECOMPOSITIONS))],
         "n_targets_batch": [
             StrOptions({"auto"}),
             Interval(numbers.Integral, 1, None, closed="left"),
@@ -297,6 +317,7 @@ default=None
         self._validate_params()
         alphas = check_alphas(self.alphas)
         scheme = cv_scheme(self.cv, self.scoring)
+        check_decomposition(self.solver, scheme)
         check_max_memory_gb(self.max_memory_gb)
         check_verbose(self.verbose)
         return alphas, scheme
@@ -356,7 +377,7 @@ default=None
         flops = fit_flops(n_samples, n_features, n_targets, alphas.size, scheme)
         self.backend_ = resolve_backend(self.device, flops=flops)
         self.dtype_ = resolve_dtype(self.dtype, self.backend_, X.dtype)
-        coef, intercept, best, best_score, scores, mean_scores = fit_batched_ridge(
+        fitted = fit_batched_ridge(
             X,
             Y,
             sample_weight,
@@ -373,7 +394,9 @@ default=None
             batch_size=self.n_targets_batch,
             max_memory_gb=self.max_memory_gb,
             verbose=self.verbose,
+            solver=self.solver,
         )
+        coef, intercept, best, best_score, scores, mean_scores, self.solver_ = fitted
         one_target = not out_of_core and y.ndim == 1
         if one_target:
             self.alpha_ = float(alphas[best[0]])

@@ -37,6 +37,7 @@ from .._engine import Portable, run_problem
 from .._kernels import linalg as _linalg
 from ..backend import to_numpy
 from ..random import resolve_entropy
+from .covariance import covariance_solver
 from .cv import _Fold
 from .problems import (
     CV_WORKSPACE_OVERHEAD,
@@ -45,6 +46,7 @@ from .problems import (
     TargetProblem,
     check_held_memory,
     device_scores,
+    fit_targets,
     mean_over_scored_targets,
 )
 from .spec import RidgeSpec, centred_column_norms, decomposed_dtype, smallest_alpha
@@ -969,6 +971,22 @@ def search_bands(
     def reduce_refit(ids, result):
         coef[ids], intercept[ids] = result
 
+    if n_candidates == 1 and design.design(0) is X:
+        # One band (bands=None): X itself, decomposed as BatchedRidge
+        # decomposes it, by the same rule.
+        decomposed = covariance_solver(
+            X,
+            sample_weight,
+            alphas,
+            scheme,
+            backend,
+            dtype,
+            fit_intercept=fit_intercept,
+            scoring=scoring,
+            solver="auto",
+        )
+        if decomposed is not None:
+            return _search_one_design(decomposed, targets, store, local_alpha, run_args)
     factors = None
     if SharedFactors.applies(n_candidates, n_samples, n_features, scheme):
         factors = SharedFactors(
@@ -1016,6 +1034,29 @@ def search_bands(
         intercept,
         shared,
         plan.batch_size,
+    )
+
+
+def _search_one_design(solver, targets, store, local_alpha, run_args):
+    """:func:`search_bands` of one candidate, X itself, through ``solver``:
+    the fit of ``BatchedRidge`` (:func:`~skbatch._ridge.problems.fit_targets`)."""
+    coef, intercept, best, best_score, scores, batch_size = fit_targets(
+        solver, targets, alpha_per_target=local_alpha, **run_args
+    )
+    shared = None
+    if not local_alpha:
+        mean, scored = mean_over_scored_targets(scores)
+        shared = SharedPair(0, int(best[0]), mean[None], scored)
+    return BandSearch(
+        np.zeros(targets.shape[1], dtype=np.int64),
+        best,
+        best_score,
+        scores,
+        scores[:, None, :] if store else None,
+        coef,
+        intercept,
+        shared,
+        batch_size,
     )
 
 

@@ -9,6 +9,7 @@ warnings about what the fit says of the grid of alphas and of the rows.
 
 import numpy as np
 
+from .covariance import CovarianceSolver, choose_decomposition, covariance_solver
 from .fit_warnings import (
     no_model_scores,
     warn_at_grid_edges,
@@ -45,6 +46,7 @@ def fit_batched_ridge(
     batch_size,
     max_memory_gb,
     verbose,
+    solver="auto",
 ):
     """Choose alphas and fit all targets ``Y`` on ``X``, as ``BatchedRidge``.
 
@@ -52,7 +54,9 @@ def fit_batched_ridge(
     ``sample_weight`` and ``groups`` are those of
     :func:`skbatch._estimators.fit_checks.fit_data` and ``scheme`` is split; the other
     arguments are ``BatchedRidge``'s parameters, ``backend`` and ``dtype``
-    resolved. Warnings name the caller of ``BatchedRidge.fit``.
+    resolved; ``solver`` chooses the decomposition
+    (:func:`~skbatch._ridge.covariance.choose_decomposition`). Warnings name
+    the caller of ``BatchedRidge.fit``.
 
     Returns
     -------
@@ -61,6 +65,8 @@ def fit_batched_ridge(
     mean_scores : ndarray of shape (n_alphas,) or None
         With one alpha for all targets (``alpha_per_target=False``), the
         mean over the targets scored of each alpha's scores; else None.
+    decomposition : {"svd", "covariance"}
+        The decomposition the fit used.
     """
     n_samples, n_features = X.shape
     n_targets = Y.shape[1]
@@ -73,30 +79,36 @@ def fit_batched_ridge(
         alphas=alphas,
     )
     targets = checked_targets(X, Y, dtype, out_of_core)
-    check_solver_memory(
-        n_samples,
-        n_features,
-        scheme,
-        dtype,
-        backend,
-        max_memory_gb,
-        n_targets=n_targets,
-        n_alphas=alphas.size,
-    )
-
+    memory = dict(n_targets=n_targets, n_alphas=alphas.size)
+    solver_args = (X, sample_weight, alphas, scheme, backend, dtype)
+    options = dict(fit_intercept=fit_intercept, scoring=scoring)
     with backend.context():
-        solver = RidgeSolver(
-            X,
-            sample_weight,
-            alphas,
-            scheme,
-            backend,
-            dtype,
-            fit_intercept=fit_intercept,
-            scoring=scoring,
-        )
+        ridge_solver = None
+        if choose_decomposition(solver, scheme, X) == "covariance":
+            check_solver_memory(
+                n_samples,
+                n_features,
+                scheme,
+                dtype,
+                backend,
+                max_memory_gb,
+                solver=CovarianceSolver,
+                **memory,
+            )
+            ridge_solver = covariance_solver(*solver_args, **options, solver=solver)
+        if ridge_solver is None:
+            check_solver_memory(
+                n_samples,
+                n_features,
+                scheme,
+                dtype,
+                backend,
+                max_memory_gb,
+                **memory,
+            )
+            ridge_solver = RidgeSolver(*solver_args, **options)
         results = fit_targets(
-            solver,
+            ridge_solver,
             targets,
             alpha_per_target=alpha_per_target,
             batch_size=batch_size,
@@ -144,4 +156,7 @@ def fit_batched_ridge(
         warn_undefined_best_scores(
             best_score, scoring, cv, shared=False, stacklevel=stacklevel
         )
-    return coef, intercept, best, best_score, scores, mean_scores
+    decomposition = (
+        "covariance" if isinstance(ridge_solver, CovarianceSolver) else "svd"
+    )
+    return coef, intercept, best, best_score, scores, mean_scores, decomposition

@@ -276,6 +276,12 @@ class RidgeSolver(Portable):
             arrays += [fold.coords if fold.U is None else fold.U, fold.X_test_V]
         return arrays
 
+    def values_per_target(self):
+        """Device values of one target in a batch: its column, centred copy,
+        projection, LOO residuals and scores of every alpha."""
+        n, rank = self.n_samples, self.s.shape[0]
+        return 4 * n + rank + self.n_features + 2 * self.alphas.size
+
     def factored_U(self):
         """``(B, coords)``: U itself and None, or, on a shared basis that left
         U out (a scheme that does not read it whole), the shared Q and U's
@@ -398,14 +404,16 @@ def check_solver_memory(
     max_memory_gb,
     n_targets=0,
     n_alphas=0,
+    solver=None,
 ):
     """Refuse, before any SVD runs, a fit whose held memory exceeds the budget.
 
     What is held whatever the target batch: X and its decompositions on the
-    device, and the results of all ``n_targets`` on the host
-    (:func:`check_held_memory`).
+    device (those of ``solver``, the class of the solver to build:
+    :class:`RidgeSolver` if None), and the results of all ``n_targets`` on
+    the host (:func:`check_held_memory`).
     """
-    needed = RidgeSolver.nbytes(
+    needed = (solver or RidgeSolver).nbytes(
         n_samples, n_features, scheme, np.dtype(dtype).itemsize, backend=backend
     )
     results = results_bytes(n_targets, n_features, n_alphas)
@@ -505,17 +513,15 @@ class TargetProblem:
         self.backend = solver.backend
         self.n_items = Y.shape[1]
         self.out_of_core, self.chunk_width = Y.out_of_core, Y.chunk_width
-        n, p, r = solver.n_samples, solver.n_features, solver.s.shape[0]
+        p = solver.n_features
         n_alphas = solver.alphas.size
         itemsize = np.dtype(solver.dtype).itemsize
         self.fixed_bytes = solver.fixed_bytes
         if not self.backend.is_gpu:
             # The results of every target (fit_targets) share host memory.
             self.fixed_bytes += results_bytes(self.n_items, p, n_alphas)
-        # A target's column, centred copy, projection, LOO residuals and
-        # scores of every alpha.
         self.device_bytes_per_item = (
-            CV_WORKSPACE_OVERHEAD * itemsize * (4 * n + r + p + 2 * n_alphas)
+            CV_WORKSPACE_OVERHEAD * itemsize * solver.values_per_target()
         )
         # Its coefficients, intercept, best alpha and score, and all scores,
         # and its column as read from disk.

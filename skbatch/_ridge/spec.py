@@ -30,8 +30,11 @@ EXACT_RIDGE_SOLVERS = ("auto", "svd", "cholesky")
 # Scorings RidgeCV accepts that mean what the schemes compute.
 RIDGECV_SCORINGS = (None, "r2", "neg_mean_squared_error")
 _DTYPES = {"float32": np.float32, "float64": np.float64}
-# Columns centred at once by check_column_scales: a bounded temporary.
+# Columns centred at once by check_column_scales: a bounded temporary, at
+# most SCALE_CHECK_BYTES of float64 (tall designs of a thousand columns would
+# otherwise copy a quarter of X, more than the covariance path holds).
 SCALE_CHECK_COLUMNS = 256
+SCALE_CHECK_BYTES = 2**22
 
 
 @dataclass(frozen=True)
@@ -209,8 +212,9 @@ def centred_column_norms(X, fit_intercept, sample_weight=None):
     columns at a time; None where X holds NaN or inf."""
     norms = np.empty(X.shape[1])
     root = None if sample_weight is None else np.sqrt(sample_weight)[:, None]
-    for start in range(0, X.shape[1], SCALE_CHECK_COLUMNS):
-        block = np.asarray(X[:, start : start + SCALE_CHECK_COLUMNS], np.float64)
+    width = max(1, min(SCALE_CHECK_COLUMNS, SCALE_CHECK_BYTES // (8 * X.shape[0])))
+    for start in range(0, X.shape[1], width):
+        block = np.asarray(X[:, start : start + width], np.float64)
         if not np.isfinite(block).all():
             return None
         if fit_intercept:

@@ -1,0 +1,489 @@
+"""The covariance decomposition of a ridge design: many rows, few features.
+
+Beside the SVD of each training fold (:class:`~skbatch._ridge.problems.RidgeSolver`),
+a design with many more rows than columns is decomposed through its p x p
+covariance (:class:`CovarianceSolver`): the weighted moments of each fold's
+test rows (``sum w``, ``sum w x``, ``sum w x x'``) are formed once, a fold's
+training moments are the total less its test rows' (when its training rows
+are the rest), and one ``eigh`` of each fold's training covariance serves
+every alpha. A batch of targets adds its cross-moments (``sum w y``,
+``sum w x y'``) the same way; the test rows are predicted from the
+coefficients of every alpha at once, and scored by the function that scores
+every path. No n x p factor is formed: the solver holds X as given, one p x p
+eigenbasis per fold and of all rows, and transient blocks of at most
+:data:`~skbatch._kernels.linalg.COVARIANCE_ROW_BLOCK` rows.
+
+The covariance squares the condition number of the design: its coefficients
+carry a relative error of about ``eps * cond(C + alpha I)`` (C the centred
+covariance, alpha the smallest solved), the SVD's about the square root of
+that. :func:`choose_decomposition` is the one rule choosing between the two
+(as scikit-learn's ``gcv_mode="auto"`` chooses between its eigen and svd
+modes): the covariance for K-fold schemes whose every training fold has at
+least ``COVARIANCE_MIN_ROWS_PER_FEATURE`` rows per column, and, once the
+covariances are decomposed, only where that error stays below
+``COVARIANCE_MAX_ERROR``; the SVD otherwise.
+"""
+
+import numpy as np
+from array_api_compat import device as array_device
+
+from .._backends.side_by_side import map_threads
+from .._engine import Portable
+from .._kernels import linalg as _linalg
+from .cv import KFold
+
+__all__ = [
+    "COVARIANCE_MAX_ERROR",
+    "COVARIANCE_MIN_ROWS_PER_FEATURE",
+    "DECOMPOSITIONS",
+    "CovarianceSolver",
+    "check_decomposition",
+    "choose_decomposition",
+    "covariance_solver",
+]
+
+#: Values of ``BatchedRidge(solver=...)``.
+DECOMPOSITIONS = ("auto", "svd", "covariance")
+# Training rows per column from which "auto" decomposes the covariance: X'X
+# costs 2 n p^2 and one eigh per fold ~9 p^3, the SVD ~6 n p^2 per fold and
+# an n x p factor each; at n = 2p the covariance is already the cheaper
+# (benchmarks/RESULTS.md, "Covariance path"), and below it the encoding
+# shapes (p >= n per fold) keep their SVD.
+COVARIANCE_MIN_ROWS_PER_FEATURE = 2
+# Largest eps * cond(C + alpha I) at which "auto" keeps the covariance: its
+# coefficients and scores then agree with the SVD's to 1e-10 relative in
+# float64 (tests/test_covariance.py; measured errors stay below
+# 0.1 * eps * cond, benchmarks/RESULTS.md).
+COVARIANCE_MAX_ERROR = 1e-10
+# Column norms whose squares (and sums of a few thousand of them, the
+# cross-moments) stay normal float64 numbers: 1e-140^2 keeps 1e-280 above the
+# subnormals (2.2e-308) with room for the weights, 1e140^2 stays below 1.8e308.
+COVARIANCE_NORM_RANGE = (1e-140, 1e140)
+# Rows of X between breaks that make a fold's rows one slice each run rather
+# than gathered indices.
+MIN_RUN_ROWS = 64
+
+
+def check_decomposition(solver, scheme):
+    """Refuse a ``solver`` value, or the covariance for a scheme without folds.
+
+    Raises
+    ------
+    ValueError
+        Naming the value and what is allowed.
+    """
+    if not isinstance(solver, str) or solver not in DECOMPOSITIONS:
+        raise ValueError(f"solver must be one of {DECOMPOSITIONS}, got {solver!r}")
+    if solver == "covariance" and not isinstance(scheme, KFold):
+        raise ValueError(
+            "solver='covariance' decomposes the training covariance of each "
+            "fold and needs a K-fold cv (an int, a CV splitter or an iterable "
+            f"of splits), got cv={scheme.cv!r}; use solver='svd' or 'auto'"
+        )
+
+
+def choose_decomposition(solver, scheme, X):
+    """``"svd"`` or ``"covariance"`` by shape and scale, for a split ``scheme``.
+
+    ``"auto"`` chooses the covariance for a K-fold scheme whose smallest
+    training fold has at least ``COVARIANCE_MIN_ROWS_PER_FEATURE`` rows per
+    column and a host design ``X`` whose column norms square within the
+    float64 range (:func:`squares_in_range`);
+    :meth:`CovarianceSolver.accurate` then says whether its conditioning
+    keeps it.
+
+    Raises
+    ------
+    ValueError
+        For ``solver="covariance"`` and an X whose squares leave that range.
+    """
+    if solver == "svd":
+        return solver
+    if solver == "covariance":
+        if not squares_in_range(X):
+            raise ValueError(
+                "solver='covariance' squares X's columns, whose norms (from "
+                f"{_norm_range(X)}) leave the float64 range once squared; use "
+                "solver='svd' or 'auto'"
+            )
+        return solver
+    if not isinstance(scheme, KFold):
+        return "svd"
+    smallest = min(len(train) for train, _ in scheme.splits)
+    if smallest < COVARIANCE_MIN_ROWS_PER_FEATURE * X.shape[1]:
+        return "svd"
+    return "covariance" if squares_in_range(X) else "svd"
+
+
+def covariance_solver(
+    X, sample_weight, alphas, scheme, backend, dtype, *, fit_intercept, scoring, solver
+):
+    """A :class:`CovarianceSolver` of ``X`` where ``solver`` and the rule
+    (:func:`choose_decomposition`, :meth:`CovarianceSolver.accurate`) choose
+    the covariance, else None (decompose by SVD). Called inside the backend's
+    context, after the memory check of the decomposition chosen."""
+    if choose_decomposition(solver, scheme, X) != "covariance":
+        return None
+    decomposed = CovarianceSolver(
+        X,
+        sample_weight,
+        alphas,
+        scheme,
+        backend,
+        dtype,
+        fit_intercept=fit_intercept,
+        scoring=scoring,
+    )
+    # "auto" keeps the covariance only where squaring the condition number
+    # keeps the SVD's accuracy.
+    if solver == "auto" and not decomposed.accurate():
+        return None
+    return decomposed
+
+
+def _column_norms(X):
+    return _linalg.column_norms(np.asarray(X, dtype=np.float64), np)
+
+
+def squares_in_range(X):
+    """Whether every non-zero column norm of ``X`` lies within
+    ``COVARIANCE_NORM_RANGE``: its square, the covariance's diagonal, then
+    keeps every digit in float64."""
+    norms = _column_norms(X)
+    norms = norms[norms > 0]
+    if norms.size == 0:
+        return True
+    low, high = COVARIANCE_NORM_RANGE
+    return bool(
+        np.all(np.isfinite(norms)) and norms.min() >= low and norms.max() <= high
+    )
+
+
+def _norm_range(X):
+    norms = _column_norms(X)
+    return f"{norms.min():.3g} to {norms.max():.3g}"
+
+
+def row_selections(rows, backend, block=_linalg.COVARIANCE_ROW_BLOCK):
+    """Rows (host indices) as blocks of at most ``block`` rows: slices of
+    consecutive runs, else device index arrays."""
+    rows = np.asarray(rows, dtype=np.intp)
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    if rows.size and (breaks.size + 1) * MIN_RUN_ROWS <= rows.size:
+        bounds = np.concatenate(([0], breaks, [rows.size]))
+        return [
+            slice(
+                int(rows[start]) + offset,
+                int(rows[start]) + min(offset + block, stop - start),
+            )
+            for start, stop in zip(bounds[:-1], bounds[1:])
+            for offset in range(0, stop - start, block)
+        ]
+    return [
+        backend.asarray(rows[start : start + block])
+        for start in range(0, rows.size, block)
+    ]
+
+
+def _subtract(total, part):
+    return tuple(a - b for a, b in zip(total, part))
+
+
+class _CovarianceFold(Portable):
+    """One split: its training covariance decomposed, its rows located."""
+
+    def __init__(self, moments, train, test, complement, weight, backend):
+        self.weight, self.sums = moments[0], moments[1]
+        self.complement = complement
+        self.train = None if complement else row_selections(train, backend)
+        self.test = row_selections(test, backend)
+        self.n_test = len(test)
+        self.test_weight = (
+            None if weight is None else backend.xp.take(weight, backend.asarray(test))
+        )
+
+
+class CovarianceSolver(Portable):
+    """A design decomposed through its covariance, taking device targets.
+
+    The interface of :class:`~skbatch._ridge.problems.RidgeSolver` that
+    :class:`~skbatch._ridge.problems.TargetProblem` reads (``select_and_fit``,
+    ``fit_fixed``, the sizes and memory), for a K-fold ``scheme``.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+        Host design matrix.
+    sample_weight : ndarray of shape (n_samples,) or None
+    alphas : ndarray of shape (n_alphas,)
+    scheme : skbatch._ridge.cv.KFold
+        Split already.
+    backend : Backend
+    dtype : numpy dtype
+        The compute dtype of the results; the moments, eigenbases and
+        scores are formed in :func:`skbatch._kernels.linalg.decomposition_dtype`
+        (float64 for float32 on the CPU).
+    fit_intercept : bool
+    scoring : str or None
+    """
+
+    def __init__(
+        self,
+        X,
+        sample_weight,
+        alphas,
+        scheme,
+        backend,
+        dtype,
+        *,
+        fit_intercept,
+        scoring,
+    ):
+        xp = backend.xp
+        self.backend, self.dtype, self.xp = backend, dtype, xp
+        self.alphas, self.scheme = alphas, scheme
+        self.fit_intercept, self.scoring = fit_intercept, scoring
+        self.n_samples, self.n_features = n, p = X.shape
+        self.X = backend.asarray(X, dtype)
+        work = self.work_dtype = _linalg.decomposition_dtype(self.X, xp)
+        # The work dtype as the backend takes dtypes: numpy's.
+        self._work_numpy = np.dtype(np.float64 if work == xp.float64 else dtype)
+        self.root_weight = weight = None
+        if sample_weight is not None:
+            weight = backend.asarray(sample_weight, self._work_numpy)
+            self.root_weight = xp.sqrt(weight)
+        # Moments about X's first row: within the spread of the rows, so the
+        # centring subtracts moments of one scale (as _linalg.center shifts).
+        self.x_shift = (
+            xp.astype(self.X[0], work)
+            if fit_intercept
+            else xp.zeros(p, dtype=work, device=array_device(self.X))
+        )
+        splits = scheme.splits
+        tests = np.concatenate([test for _, test in splits])
+        # Test folds that cover every row once: all rows' moments are their sum.
+        self.partition = tests.size == n and np.array_equal(
+            np.sort(tests), np.arange(n)
+        )
+        self.all_rows = (
+            None if self.partition else row_selections(np.arange(n), backend)
+        )
+
+        def moments(rows):
+            return _linalg.gram_moments(
+                self.X, rows, self.root_weight, self.x_shift, work, xp=xp
+            )
+
+        tests = [moments(row_selections(test, backend)) for _, test in splits]
+        total = (
+            tuple(sum(parts) for parts in zip(*tests))
+            if self.partition
+            else moments(self.all_rows)
+        )
+        self.total = total[:2]
+        complements = [
+            train.size + test.size == n and np.union1d(train, test).size == n
+            for train, test in splits
+        ]
+
+        def decompose(k):
+            # A fold's moments formed here and its test fold's dropped once
+            # used: the p x p matrices alive stay near one per fold.
+            if k is None:
+                part = total
+            elif complements[k]:
+                part = _subtract(total, tests[k])
+                tests[k] = None
+            else:
+                part = moments(row_selections(splits[k][0], backend))
+            weight, sums, gram = part
+            del part
+            covariance = _linalg.centred_cross(
+                gram, sums, sums, weight, fit_intercept=fit_intercept
+            )
+            del gram
+            return (weight, sums), _linalg.covariance_eigh(covariance, xp=xp)
+
+        *fold_bases, (_, full) = map_threads(
+            decompose, [*range(len(splits)), None], backend
+        )
+        self.eigenvalues, self.V = full
+        self.folds = []
+        for (train, test), complement, (moments_k, (eigenvalues, V)) in zip(
+            splits, complements, fold_bases
+        ):
+            fold = _CovarianceFold(moments_k, train, test, complement, weight, backend)
+            fold.eigenvalues, fold.V = eigenvalues, V
+            self.folds.append(fold)
+        bases = [full] + [basis for _, basis in fold_bases]
+        # The full eigenvalues, as the SVD's singular values, size the problem.
+        self.s = self.eigenvalues
+        alpha = float(np.min(alphas))
+        self.condition = max(
+            _linalg.covariance_condition(eigenvalues, alpha, xp=xp)
+            for eigenvalues, _ in bases
+        )
+
+    def accurate(self):
+        """Whether ``eps * cond(C + alpha I)`` of every covariance, at the
+        smallest alpha, stays below ``COVARIANCE_MAX_ERROR``."""
+        eps = float(self.xp.finfo(self.work_dtype).eps)
+        return eps * self.condition <= COVARIANCE_MAX_ERROR
+
+    @staticmethod
+    def nbytes(n_samples, n_features, scheme, itemsize, *, backend=None):
+        """Device bytes at the solver's peak, from the shapes, before any
+        moment is formed: X in the compute dtype, the moments of every test
+        fold and of all rows and one eigenbasis per fold and of all rows
+        (p x p each, in float64), and two blocks of rows being multiplied."""
+        n_folds = len(scheme.splits)
+        p = n_features
+        square = 8 * (2 * (n_folds + 1) * (p * p + p) + 2)
+        block = 8 * 2 * min(n_samples, _linalg.COVARIANCE_ROW_BLOCK) * p
+        return itemsize * n_samples * n_features + square + block
+
+    @property
+    def fixed_bytes(self):
+        """Device bytes held once decomposed: X, the eigenbases and moments."""
+        n_folds = len(self.folds)
+        p = self.n_features
+        itemsize = np.dtype(self.dtype).itemsize
+        return itemsize * self.n_samples * p + 8 * (n_folds + 1) * (p * p + 3 * p)
+
+    def values_per_target(self):
+        """Device values of one target in a batch: its column and work copy,
+        the cross-moments of every test fold and all rows, a fold's
+        coefficients and predictions of every alpha, its test targets, errors
+        and scores."""
+        n_alphas = self.alphas.size
+        n_test = max(fold.n_test for fold in self.folds)
+        p = self.n_features
+        return (
+            2 * self.n_samples
+            + (len(self.folds) + 3) * p
+            + n_alphas * (p + n_test)
+            + 3 * n_test
+            + 2 * n_alphas
+        )
+
+    def _targets(self, Y):
+        """The batch's shift and cross-moments of every fold and of all rows."""
+        xp, work = self.xp, self.work_dtype
+        y_shift = (
+            xp.astype(Y[0], work)
+            if self.fit_intercept
+            else xp.zeros(Y.shape[1], dtype=work, device=array_device(Y))
+        )
+
+        def cross(rows):
+            return _linalg.cross_moments(
+                self.X, Y, rows, self.root_weight, self.x_shift, y_shift, work, xp=xp
+            )
+
+        tested = [cross(fold.test) for fold in self.folds]
+        total = (
+            tuple(sum(parts) for parts in zip(*tested))
+            if self.partition
+            else cross(self.all_rows)
+        )
+        return y_shift, tested, total
+
+    def _coef(self, V, eigenvalues, moments, sums, alpha):
+        """Coefficients (p, m) and the means they are centred on."""
+        weight, x_sums = moments
+        y_sums, cross = sums
+        centred = _linalg.centred_cross(
+            cross, x_sums, y_sums, weight, fit_intercept=self.fit_intercept
+        )
+        VtXtY = self.xp.permute_dims(V, (1, 0)) @ centred
+        if alpha is None:
+            return VtXtY
+        return _linalg.covariance_coef(V, eigenvalues, VtXtY, alpha, xp=self.xp)
+
+    def _means(self, moments, y_sums, y_shift):
+        weight, x_sums = moments
+        if not self.fit_intercept:
+            return self.x_shift, y_shift
+        return self.x_shift + x_sums / weight, y_shift + y_sums / weight
+
+    def scores(self, Y, y_shift, tested, total):
+        """Scores (n_alphas, m) of one batch of device targets, averaged over
+        folds as :class:`~skbatch._ridge.cv.KFold` averages them."""
+        xp, work = self.xp, self.work_dtype
+        result = 0.0
+        for fold, test_sums in zip(self.folds, tested):
+            if fold.complement:
+                sums = _subtract(total, test_sums)
+            else:
+                sums = _linalg.cross_moments(
+                    self.X,
+                    Y,
+                    fold.train,
+                    self.root_weight,
+                    self.x_shift,
+                    y_shift,
+                    work,
+                    xp=xp,
+                )
+            moments = (fold.weight, fold.sums)
+            VtXtY = self._coef(fold.V, fold.eigenvalues, moments, sums, None)
+            x_mean, y_mean = self._means(moments, sums[0], y_shift)
+            test_blocks = (
+                xp.astype(_linalg._block_rows(self.X, rows, xp), work) - x_mean
+                for rows in fold.test
+            )
+            y_true = xp.concat(
+                [
+                    xp.astype(_linalg._block_rows(Y, rows, xp), work) - y_mean
+                    for rows in fold.test
+                ],
+                axis=0,
+            )
+            result = result + _linalg.covariance_holdout_scores(
+                test_blocks,
+                fold.V,
+                fold.eigenvalues,
+                VtXtY,
+                y_true,
+                self.alphas,
+                scoring=self.scoring or "r2",
+                sample_weight=fold.test_weight,
+                y_dtype=Y.dtype,
+                xp=xp,
+            )
+        return result / len(self.folds)
+
+    def refit(self, y_shift, total, alpha):
+        """Coefficients (m, n_features) and intercepts (m,) on all rows."""
+        xp = self.xp
+        coef = self._coef(self.V, self.eigenvalues, self.total, total, alpha)
+        x_mean, y_mean = self._means(self.total, total[0], y_shift)
+        intercept = y_mean - x_mean @ coef
+        coef = xp.astype(xp.permute_dims(coef, (1, 0)), self.X.dtype)
+        return coef, xp.astype(intercept, self.X.dtype)
+
+    def select_and_fit(self, Y):
+        """Scores of every alpha, the best per target, its coefficients."""
+        xp = self.xp
+        y_shift, tested, total = self._targets(Y)
+        scores = self.scores(Y, y_shift, tested, total)
+        best, best_score = _linalg.select_alpha(scores, xp=xp)
+        alphas = self.backend.asarray(self.alphas, self._work_numpy)
+        alpha = xp.take(alphas, best)
+        return (*self.refit(y_shift, total, alpha), best, best_score, scores.T)
+
+    def fit_fixed(self, Y, alpha):
+        """Coefficients at one alpha for all targets of ``Y``."""
+        xp, work = self.xp, self.work_dtype
+        y_shift = (
+            xp.astype(Y[0], work)
+            if self.fit_intercept
+            else xp.zeros(Y.shape[1], dtype=work, device=array_device(Y))
+        )
+        rows = self.all_rows or [
+            selection for fold in self.folds for selection in fold.test
+        ]
+        total = _linalg.cross_moments(
+            self.X, Y, rows, self.root_weight, self.x_shift, y_shift, work, xp=xp
+        )
+        return self.refit(y_shift, total, alpha)
