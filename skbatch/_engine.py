@@ -73,7 +73,9 @@ from ._report import (
     FitStage,
     Progress,
     _count,
+    loop_started,
     record_stage,
+    stage_finished,
     stages_not_collected,
 )
 from ._targets import chunk_aligned
@@ -328,7 +330,7 @@ def _finished_stage(stage, plan, started, verbose):
         n_oom_splits=plan.n_oom_recoveries,
         seconds=time.perf_counter() - started,
     )
-    _say(verbose, stage.format_summary())
+    stage_finished(stage, verbose, _say)
     return stage
 
 
@@ -437,8 +439,8 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size, chunk_width :
             self.memory,
             n_held=n_held,
         )
+        self.started = loop_started()
         _say(self.verbose, self.stage.format_plan())
-        self.started = time.perf_counter()
         message, *args = where
         plan = self.plan
         self.log(
@@ -857,8 +859,8 @@ def run_parallel(
         fixed_bytes=float(data_bytes),
         seconds=0.0,
     )
+    started = loop_started()
     _say(verbose, stage.format_plan())
-    started = time.perf_counter()
     logger.log(
         logging.INFO if verbose >= 2 else logging.DEBUG,
         "%s: %d %s in windows of %d, %d per task, on %d joblib workers, "
@@ -891,7 +893,7 @@ def run_parallel(
     stage = replace(
         stage, n_batches_run=n_windows, seconds=time.perf_counter() - started
     )
-    _say(verbose, stage.format_summary())
+    stage_finished(stage, verbose, _say)
     record_stage(stage)
     return window
 
