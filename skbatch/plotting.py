@@ -926,7 +926,7 @@ class TRFDisplay:
                 self.features_.size,
                 sharey=True,
                 squeeze=False,
-                figsize=(4.0 * self.features_.size, 3.5),
+                figsize=(5.5 * self.features_.size, 4.0),
                 layout="constrained",
             )
         axes = np.asarray(ax, dtype=object).ravel()
@@ -969,15 +969,25 @@ class TRFDisplay:
 
     @classmethod
     def from_estimator(
-        cls, estimator, *, targets=None, features=None, target_names=None, ax=None
+        cls,
+        estimator,
+        *,
+        delayer=None,
+        targets=None,
+        features=None,
+        target_names=None,
+        ax=None,
     ):
         """Draw the TRFs of a fitted ``Pipeline(Delayer, regressor)``.
 
         Parameters
         ----------
-        estimator : Pipeline or BootstrapEstimator
+        estimator : Pipeline, regressor or BootstrapEstimator
             As :func:`~skbatch.trf_from_estimator` takes it; a
             BootstrapEstimator adds its intervals as bands.
+        delayer : Delayer, default=None
+            The fitted Delayer of a regressor fit on delayed features, as
+            :func:`~skbatch.trf_from_estimator` takes it.
         targets : int, str or list of int or str, default=None
             Targets (channels) to draw; None draws all.
         features : int, str or list of int or str, default=None
@@ -994,7 +1004,7 @@ class TRFDisplay:
             The drawn display.
         """
         _check_matplotlib("TRFDisplay.from_estimator")
-        trf = trf_from_estimator(estimator)
+        trf = trf_from_estimator(estimator, delayer=delayer)
         display = cls(
             trf.coef,
             trf.delays if trf.times is None else trf.times,

@@ -87,6 +87,28 @@ def _delayer_and_regressor(pipeline):
     return delayer, last, regressor
 
 
+def _regressor(estimator, delayer):
+    """``estimator``, a fitted regressor of the delayed features of ``delayer``."""
+    if not isinstance(delayer, Delayer):
+        raise TypeError(
+            f"delayer must be the fitted Delayer whose output the regressor was "
+            f"fit on, got {type(delayer).__name__}"
+        )
+    check_is_fitted(delayer)
+    if isinstance(estimator, Pipeline):
+        raise ValueError(
+            "a Pipeline holds its own Delayer: pass delayer=None, or the "
+            "regressor itself"
+        )
+    check_is_fitted(estimator)
+    if not hasattr(estimator, "coef_"):
+        raise ValueError(
+            f"{type(estimator).__name__} has no coef_: a TRF needs a linear "
+            f"regressor"
+        )
+    return estimator
+
+
 def _as_trf(values, n_features, order):
     """coef_-shaped values, (n_targets, n_delays * n_features) delay-major, as
     (n_targets, n_features, n_lags) over increasing lags."""
@@ -102,7 +124,7 @@ def _feature_names(pipeline, delayer):
     the steps before it give out (a scaler passes the pipeline's input names
     on), else ``x0, x1, ...`` as scikit-learn names them."""
     names = getattr(delayer, "feature_names_in_", None)
-    position = [step for _, step in pipeline.steps].index(delayer)
+    position = 0 if pipeline is None else [s for _, s in pipeline.steps].index(delayer)
     if names is None and position > 0:
         try:
             names = pipeline[:position].get_feature_names_out()
@@ -115,6 +137,14 @@ def _feature_names(pipeline, delayer):
 
 def _bootstrapped_coef(boot, pipeline, regressor_name, regressor):
     """The entry of ``boot.results_`` that holds the regressor's ``coef_``."""
+    if regressor_name is None:
+        if "coef_" in boot.results_:
+            return boot.results_["coef_"]
+        raise ValueError(
+            f"the BootstrapEstimator did not bootstrap coef_ (its results are "
+            f"{sorted(map(str, boot.results_))}): fit it with attributes='coef_' "
+            f"or 'auto'"
+        )
     for name, result in boot.results_.items():
         if not isinstance(name, str):
             continue
@@ -131,7 +161,7 @@ def _bootstrapped_coef(boot, pipeline, regressor_name, regressor):
     )
 
 
-def trf_from_estimator(estimator):
+def trf_from_estimator(estimator, *, delayer=None):
     """The TRFs of a fitted ``Pipeline(Delayer, regressor)``, with lag times.
 
     The regressor (``BatchedRidge``, ``BandedRidge``, scikit-learn's
@@ -143,12 +173,22 @@ def trf_from_estimator(estimator):
     interval bounds and standard errors those it bootstrapped for the
     regressor's ``coef_`` (``attributes="named_steps.<name>.coef_"``).
 
+    A design delayed once and fit by several models (a regressor, a
+    BootstrapEstimator and a PermutationScorer on the same delayed
+    features) takes the fitted Delayer as ``delayer`` and the regressor, or
+    a BootstrapEstimator around it (``coef_`` bootstrapped), as
+    ``estimator``.
+
     Parameters
     ----------
-    estimator : Pipeline or BootstrapEstimator
-        Fitted. In the pipeline, the step before the regressor is the
-        Delayer (``"passthrough"`` steps aside); steps before the Delayer
-        (scalers) change the features the TRFs weigh, not the layout.
+    estimator : Pipeline, regressor or BootstrapEstimator
+        Fitted. In a pipeline, the step before the regressor is the Delayer
+        (``"passthrough"`` steps aside); steps before the Delayer (scalers)
+        change the features the TRFs weigh, not the layout. A regressor
+        (with ``coef_``) alone needs ``delayer``.
+    delayer : Delayer, default=None
+        The fitted Delayer whose output the regressor was fit on, when
+        ``estimator`` is no pipeline.
 
     Returns
     -------
@@ -162,7 +202,8 @@ def trf_from_estimator(estimator):
     ------
     TypeError
         If ``estimator`` is neither a Pipeline nor a BootstrapEstimator
-        around one.
+        around one and ``delayer`` is None, or ``delayer`` is not a fitted
+        Delayer.
     ValueError
         If the regressor's input is not a Delayer's output, or a bootstrap
         did not bootstrap the regressor's ``coef_``.
@@ -210,7 +251,10 @@ def trf_from_estimator(estimator):
     boot = None
     if hasattr(estimator, "results_") and hasattr(estimator, "estimator_"):
         boot, estimator = estimator, estimator.estimator_
-    delayer, regressor_name, regressor = _delayer_and_regressor(estimator)
+    if delayer is None:
+        delayer, regressor_name, regressor = _delayer_and_regressor(estimator)
+    else:
+        regressor_name, regressor = None, _regressor(estimator, delayer)
     delays = np.asarray(delayer.delays_)
     order = np.argsort(delays, kind="stable")
     n_features = delayer.n_features_in_
@@ -235,6 +279,8 @@ def trf_from_estimator(estimator):
         coef=_as_trf(coef, n_features, order),
         delays=delays[order],
         times=times,
-        feature_names=_feature_names(estimator, delayer),
+        feature_names=_feature_names(
+            estimator if regressor_name is not None else None, delayer
+        ),
         **bounds,
     )
