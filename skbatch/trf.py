@@ -103,8 +103,7 @@ def _regressor(estimator, delayer):
     check_is_fitted(estimator)
     if not hasattr(estimator, "coef_"):
         raise ValueError(
-            f"{type(estimator).__name__} has no coef_: a TRF needs a linear "
-            f"regressor"
+            f"{type(estimator).__name__} has no coef_: a TRF needs a linear regressor"
         )
     return estimator
 

@@ -199,3 +199,53 @@ def test_bad_estimators_are_refused_naming_what_is_expected():
     ).fit(X, y)
     with pytest.raises(ValueError, match="attributes='named_steps.ridge.coef_'"):
         trf_from_estimator(boot)
+
+
+def test_a_regressor_with_its_delayer_equals_the_pipeline():
+    rng = np.random.default_rng(6)
+    lengths = [80, 60, 70]
+    stimulus = _ar_runs(rng, lengths, 2)
+    X = np.concatenate(stimulus)
+    Y = np.concatenate(_responses(rng, stimulus, 3))
+    runs = np.repeat(np.arange(3), lengths)
+    pipeline = make_pipeline(
+        Delayer(tmin=-0.01, tmax=0.06, sfreq=100.0), BatchedRidge(alphas=[3.0])
+    ).fit(X, Y, delayer__groups=runs)
+    delayer = Delayer(tmin=-0.01, tmax=0.06, sfreq=100.0)
+    X_delayed = delayer.fit_transform(X, groups=runs)
+    ridge = BatchedRidge(alphas=[3.0]).fit(X_delayed, Y)
+    separate = trf_from_estimator(ridge, delayer=delayer)
+    together = trf_from_estimator(pipeline)
+    np.testing.assert_allclose(separate.coef, together.coef, rtol=1e-12)
+    np.testing.assert_array_equal(separate.times, together.times)
+    boot = BootstrapEstimator(ridge, n_bootstrap=10, random_state=0).fit(
+        X_delayed, Y, groups=runs
+    )
+    bounds = trf_from_estimator(boot, delayer=delayer)
+    lower = boot.results_["coef_"].ci_lower
+    # Naive reading: lag k, feature j is column position(k) * 2 + j.
+    for k, delay in enumerate(bounds.delays):
+        column = delayer.delays_.index(delay) * 2
+        np.testing.assert_array_equal(
+            bounds.ci_lower[:, :, k], lower[:, column : column + 2]
+        )
+
+
+def test_delayer_argument_is_checked():
+    rng = np.random.default_rng(8)
+    X, y = rng.standard_normal((30, 1)), rng.standard_normal(30)
+    delayer = Delayer(delays=(0, 1)).fit(X)
+    ridge = Ridge().fit(delayer.transform(X), y)
+    with pytest.raises(TypeError, match="delayer must be the fitted Delayer"):
+        trf_from_estimator(ridge, delayer="delayer")
+    pipeline = make_pipeline(Delayer(delays=(0, 1)), Ridge()).fit(X, y)
+    with pytest.raises(ValueError, match="holds its own Delayer"):
+        trf_from_estimator(pipeline, delayer=delayer)
+    wrong = Delayer(delays=(0, 1, 2)).fit(X)
+    with pytest.raises(ValueError, match="not the Delayer's 1 features x 3"):
+        trf_from_estimator(ridge, delayer=wrong)
+    boot = BootstrapEstimator(
+        Ridge(), attributes="intercept_", n_bootstrap=5, random_state=0
+    ).fit(delayer.transform(X), y)
+    with pytest.raises(ValueError, match="did not bootstrap coef_"):
+        trf_from_estimator(boot, delayer=delayer)
