@@ -1,8 +1,9 @@
 """skbatch: batched ridge, bootstrap and permutation inference for scikit-learn.
 
-Three estimators do resampling-heavy, many-target linear work on numpy,
+Four estimators do resampling-heavy, many-target linear work on numpy,
 PyTorch or JAX within a memory budget: :class:`BatchedRidge`,
-:class:`BootstrapEstimator` and :class:`PermutationScorer`.
+:class:`BandedRidge`, :class:`BootstrapEstimator` and
+:class:`PermutationScorer`.
 """
 
 from ._engine.report import FitReport, FitStage
@@ -32,6 +33,7 @@ from .scoring import (
     r2_score_split,
     score_per_target,
 )
+from .trf import TRF, trf_from_estimator
 
 __version__ = "0.1.0.dev0"
 
@@ -48,6 +50,7 @@ __all__ = [
     "FitReport",
     "FitStage",
     "PermutationScorer",
+    "TRF",
     "auto_batch_size",
     "auto_n_jobs",
     "check_gpu_available",
@@ -61,5 +64,6 @@ __all__ = [
     "r2_score_split",
     "resolve_backend",
     "score_per_target",
+    "trf_from_estimator",
     "variance_partitioning",
 ]

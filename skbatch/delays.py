@@ -19,7 +19,7 @@ from sklearn.utils.validation import (
 from ._estimators.base import as_output, host_input
 from .random import check_groups
 
-__all__ = ["Delayer"]
+__all__ = ["Delayer", "lags_from_times"]
 
 # What the rows a delay reaches before (or after) a run hold: 0, or the mean
 # of each feature over the rows given to fit.
@@ -29,6 +29,11 @@ FILLS = ("zero", "mean")
 # from its mean, so zeros at the run edges are outliers a fit explains by
 # spreading weight over the delays.
 ZERO_FILL_WARN_RATIO = 3.0
+# The delays of Delayer() when neither delays nor tmin/tmax are given.
+DEFAULT_DELAYS = (1, 2, 3, 4)
+# How lag times in seconds become whole samples: "nearest" rounds both ends
+# (MNE's ReceptiveField), "outward" floors tmin and ceils tmax (mTRFpy).
+ROUNDINGS = ("nearest", "outward")
 
 
 def _check_delays(delays):
@@ -59,6 +64,98 @@ def _check_delays(delays):
             f"got {repeated} more than once in delays={delays!r}"
         )
     return values
+
+
+def _check_seconds(name, value):
+    """A real, finite number of seconds (or Hz), or an error naming it."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"{name} must be a real number, got {type(value).__name__}: {value!r}"
+        )
+    if not np.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return float(value)
+
+
+def lags_from_times(tmin, tmax, sfreq, rounding="nearest"):
+    """Delays in samples spanning ``tmin`` to ``tmax`` seconds at ``sfreq`` Hz.
+
+    Parameters
+    ----------
+    tmin, tmax : float
+        First and last lag, in seconds; ``tmin <= tmax``. A negative lag
+        pairs a response with a later stimulus.
+    sfreq : float
+        Sampling frequency, in Hz, > 0.
+    rounding : {"nearest", "outward"}, default="nearest"
+        "nearest": ``round(tmin * sfreq)`` to ``round(tmax * sfreq)``, as
+        MNE's ``ReceptiveField`` (numpy's rounding, half to even).
+        "outward": ``floor(tmin * sfreq)`` to ``ceil(tmax * sfreq)``, as
+        mTRFpy's ``TRF.train`` (``mtrf.matrices.lags_idx``): the lags cover
+        the whole window. Both take the products as floating point gives
+        them (``0.7 * 10`` is ``7.000000000000001``, which "outward" ceils
+        to 8, as mTRFpy does).
+
+    Returns
+    -------
+    delays : tuple of int
+        Every whole number of samples between the two rounded ends.
+
+    Examples
+    --------
+    >>> from skbatch.delays import lags_from_times
+    >>> lags = lags_from_times(-0.1, 0.4, 128)
+    >>> lags[0], lags[-1], len(lags)
+    (-13, 51, 65)
+    >>> lags = lags_from_times(-0.1, 0.4, 128, rounding="outward")
+    >>> lags[0], lags[-1], len(lags)
+    (-13, 52, 66)
+    """
+    tmin = _check_seconds("tmin", tmin)
+    tmax = _check_seconds("tmax", tmax)
+    sfreq = _check_seconds("sfreq", sfreq)
+    if sfreq <= 0:
+        raise ValueError(f"sfreq must be > 0 (Hz), got {sfreq!r}")
+    if tmin > tmax:
+        raise ValueError(f"tmin must be <= tmax, got tmin={tmin!r} > tmax={tmax!r}")
+    if not isinstance(rounding, str) or rounding not in ROUNDINGS:
+        raise ValueError(
+            f"rounding must be one of {', '.join(map(repr, ROUNDINGS))}, got "
+            f"{type(rounding).__name__}: {rounding!r}"
+        )
+    if rounding == "nearest":
+        first, last = np.round(tmin * sfreq), np.round(tmax * sfreq)
+    else:
+        first, last = np.floor(tmin * sfreq), np.ceil(tmax * sfreq)
+    return tuple(range(int(first), int(last) + 1))
+
+
+def _valid_rows(groups, n_samples, delays):
+    """Rows whose every delay stays inside their run: none holds a fill.
+
+    Parameters
+    ----------
+    groups : array-like of shape (n_samples,) or None
+        Run of each row; None is one run.
+    n_samples : int
+        Number of rows.
+    delays : sequence of int
+        The delays, in samples.
+
+    Returns
+    -------
+    mask : ndarray of bool of shape (n_samples,)
+        True where row ``t`` of a run of ``n`` rows has ``t - d`` in
+        ``0 .. n - 1`` for every delay ``d``: MNE's ``valid_samples_`` slice,
+        taken in each run.
+    """
+    before = max(max(delays), 0)
+    after = max(-min(delays), 0)
+    mask = np.zeros(n_samples, dtype=bool)
+    for rows in _runs(groups, n_samples):
+        positions = np.arange(n_samples)[rows]
+        mask[positions[before : max(positions.size - after, 0)]] = True
+    return mask
 
 
 def _check_fill(fill):
@@ -135,11 +232,30 @@ class Delayer(TransformerMixin, BaseEstimator):
     values from another run. A run's rows are taken in their order in
     ``X``; they need not be consecutive, and runs may come in any order.
 
+    The delays are given in samples (``delays``) or, as MNE's
+    ``ReceptiveField`` and mTRFpy take them, as a window of lags in seconds
+    (``tmin``, ``tmax``) at a sampling frequency (``sfreq``): one way or the
+    other, not both.
+
     Parameters
     ----------
-    delays : sequence of int, default=(1, 2, 3, 4)
+    delays : sequence of int, default=None
         Distinct delays, in samples. The output has one block of
-        ``n_features`` columns per delay, in the order of ``delays``.
+        ``n_features`` columns per delay, in the order of ``delays``. None
+        (with no ``tmin`` / ``tmax``) means ``(1, 2, 3, 4)``.
+    tmin, tmax : float, default=None
+        First and last lag, in seconds (``tmin <= tmax``), given together
+        with ``sfreq`` instead of ``delays``: every whole number of samples
+        from the rounded ``tmin * sfreq`` to the rounded ``tmax * sfreq``
+        (see :func:`~skbatch.delays.lags_from_times`).
+    sfreq : float, default=None
+        Sampling frequency in Hz, needed with ``tmin`` and ``tmax``; given
+        with ``delays``, it only gives the lag times ``times_``.
+    rounding : {"nearest", "outward"}, default="nearest"
+        How ``tmin`` and ``tmax`` become samples. "nearest" rounds both, as
+        MNE's ``ReceptiveField`` (-0.1 to 0.4 s at 128 Hz: lags -13 to 51);
+        "outward" floors ``tmin`` and ceils ``tmax``, as mTRFpy (-13 to 52).
+        Only with ``tmin`` / ``tmax``.
     fill : {"zero", "mean"}, default="zero"
         What the rows a delay reaches outside a run hold. "zero": zeros,
         right for centred features; fitting it on features whose mean lies
@@ -153,7 +269,15 @@ class Delayer(TransformerMixin, BaseEstimator):
     Attributes
     ----------
     delays_ : tuple of int
-        The validated delays.
+        The delays, in samples: the validated ``delays``, or those of
+        ``tmin`` / ``tmax``, increasing.
+    times_ : ndarray of shape (n_delays,) or None
+        The lag of each delay in seconds, ``delays_ / sfreq``; None without
+        ``sfreq``.
+    valid_samples_ : ndarray of bool of shape (n_samples,)
+        For each row given to :meth:`fit`: True when every delay of it stays
+        inside its run (no fill in the row), as MNE's ``valid_samples_``
+        (a slice there, of every epoch) but per run of ``groups``.
     fill_values_ : ndarray of shape (n_features_in_,)
         The value filled in for each feature, float64: zeros, or the means
         of the features seen in fit (NaN values left out).
@@ -219,14 +343,74 @@ class Delayer(TransformerMixin, BaseEstimator):
     array(['x0_delay1', 'x0_delay2'], dtype=object)
     >>> Delayer(delays=(2,), fill="mean").fit_transform(X).ravel()
     array([3., 3., 1., 2., 3.])
+
+    Lags in seconds, as MNE takes them, and the rows no fill reaches:
+
+    >>> delayer = Delayer(tmin=-0.1, tmax=0.2, sfreq=10.0).fit(X)
+    >>> delayer.delays_, delayer.times_
+    ((-1, 0, 1, 2), array([-0.1,  0. ,  0.1,  0.2]))
+    >>> delayer.valid_samples_
+    array([False, False,  True,  True, False])
     """
 
     __metadata_request__fit = {"groups": True}
     __metadata_request__transform = {"groups": True}
 
-    def __init__(self, delays=(1, 2, 3, 4), *, fill="zero"):
+    def __init__(
+        self,
+        delays=None,
+        *,
+        tmin=None,
+        tmax=None,
+        sfreq=None,
+        rounding="nearest",
+        fill="zero",
+    ):
         self.delays = delays
+        self.tmin = tmin
+        self.tmax = tmax
+        self.sfreq = sfreq
+        self.rounding = rounding
         self.fill = fill
+
+    def _delays(self):
+        """The delays in samples and the sampling frequency (or None), checked."""
+        in_seconds = self.tmin is not None or self.tmax is not None
+        if in_seconds and self.delays is not None:
+            raise ValueError(
+                f"give the delays in samples (delays=) or a window of lags in "
+                f"seconds (tmin=, tmax=, sfreq=), not both: got delays="
+                f"{self.delays!r}, tmin={self.tmin!r}, tmax={self.tmax!r}"
+            )
+        sfreq = self.sfreq
+        if sfreq is not None:
+            sfreq = _check_seconds("sfreq", sfreq)
+            if sfreq <= 0:
+                raise ValueError(f"sfreq must be > 0 (Hz), got {self.sfreq!r}")
+        if not in_seconds:
+            if self.rounding != "nearest":
+                raise ValueError(
+                    f"rounding applies to tmin and tmax in seconds; with delays in "
+                    f"samples leave it at 'nearest', got {self.rounding!r}"
+                )
+            delays = DEFAULT_DELAYS if self.delays is None else self.delays
+            return _check_delays(delays), sfreq
+        missing = [
+            name
+            for name, value in (
+                ("tmin", self.tmin),
+                ("tmax", self.tmax),
+                ("sfreq", self.sfreq),
+            )
+            if value is None
+        ]
+        if missing:
+            raise ValueError(
+                f"lags in seconds need tmin, tmax and sfreq together; "
+                f"{' and '.join(missing)} missing (tmin={self.tmin!r}, "
+                f"tmax={self.tmax!r}, sfreq={self.sfreq!r})"
+            )
+        return lags_from_times(self.tmin, self.tmax, sfreq, self.rounding), sfreq
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -245,19 +429,19 @@ class Delayer(TransformerMixin, BaseEstimator):
         y : None
             Ignored.
         groups : array-like of shape (n_samples,), default=None
-            Runs; checked against ``X``, nothing is learnt from them (the
-            mean of ``fill="mean"`` is over all rows).
+            Runs: they give ``valid_samples_``; nothing else is learnt from
+            them (the mean of ``fill="mean"`` is over all rows).
 
         Returns
         -------
         self : object
             Fitted transformer.
         """
-        delays = _check_delays(self.delays)
+        delays, sfreq = self._delays()
         fill = _check_fill(self.fill)
         X, _ = host_input(X)
         X = validate_data(self, X, dtype="numeric", ensure_all_finite=False)
-        check_groups(groups, X.shape[0])
+        groups = check_groups(groups, X.shape[0])
         means = _feature_means(X)
         if fill == "mean":
             fill_values = means
@@ -266,6 +450,8 @@ class Delayer(TransformerMixin, BaseEstimator):
             if any(delays):
                 _warn_uncentred(X, means)
         self.delays_, self.fill_values_ = delays, fill_values
+        self.times_ = None if sfreq is None else np.asarray(delays) / sfreq
+        self.valid_samples_ = _valid_rows(groups, X.shape[0], delays)
         # Integers filled with means come out as floats, whatever the means.
         self._fills_means = fill == "mean"
         return self
@@ -392,7 +578,7 @@ class Delayer(TransformerMixin, BaseEstimator):
         >>> delayer.delayed_bands([[0, 1], [2]])
         [array([0, 1, 3, 4]), array([2, 5])]
         """
-        n_delays = len(_check_delays(self.delays))
+        n_delays = len(self._delays()[0])
         as_indices = isinstance(bands, list | tuple) and all(
             np.ndim(band) == 1 and not isinstance(band, str) for band in bands
         )

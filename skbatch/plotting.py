@@ -1,6 +1,6 @@
-"""Figures of permutation tests and bootstrap intervals.
+"""Figures of permutation tests, bootstrap intervals and TRFs.
 
-Two displays follow scikit-learn's visualization API: build them with
+Three displays follow scikit-learn's visualization API: build them with
 ``from_estimator`` from a fitted estimator, draw again with ``plot(ax=...)``,
 and find the figure in ``figure_`` and the axes in ``ax_``. matplotlib is an
 optional dependency (``pip install "skbatch[plot]"``), imported only when a
@@ -13,8 +13,9 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from ._kernels.rules import check_alternative
+from .trf import trf_from_estimator
 
-__all__ = ["BootstrapDisplay", "PermutationTestDisplay"]
+__all__ = ["BootstrapDisplay", "PermutationTestDisplay", "TRFDisplay"]
 
 # Histogram bins of a permutation null: 1000 permutations give about 33 per
 # bin, enough for a smooth shape without hiding the tail.
@@ -34,6 +35,11 @@ _REGION_ALPHA = 0.15
 # Share of the finite span added on each side of a bootstrap display that has
 # one-sided intervals: the rays end there, past every finite value.
 _RAY_MARGIN = 0.1
+# Opacity of a TRF's bootstrap band: the lines of other channels stay
+# visible through it.
+_BAND_ALPHA = 0.25
+# Milliseconds in a second: TRF lags are drawn in ms, as EEG/MEG papers do.
+_MS = 1000.0
 # What a one-sided interval of each alternative bounds, for the titles.
 _ONE_SIDED_BOUNDS = {"less": "upper bounds", "greater": "lower bounds"}
 
@@ -733,3 +739,280 @@ def _element_names(boot, attribute, shape):
     if len(shape) == 0:
         return [attribute]
     return [str(list(index)) for index in np.ndindex(*shape)]
+
+
+def _pick(choice, n, names, what):
+    """Indices of ``choice`` (None: all; ints, or names among ``names``)."""
+    if choice is None:
+        return np.arange(n)
+    if isinstance(choice, str | numbers.Integral):
+        choice = [choice]
+    picked = []
+    names = [str(name) for name in names]
+    for item in choice:
+        if isinstance(item, str):
+            if item not in names:
+                raise ValueError(f"{what} {item!r} is not one of {names}")
+            picked.append(names.index(item))
+        elif isinstance(item, numbers.Integral) and not isinstance(item, bool):
+            if not -n <= item < n:
+                raise ValueError(f"{what} index must be in [0, {n}), got {item!r}")
+            picked.append(int(item) % n)
+        else:
+            raise TypeError(
+                f"{what}s must be ints or names, got {type(item).__name__}: {item!r}"
+            )
+    if not picked:
+        raise ValueError(f"choose at least one {what}, got {choice!r}")
+    return np.asarray(picked)
+
+
+class TRFDisplay:
+    """Temporal response functions: weights over lag, one panel per feature.
+
+    Each panel is one input feature; each line one target (an EEG/MEG
+    channel), its weight at each lag, with the lags in milliseconds (in
+    samples when the Delayer had no ``sfreq``). With bootstrap intervals
+    (from a :class:`~skbatch.BootstrapEstimator`), each line has its
+    interval as a shaded band. A dotted line marks zero weight, and a
+    dotted vertical line lag 0.
+
+    Build it with :meth:`from_estimator`; the constructor only stores data.
+
+    Parameters
+    ----------
+    coef : ndarray of shape (n_targets, n_features, n_lags)
+        The TRFs (:attr:`skbatch.TRF.coef`).
+    lags : ndarray of shape (n_lags,)
+        The lags, in seconds (``lag_unit="s"``) or samples.
+    ci_lower, ci_upper : ndarray of shape (n_targets, n_features, n_lags), \
+            default=None
+        Interval bounds, drawn as bands.
+    feature_names : list of str, default=None
+        Panel titles; None numbers the features ``x0, x1, ...``.
+    target_names : list of str, default=None
+        Legend labels of the targets; None numbers them.
+    lag_unit : {"s", "samples"}, default="s"
+        Unit of ``lags``: seconds are drawn in ms.
+    confidence_level : float, default=None
+        Coverage of the intervals, for the legend.
+
+    Attributes
+    ----------
+    ax_ : ndarray of matplotlib Axes
+        One axes per drawn feature.
+    figure_ : matplotlib Figure
+        Figure holding the axes.
+    lines_ : ndarray of matplotlib Line2D of shape (n_drawn_features, n_drawn_targets)
+        The drawn TRFs.
+    bands_ : ndarray of matplotlib PolyCollection or None
+        The drawn intervals, same shape as ``lines_``; None without them.
+    targets_, features_ : ndarray of int
+        The targets and features drawn.
+
+    See Also
+    --------
+    skbatch.trf_from_estimator : The TRFs this display draws.
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> import numpy as np
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from skbatch import BatchedRidge, Delayer
+    >>> from skbatch.plotting import TRFDisplay
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((400, 2))
+    >>> Y = np.roll(X[:, :1], 3, axis=0) + rng.standard_normal((400, 3))
+    >>> model = make_pipeline(
+    ...     Delayer(tmin=0.0, tmax=0.1, sfreq=50.0), BatchedRidge()
+    ... ).fit(X, Y)
+    >>> display = TRFDisplay.from_estimator(model, targets=[0, 2])
+    >>> display.lines_.shape
+    (2, 2)
+    >>> display.ax_[0].get_xlabel(), display.ax_[0].get_title()
+    ('lag (ms)', 'x0')
+    """
+
+    def __init__(
+        self,
+        coef,
+        lags,
+        *,
+        ci_lower=None,
+        ci_upper=None,
+        feature_names=None,
+        target_names=None,
+        lag_unit="s",
+        confidence_level=None,
+    ):
+        self.coef = coef
+        self.lags = lags
+        self.ci_lower = ci_lower
+        self.ci_upper = ci_upper
+        self.feature_names = feature_names
+        self.target_names = target_names
+        self.lag_unit = lag_unit
+        self.confidence_level = confidence_level
+
+    def plot(self, ax=None, *, targets=None, features=None):
+        """Draw the TRFs of ``targets``, one panel per feature of ``features``.
+
+        Parameters
+        ----------
+        ax : matplotlib Axes or array-like of Axes, default=None
+            One axes per drawn feature; None creates a figure with a row of
+            panels sharing their y-axis.
+        targets : int, str or list of int or str, default=None
+            Targets (channels) to draw, by index or by ``target_names``;
+            None draws all.
+        features : int, str or list of int or str, default=None
+            Features to draw, by index or by ``feature_names``; None draws
+            all.
+
+        Returns
+        -------
+        display : TRFDisplay
+            The display, with ``ax_``, ``figure_`` and the artists set.
+        """
+        _check_matplotlib("TRFDisplay.plot")
+        coef = np.asarray(self.coef, dtype=np.float64)
+        if coef.ndim != 3:
+            raise ValueError(
+                f"coef must have shape (n_targets, n_features, n_lags), got shape "
+                f"{coef.shape}"
+            )
+        n_targets, n_features, n_lags = coef.shape
+        lags = np.asarray(self.lags, dtype=np.float64)
+        if lags.shape != (n_lags,):
+            raise ValueError(f"lags must have shape ({n_lags},), got {lags.shape}")
+        if self.lag_unit not in ("s", "samples"):
+            raise ValueError(
+                f"lag_unit must be 's' or 'samples', got {self.lag_unit!r}"
+            )
+        bands = self.ci_lower is not None and self.ci_upper is not None
+        if bands:
+            lower = np.asarray(self.ci_lower, dtype=np.float64)
+            upper = np.asarray(self.ci_upper, dtype=np.float64)
+            if lower.shape != coef.shape or upper.shape != coef.shape:
+                raise ValueError(
+                    f"ci_lower and ci_upper must have coef's shape {coef.shape}, "
+                    f"got {lower.shape} and {upper.shape}"
+                )
+        feature_names = (
+            [f"x{j}" for j in range(n_features)]
+            if self.feature_names is None
+            else [str(name) for name in self.feature_names]
+        )
+        target_names = (
+            [str(t) for t in range(n_targets)]
+            if self.target_names is None
+            else [str(name) for name in self.target_names]
+        )
+        if len(feature_names) != n_features or len(target_names) != n_targets:
+            raise ValueError(
+                f"feature_names and target_names must have {n_features} and "
+                f"{n_targets} entries, got {len(feature_names)} and "
+                f"{len(target_names)}"
+            )
+        self.targets_ = _pick(targets, n_targets, target_names, "target")
+        self.features_ = _pick(features, n_features, feature_names, "feature")
+        if ax is None:
+            import matplotlib.pyplot as plt
+
+            _, ax = plt.subplots(
+                1,
+                self.features_.size,
+                sharey=True,
+                squeeze=False,
+                figsize=(5.5 * self.features_.size, 4.0),
+                layout="constrained",
+            )
+        axes = np.asarray(ax, dtype=object).ravel()
+        if axes.size != self.features_.size:
+            raise ValueError(
+                f"ax must hold one axes per drawn feature ({self.features_.size}), "
+                f"got {axes.size}"
+            )
+        self.ax_, self.figure_ = axes, axes[0].figure
+        x = lags * _MS if self.lag_unit == "s" else lags
+        xlabel = "lag (ms)" if self.lag_unit == "s" else "lag (samples)"
+        self.lines_ = np.empty((axes.size, self.targets_.size), dtype=object)
+        self.bands_ = np.empty_like(self.lines_) if bands else None
+        coverage = (
+            "" if self.confidence_level is None else f"{self.confidence_level:.0%} "
+        )
+        for panel, (axes_k, j) in enumerate(zip(axes, self.features_)):
+            for line, t in enumerate(self.targets_):
+                (self.lines_[panel, line],) = axes_k.plot(
+                    x, coef[t, j], label=target_names[t]
+                )
+                if bands:
+                    self.bands_[panel, line] = axes_k.fill_between(
+                        x,
+                        lower[t, j],
+                        upper[t, j],
+                        color=self.lines_[panel, line].get_color(),
+                        alpha=_BAND_ALPHA,
+                        linewidth=0,
+                        label=f"{coverage}interval" if line == 0 else None,
+                    )
+            axes_k.axhline(0.0, color="black", linestyle=":", linewidth=1)
+            if x[0] <= 0 <= x[-1]:
+                axes_k.axvline(0.0, color="black", linestyle=":", linewidth=1)
+            axes_k.set_title(feature_names[j])
+            axes_k.set_xlabel(xlabel)
+        axes[0].set_ylabel("TRF weight (target units per feature unit)")
+        axes[0].legend(fontsize="small")
+        return self
+
+    @classmethod
+    def from_estimator(
+        cls,
+        estimator,
+        *,
+        delayer=None,
+        targets=None,
+        features=None,
+        target_names=None,
+        ax=None,
+    ):
+        """Draw the TRFs of a fitted ``Pipeline(Delayer, regressor)``.
+
+        Parameters
+        ----------
+        estimator : Pipeline, regressor or BootstrapEstimator
+            As :func:`~skbatch.trf_from_estimator` takes it; a
+            BootstrapEstimator adds its intervals as bands.
+        delayer : Delayer, default=None
+            The fitted Delayer of a regressor fit on delayed features, as
+            :func:`~skbatch.trf_from_estimator` takes it.
+        targets : int, str or list of int or str, default=None
+            Targets (channels) to draw; None draws all.
+        features : int, str or list of int or str, default=None
+            Features to draw, by index or input name; None draws all.
+        target_names : list of str, default=None
+            Names of all targets, for the legend (and ``targets``); None
+            numbers them.
+        ax : matplotlib Axes or array-like of Axes, default=None
+            One axes per drawn feature; None creates a figure.
+
+        Returns
+        -------
+        display : TRFDisplay
+            The drawn display.
+        """
+        _check_matplotlib("TRFDisplay.from_estimator")
+        trf = trf_from_estimator(estimator, delayer=delayer)
+        display = cls(
+            trf.coef,
+            trf.delays if trf.times is None else trf.times,
+            ci_lower=trf.ci_lower,
+            ci_upper=trf.ci_upper,
+            feature_names=trf.feature_names,
+            target_names=target_names,
+            lag_unit="samples" if trf.times is None else "s",
+            confidence_level=trf.confidence_level,
+        )
+        return display.plot(ax=ax, targets=targets, features=features)

@@ -400,3 +400,136 @@ def test_mean_fill_of_integers_gives_floats():
     np.testing.assert_array_equal(out, [[7 / 3, 5], [1, 2], [2, 4]])
     # Zero fill keeps the integers, as before.
     assert Delayer(delays=(1,)).fit_transform(X).dtype == X.dtype
+
+
+# Lags in seconds, against the peers' own conversions.
+
+_WINDOWS = [
+    (-0.1, 0.4, 128.0),
+    (0.0, 0.3, 10.0),
+    (-0.7, 0.7, 10.0),
+    (0.05, 0.25, 100.0),
+    (-0.015625, 0.5078125, 64.0),
+    (0.2, 0.2, 250.0),
+    (-0.25, -0.05, 1000.0),
+    (-0.123, 0.456, 512.0),
+]
+
+
+@pytest.mark.parametrize("tmin, tmax, sfreq", _WINDOWS)
+def test_seconds_give_mnes_delays_and_valid_samples(tmin, tmax, sfreq):
+    receptive_field = pytest.importorskip("mne.decoding.receptive_field")
+    expected = receptive_field._times_to_delays(tmin, tmax, sfreq)
+    delayer = Delayer(tmin=tmin, tmax=tmax, sfreq=sfreq)
+    X = np.random.default_rng(0).standard_normal((300, 2))
+    delayer.fit(X)
+    assert delayer.delays_ == tuple(int(d) for d in expected)
+    np.testing.assert_allclose(delayer.times_, expected / sfreq, rtol=0, atol=0)
+    rows = np.arange(300)
+    valid = rows[receptive_field._delays_to_slice(expected)]
+    np.testing.assert_array_equal(np.flatnonzero(delayer.valid_samples_), valid)
+    # The delayed design is the one MNE builds from the same window.
+    mne_delayed = receptive_field._delay_time_series(X, tmin, tmax, sfreq)
+    np.testing.assert_array_equal(
+        delayer.transform(X),
+        mne_delayed.transpose(0, 2, 1).reshape(300, -1),
+    )
+
+
+@pytest.mark.parametrize("tmin, tmax, sfreq", _WINDOWS)
+def test_outward_rounding_gives_mtrfpys_lags(tmin, tmax, sfreq):
+    matrices = pytest.importorskip("mtrf.matrices")
+    expected = matrices.lags_idx(np, tmin, tmax, sfreq)
+    delayer = Delayer(tmin=tmin, tmax=tmax, sfreq=sfreq, rounding="outward")
+    assert delayer.fit(np.zeros((5, 1))).delays_ == tuple(expected)
+    X = np.random.default_rng(1).standard_normal((400, 3))
+    # mTRFpy's design after its column of ones, zero padded.
+    np.testing.assert_array_equal(
+        delayer.fit_transform(X), matrices.lag_matrix(X, expected)[:, 1:]
+    )
+
+
+def test_the_two_roundings_differ_where_the_issue_says():
+    # -0.1..0.4 s at 128 Hz: MNE -13..51, mTRFpy -13..52.
+    nearest = Delayer(tmin=-0.1, tmax=0.4, sfreq=128).fit(np.zeros((3, 1)))
+    outward = Delayer(tmin=-0.1, tmax=0.4, sfreq=128, rounding="outward")
+    outward.fit(np.zeros((3, 1)))
+    assert (nearest.delays_[0], nearest.delays_[-1]) == (-13, 51)
+    assert (outward.delays_[0], outward.delays_[-1]) == (-13, 52)
+
+
+def test_valid_samples_per_run_equal_a_naive_loop():
+    rng = np.random.default_rng(3)
+    lengths = [7, 3, 12, 1, 9]
+    runs = np.repeat(np.arange(5), lengths)
+    rng.shuffle(runs)  # interleaved runs
+    X = rng.standard_normal((runs.size, 2))
+    delays = (-2, 0, 3)
+    delayer = Delayer(delays=delays).fit(X, groups=runs)
+    expected = np.zeros(runs.size, dtype=bool)
+    for run in np.unique(runs):
+        rows = np.flatnonzero(runs == run)
+        for t, row in enumerate(rows):
+            expected[row] = all(0 <= t - d < rows.size for d in delays)
+    np.testing.assert_array_equal(delayer.valid_samples_, expected)
+    # No fill reaches a valid row: with NaN fills, they stay finite.
+    delayed = Delayer(delays=delays, fill="mean").fit(X, groups=runs)
+    delayed.fill_values_ = np.full(2, np.nan)
+    out = delayed.transform(X, groups=runs)
+    np.testing.assert_array_equal(np.isfinite(out).all(axis=1), expected)
+
+
+def test_times_with_delays_in_samples_and_without_sfreq():
+    X = np.zeros((6, 1))
+    assert Delayer(delays=(0, 2)).fit(X).times_ is None
+    np.testing.assert_array_equal(
+        Delayer(delays=(0, 2), sfreq=100.0).fit(X).times_, [0.0, 0.02]
+    )
+    assert Delayer().fit(X).delays_ == (1, 2, 3, 4)
+
+
+@pytest.mark.parametrize(
+    "params, error, match",
+    [
+        (
+            {"delays": (1, 2), "tmin": 0.0, "tmax": 0.1, "sfreq": 100},
+            ValueError,
+            "not both",
+        ),
+        ({"tmin": 0.0, "tmax": 0.1}, ValueError, "sfreq missing"),
+        ({"tmin": 0.0, "sfreq": 100}, ValueError, "tmax missing"),
+        ({"tmax": 0.1}, ValueError, "tmin and sfreq missing"),
+        ({"tmin": 0.2, "tmax": 0.1, "sfreq": 100}, ValueError, "tmin must be <="),
+        ({"tmin": 0.0, "tmax": 0.1, "sfreq": 0}, ValueError, "sfreq must be > 0"),
+        ({"tmin": 0.0, "tmax": 0.1, "sfreq": -5.0}, ValueError, "sfreq must be > 0"),
+        ({"tmin": 0.0, "tmax": np.inf, "sfreq": 10}, ValueError, "tmax must be fin"),
+        ({"tmin": "0", "tmax": 0.1, "sfreq": 10}, TypeError, "tmin must be a real"),
+        ({"tmin": 0.0, "tmax": 0.1, "sfreq": True}, TypeError, "sfreq must be a re"),
+        (
+            {"tmin": 0.0, "tmax": 0.1, "sfreq": 10, "rounding": "floor"},
+            ValueError,
+            "rounding must be one of 'nearest', 'outward', got str: 'floor'",
+        ),
+        ({"delays": (1,), "rounding": "outward"}, ValueError, "rounding applies"),
+        ({"delays": (1,), "sfreq": np.nan}, ValueError, "sfreq must be finite"),
+    ],
+)
+def test_bad_windows_are_refused_naming_the_parameter(params, error, match):
+    with pytest.raises(error, match=match):
+        Delayer(**params).fit(np.zeros((5, 1)))
+
+
+def test_feature_names_and_bands_follow_the_seconds():
+    delayer = Delayer(tmin=-0.01, tmax=0.01, sfreq=100).fit(np.zeros((4, 2)))
+    np.testing.assert_array_equal(
+        delayer.get_feature_names_out(),
+        [
+            "x0_delay-1",
+            "x1_delay-1",
+            "x0_delay0",
+            "x1_delay0",
+            "x0_delay1",
+            "x1_delay1",
+        ],
+    )
+    assert delayer.delayed_bands(["a", "b"]).tolist() == ["a", "b"] * 3

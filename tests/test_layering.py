@@ -26,6 +26,7 @@ LAYERS = {
         "partitioning",
         "delays",
         "scoring",
+        "trf",
         "plotting",
         "_estimators",
         "_bootstrap",

@@ -291,3 +291,90 @@ def test_histograms_side_by_side_have_titles_that_do_not_overlap(raw_scorer):
     assert left.x1 < right.x0
     assert all(ax.get_title().count("p = ") == 2 for ax in axes)
     plt.close(figure)
+
+
+# TRFDisplay
+
+
+@pytest.fixture(scope="module")
+def trf_data():
+    rng = np.random.default_rng(7)
+    runs = np.repeat(np.arange(4), [70, 90, 80, 60])
+    X = rng.standard_normal((300, 2))
+    Y = rng.standard_normal((300, 3))
+    Y[2:, :2] += X[:-2, :1]
+    return X, Y, runs
+
+
+def _trf_pipeline(**delayer):
+    from sklearn.pipeline import make_pipeline
+
+    from skbatch import Delayer
+
+    return make_pipeline(Delayer(**delayer), BatchedRidge(alphas=[10.0]))
+
+
+def test_trf_display_draws_each_target_over_lags_in_ms(trf_data):
+    from skbatch import trf_from_estimator
+    from skbatch.plotting import TRFDisplay
+
+    X, Y, runs = trf_data
+    model = _trf_pipeline(tmin=-0.02, tmax=0.08, sfreq=100.0)
+    model.fit(X, Y, delayer__groups=runs)
+    trf = trf_from_estimator(model)
+    display = TRFDisplay.from_estimator(
+        model, targets=["Cz", "Pz"], target_names=["Fz", "Cz", "Pz"]
+    )
+    np.testing.assert_array_equal(display.targets_, [1, 2])
+    np.testing.assert_array_equal(display.features_, [0, 1])
+    assert display.lines_.shape == (2, 2) and display.bands_ is None
+    for panel, j in enumerate(display.features_):
+        for line, t in enumerate(display.targets_):
+            drawn = display.lines_[panel, line]
+            np.testing.assert_allclose(drawn.get_xdata(), trf.times * 1000)
+            np.testing.assert_array_equal(drawn.get_ydata(), trf.coef[t, j])
+            assert drawn.get_label() == ["Fz", "Cz", "Pz"][t]
+        assert display.ax_[panel].get_xlabel() == "lag (ms)"
+        assert display.ax_[panel].get_title() == f"x{j}"
+    assert "TRF weight" in display.ax_[0].get_ylabel()
+
+
+def test_trf_display_bands_are_the_bootstrap_bounds(trf_data):
+    from skbatch import trf_from_estimator
+    from skbatch.plotting import TRFDisplay
+
+    X, Y, runs = trf_data
+    boot = BootstrapEstimator(
+        _trf_pipeline(delays=(0, 1, 2, 3)),
+        attributes="named_steps.batchedridge.coef_",
+        n_bootstrap=20,
+        random_state=0,
+    ).fit(X, Y, groups=runs)
+    trf = trf_from_estimator(boot)
+    display = TRFDisplay.from_estimator(boot, targets=0, features="x1")
+    assert display.ax_[0].get_xlabel() == "lag (samples)"
+    (band,) = display.bands_.ravel()
+    vertices = band.get_paths()[0].vertices
+    # fill_between's outline: the lower bound forward, the upper back.
+    lower = trf.ci_lower[0, 1]
+    upper = trf.ci_upper[0, 1]
+    for lag, low, high in zip(trf.delays, lower, upper):
+        at_lag = vertices[np.isclose(vertices[:, 0], lag), 1]
+        assert np.isclose(at_lag, low).any() and np.isclose(at_lag, high).any()
+    assert "95% interval" in [t.get_text() for t in display.ax_[0].get_legend().texts]
+
+
+def test_trf_display_refuses_bad_choices(trf_data):
+    from skbatch.plotting import TRFDisplay
+
+    X, Y, _ = trf_data
+    model = _trf_pipeline(delays=(0, 1)).fit(X, Y)
+    with pytest.raises(ValueError, match="target index must be in \\[0, 3\\)"):
+        TRFDisplay.from_estimator(model, targets=[5])
+    with pytest.raises(ValueError, match="feature 'pitch' is not one of"):
+        TRFDisplay.from_estimator(model, features="pitch")
+    _, axes = plt.subplots(1, 3)
+    with pytest.raises(ValueError, match="one axes per drawn feature \\(2\\)"):
+        TRFDisplay.from_estimator(model, ax=axes)
+    with pytest.raises(ValueError, match="coef must have shape"):
+        TRFDisplay(np.zeros((2, 3)), np.arange(3)).plot()

@@ -3,12 +3,16 @@
 import dataclasses
 import math
 import pickle
+import re
+import time
 
 import numpy as np
 import pytest
 from joblib import parallel_config
 from sklearn.linear_model import Lasso, Ridge
 from sklearn.neighbors import KNeighborsRegressor
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
 import skbatch._engine
@@ -450,3 +454,85 @@ def test_items_bigger_than_their_share_of_the_budget_run_alone(
         "batched", planner.n_side_by_side, planner.n_side_by_side, where=("",)
     )
     assert planner.stage.planned_peak_bytes <= 1.05e9
+
+
+# --- stages add up to the fit's wall time -----------------------------------
+
+# Seconds the patched decomposition sleeps: far above the loops' own time,
+# so a report that leaves the decomposition out misses most of the fit.
+SLOW_DECOMPOSITION_S = 0.4
+
+
+@pytest.fixture
+def slow_decomposition(monkeypatch):
+    """Every design decomposition (the ridge solver's SVDs, or the covariance
+    path's eigendecompositions) takes 0.4 s more."""
+    from skbatch._ridge import covariance, problems
+
+    for solver in (problems.RidgeSolver, covariance.CovarianceSolver):
+
+        def slow(self, *args, _decompose=solver.__init__, **kwargs):
+            time.sleep(SLOW_DECOMPOSITION_S)
+            _decompose(self, *args, **kwargs)
+
+        monkeypatch.setattr(solver, "__init__", slow)
+
+
+@pytest.fixture
+def slow_checks_after_the_loops(monkeypatch):
+    """The warnings checked after the loops take 0.3 s more."""
+    from skbatch._ridge import batched
+
+    check = batched.warn_if_autocorrelated
+
+    def slow(*args, **kwargs):
+        time.sleep(0.3)
+        return check(*args, **kwargs)
+
+    monkeypatch.setattr(batched, "warn_if_autocorrelated", slow)
+
+
+def _done_in(text):
+    """The seconds of every "done in" line."""
+    return [float(s) for s in re.findall(r": done in ([0-9.]+) s", text)]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: BatchedRidge(verbose=1),
+        lambda: BatchedRidge(cv=3, verbose=1),
+        lambda: PermutationScorer(BatchedRidge(), n_permutations=20, verbose=1),
+        lambda: BootstrapEstimator(BatchedRidge(), n_bootstrap=20, verbose=1),
+        lambda: BootstrapEstimator(
+            make_pipeline(StandardScaler(), BatchedRidge()),
+            attributes="named_steps.batchedridge.coef_",
+            n_bootstrap=4,
+            verbose=1,
+        ),
+    ],
+    ids=["loo", "kfold", "PermutationScorer", "BootstrapEstimator", "generic"],
+)
+def test_stage_seconds_and_verbose_lines_add_up_to_the_wall_time(
+    make, slow_decomposition, slow_checks_after_the_loops, capsys
+):
+    X, Y = make_data(30)
+    model = make()
+    started = time.perf_counter()
+    model.fit(X, Y)
+    wall = time.perf_counter() - started
+    report = model.fit_report_
+    assert wall > SLOW_DECOMPOSITION_S + 0.3
+    assert sum(stage.seconds for stage in report.stages) == pytest.approx(
+        wall, rel=0.05
+    )
+    assert report.seconds == pytest.approx(wall, rel=0.05)
+    # One line per stage, the nested fit's too (at the outer verbosity).
+    printed = _done_in(capsys.readouterr().out)
+    assert len(printed) == len(report.stages)
+    assert sum(printed) == pytest.approx(wall, rel=0.05)
+    # A nested fit's own report adds up to its own fit.
+    inner = getattr(model, "estimator_", None)
+    if hasattr(inner, "fit_report_"):
+        assert inner.fit_report_.seconds < report.seconds
+        assert inner.fit_report_.seconds >= SLOW_DECOMPOSITION_S

@@ -15,6 +15,7 @@ GALLERY_ORDER = [
     "plot_memory_budget_oom.py",
     "plot_pickle_to_another_host.py",
     "plot_gridsearch_batched_ridge.py",
+    "plot_trf_speech_envelope.py",
 ]
 
 

@@ -31,7 +31,14 @@ from sklearn.utils.parallel import Parallel, delayed
 from ..memory import GB, auto_n_jobs, memory_budget
 from .cluster import _dask_client, _resolved, _send_lost_data_again, _TaskData
 from .planner import _batch_size, _progress, _say
-from .report import FitStage, _count, record_stage, stages_not_collected
+from .report import (
+    FitStage,
+    _count,
+    loop_started,
+    record_stage,
+    stage_finished,
+    stages_not_collected,
+)
 
 logger = logging.getLogger("skbatch")
 
@@ -141,8 +148,8 @@ def run_parallel(
         fixed_bytes=float(data_bytes),
         seconds=0.0,
     )
+    started = loop_started()
     _say(verbose, stage.format_plan())
-    started = time.perf_counter()
     logger.log(
         logging.INFO if verbose >= 2 else logging.DEBUG,
         "%s: %d %s in windows of %d, %d per task, on %d joblib workers, "
@@ -175,7 +182,7 @@ def run_parallel(
     stage = replace(
         stage, n_batches_run=n_windows, seconds=time.perf_counter() - started
     )
-    _say(verbose, stage.format_summary())
+    stage_finished(stage, verbose, _say)
     record_stage(stage)
     return window
 

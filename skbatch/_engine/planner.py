@@ -21,7 +21,7 @@ from .._backends.side_by_side import cpu_workers
 from ..backend import to_numpy
 from ..memory import GB, _check_n_items, auto_batch_size, memory_budget
 from ..oom import _SIMULATED_OOM_LIMIT, ChunkRunner
-from .report import FitStage, Progress, record_stage
+from .report import FitStage, Progress, loop_started, record_stage, stage_finished
 from .targets import chunk_aligned
 
 logger = logging.getLogger("skbatch")
@@ -295,7 +295,7 @@ def _finished_stage(stage, plan, started, verbose):
         n_oom_splits=plan.n_oom_recoveries,
         seconds=time.perf_counter() - started,
     )
-    _say(verbose, stage.format_summary())
+    stage_finished(stage, verbose, _say)
     return stage
 
 
@@ -413,8 +413,8 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size, chunk_width :
             self.memory,
             n_held=n_held,
         )
+        self.started = loop_started()
         _say(self.verbose, self.stage.format_plan())
-        self.started = time.perf_counter()
         message, *args = where
         plan = self.plan
         self.log(

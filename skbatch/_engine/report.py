@@ -5,13 +5,20 @@ hands it to :func:`record_stage`; :func:`collect_stages`, opened around every
 ``fit`` by ``skbatch._estimators.base.atomic_fit``, gathers them. The collectors live in
 a :class:`contextvars.ContextVar`, so a fit sees the stages of its own thread
 (and of the engine's threads, which copy its context) and no other's.
+
+Inside a fit a stage's clock starts where the previous stage ended (or where
+the fit started), not where its loop starts: the input checks and the
+decomposition a loop runs on are its seconds too. The fit's last stage also
+takes the work after its loop (warnings, results), and its summary line is
+printed when the fit ends, so that the stages' seconds, and the verbose lines,
+add up to the fit's wall time.
 """
 
 import contextlib
 import contextvars
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import attrgetter
 
 from ..backend import Backend
@@ -35,6 +42,30 @@ _MINUTE, _HOUR = 60, 3600
 # loop is recorded in each, so a nested fit's loops appear in the enclosing
 # fit's report too.
 _COLLECTORS = contextvars.ContextVar("skbatch_fit_stages", default=())
+
+
+class _FitClock:
+    """When the latest stage of the fits in this context ended (or the
+    innermost fit started), and the summary line of a stage not yet printed:
+    a fit's last stage may still take the work after its loop."""
+
+    def __init__(self, verbose):
+        self.mark = time.perf_counter()
+        self.pending = None
+        # The outermost fit's verbosity: the lines of the fits nested in it
+        # are printed at least as verbosely, or its lines would not add up.
+        self.verbose = verbose
+
+    def flush(self):
+        """Print the summary line held back, if any."""
+        if self.pending is not None:
+            stage, verbose, say = self.pending
+            self.pending = None
+            say(verbose, stage.format_summary())
+
+
+# The clock of the fits running in this context (one for nested fits).
+_CLOCK = contextvars.ContextVar("skbatch_fit_clock", default=None)
 
 
 def _count(n, plural):
@@ -98,7 +129,12 @@ class FitStage:
         device (batched path), or each worker's copy of the task's arrays
         (parallel path).
     seconds : float
-        Wall time of the loop.
+        Wall time of the loop and of the fit's work that led to it, since
+        the previous stage ended or the fit started (input checks, the
+        decompositions the loop runs on); the last stage of a fit also takes
+        the fit's work after its loops (warnings, results). The stages of a
+        fit add up to its wall time (:attr:`FitReport.seconds`). A loop run
+        outside any fit counts its loop alone.
 
     See Also
     --------
@@ -212,7 +248,9 @@ class FitReport:
     backend : Backend
         Where the estimator computes (its ``backend_``).
     stages : tuple of FitStage
-        The engine's loops, in the order they ran.
+        The engine's loops, in the order they ran. Their seconds add up to
+        the fit's wall time: each counts the work that led to its loop (the
+        decomposition it runs on), the last the work after it.
 
     See Also
     --------
@@ -241,6 +279,16 @@ class FitReport:
         # A list given by mistake would leave the record mutable.
         object.__setattr__(self, "stages", tuple(self.stages))
 
+    @property
+    def seconds(self):
+        """The fit's wall time: the sum of its stages' seconds.
+
+        Returns
+        -------
+        seconds : float
+        """
+        return float(sum(stage.seconds for stage in self.stages))
+
     def __str__(self):
         cells = [[heading for heading, _, _ in _COLUMNS]]
         cells += [
@@ -258,17 +306,75 @@ class FitReport:
 
 
 @contextlib.contextmanager
-def collect_stages():
+def collect_stages(verbose=0):
     """Gather the stages the engine records inside the block, into a list.
 
+    ``verbose`` is the fit's: at ``verbose >= 1`` the summary lines of the
+    stages of fits nested in the block are printed too.
+
     Blocks nest: an inner block's stages are also in the outer block's list.
+    When the block ends, its last stage takes the block's time that no
+    stage counted (the work after the last loop), in every list holding it,
+    and its summary line is printed.
     """
     stages = []
+    clock = _CLOCK.get()
+    clock_token = None
+    if clock is None:
+        clock = _FitClock(verbose)
+        clock_token = _CLOCK.set(clock)
+    else:
+        clock.flush()
+        clock.mark = time.perf_counter()
+    started = clock.mark
     token = _COLLECTORS.set((*_COLLECTORS.get(), stages))
     try:
         yield stages
+        _close(stages, time.perf_counter() - started, clock)
     finally:
         _COLLECTORS.reset(token)
+        if clock_token is not None:
+            clock.flush()
+            _CLOCK.reset(clock_token)
+
+
+def _close(stages, seconds, clock):
+    """Give the block's last stage the ``seconds`` no stage counted."""
+    uncounted = seconds - sum(stage.seconds for stage in stages)
+    if stages and uncounted > 0:
+        last = stages[-1]
+        total = replace(last, seconds=last.seconds + uncounted)
+        for collected in _COLLECTORS.get():
+            for k, stage in enumerate(collected):
+                if stage is last:
+                    collected[k] = total
+        if clock.pending is not None and clock.pending[0] is last:
+            clock.pending = (total, *clock.pending[1:])
+    clock.flush()
+    clock.mark = time.perf_counter()
+
+
+def loop_started():
+    """When the clock of a loop starting now starts: where the previous stage
+    of the fit ended (or the fit started), now outside a fit. Prints the
+    summary line held back for the previous stage."""
+    clock = _CLOCK.get()
+    if clock is None:
+        return time.perf_counter()
+    clock.flush()
+    return clock.mark
+
+
+def stage_finished(stage, verbose, say):
+    """Print the summary line of ``stage`` (``say(verbose, line)``), or hold
+    it back inside a fit, where the stage may still take the fit's work after
+    its loop."""
+    clock = _CLOCK.get()
+    if clock is None:
+        say(verbose, stage.format_summary())
+        return
+    clock.flush()
+    clock.pending = (stage, max(verbose, clock.verbose), say)
 
 
 @contextlib.contextmanager
@@ -279,16 +385,22 @@ def stages_not_collected():
     threads or elsewhere, the fits they run are no stages of the caller's.
     """
     token = _COLLECTORS.set(())
+    clock_token = _CLOCK.set(None)
     try:
         yield
     finally:
+        _CLOCK.reset(clock_token)
         _COLLECTORS.reset(token)
 
 
 def record_stage(stage):
-    """Append ``stage`` to every collector open in this context."""
+    """Append ``stage`` to every collector open in this context; the next
+    stage's clock starts now."""
     for stages in _COLLECTORS.get():
         stages.append(stage)
+    clock = _CLOCK.get()
+    if clock is not None:
+        clock.mark = time.perf_counter()
 
 
 def _now():

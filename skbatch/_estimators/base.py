@@ -98,14 +98,18 @@ def atomic_fit(fit):
     first fit that fails leaves the estimator unfitted. Fitted attributes are
     only visible once ``fit`` has returned. On success, ``fit_report_`` is a
     :class:`~skbatch.FitReport` of the engine's loops that ran meanwhile,
-    nested fits' included; ``fit`` must set ``backend_``.
+    nested fits' included, whose seconds add up to the fit's wall time (see
+    :mod:`skbatch._engine.report`); ``fit`` must set ``backend_``.
     """
 
     @functools.wraps(fit)
     def wrapper(self, *args, **kwargs):
         state = dict(vars(self))
         try:
-            with collect_stages() as stages:
+            verbose = getattr(self, "verbose", 0)
+            if isinstance(verbose, bool) or not isinstance(verbose, numbers.Integral):
+                verbose = 0  # refused by the fit itself
+            with collect_stages(verbose) as stages:
                 result = fit(self, *args, **kwargs)
             self.fit_report_ = FitReport(backend=self.backend_, stages=stages)
             return result
