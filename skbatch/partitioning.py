@@ -545,7 +545,15 @@ default=None
     # as exchangeable: what says whether they are.
     exchangeable = dict(
         bootstrap=bool(n_bootstrap) and groups is None,
-        shuffle=bool(n_permutations) and permutation_type == "shuffle",
+        shuffle=bool(n_permutations)
+        and null == "band_rows"
+        and permutation_type == "shuffle",
+        residual_rows=bool(n_permutations)
+        and null == "freedman_lane"
+        and (
+            permutation_type == "shuffle"
+            or (permutation_type == SIGN_FLIP and groups is None)
+        ),
     )
     residuals = np.full(Y.shape, np.nan) if any(exchangeable.values()) else None
     # Each fold's choices of the full and leave-one-band-out models, which
@@ -642,7 +650,7 @@ def _warn_few_runs(groups):
 
 
 def _warn_exchangeable_rows(
-    residuals, X, columns, names, groups, *, bootstrap, shuffle
+    residuals, X, columns, names, groups, *, bootstrap, shuffle, residual_rows
 ):
     """Warn where a resampling treats autocorrelated rows as exchangeable.
 
@@ -652,7 +660,8 @@ def _warn_exchangeable_rows(
     within the runs of ``groups``. Rows drawn independently (``bootstrap``,
     no groups) need residuals without autocorrelation; rows of band b
     shuffled (``shuffle``) need either band b's columns or the residuals
-    without it.
+    without it; residuals shuffled or sign-flipped row by row
+    (``residual_rows``, Freedman–Lane) need residuals without it.
     """
     tested = ~np.isnan(residuals).any(axis=1)
     runs = None if groups is None else groups[tested]
@@ -667,6 +676,17 @@ def _warn_exchangeable_rows(
             f"autocorrelation {median:.2f} over {n_series} target(s), above "
             f"{threshold:.2f}): the intervals are then too narrow. Pass the "
             f"runs as groups to resample whole runs.",
+            AutocorrelationWarning,
+            stacklevel=3,
+        )
+    if residual_rows:
+        warnings.warn(
+            f"null='freedman_lane' shuffles or sign-flips the residuals row by "
+            f"row, as exchangeable rows, but the full model's held-out residuals "
+            f"are autocorrelated (median lag-1 autocorrelation {median:.2f} "
+            f"over {n_series} target(s), above {threshold:.2f}): the p-values "
+            f"are then too small. Use permutation_type='circular_shift' or "
+            f"'block_shuffle' within runs, or sign flips of whole runs (groups).",
             AutocorrelationWarning,
             stacklevel=3,
         )
@@ -762,15 +782,15 @@ def _check_memory(
     n_jobs,
     max_memory_gb,
     average,
-    null_bytes=0.0,
+    extra_bytes=0.0,
 ):
     """Refuse, before any fit, summaries and refits that exceed the host
     budget: each worker refits on its own permuted or resampled copy of the
     data, and with ``average="rows"`` holds the held-out predictions and
     targets of every row beside each fold's fit; a Freedman–Lane null holds
-    ``null_bytes`` besides (:func:`skbatch._ridge.freedman_lane.null_bytes`)."""
+    ``extra_bytes`` besides (:func:`skbatch._ridge.freedman_lane.null_bytes`)."""
     n_targets = Y.shape[1]
-    summaries = null_bytes
+    summaries = extra_bytes
     if n_items:
         summaries += 8 * n_items + n_bands * PermutationCounter.nbytes_needed(
             n_targets, n_items, alternative=alternative

@@ -15,7 +15,14 @@ from test_ridge import _ar1_runs
 
 from skbatch import BandedRidge, variance_partitioning
 from skbatch._resampling.signed import signed_rows
-from skbatch._ridge.freedman_lane import permuted_targets, reduced_fit
+from skbatch._ridge.freedman_lane import (
+    band_null_task,
+    permuted_targets,
+    reduced_fit,
+    task_bytes,
+)
+from skbatch._ridge.partition_inference import held_out_scores
+from skbatch.exceptions import AutocorrelationWarning
 
 # Five AR(1) runs of unequal length.
 RUN_LENGTHS = (36, 28, 40, 32, 24)
@@ -310,7 +317,7 @@ def test_one_band_permutes_the_centred_targets():
     assert_allclose(result.null_mean[0], null.mean(axis=0), rtol=0, atol=1e-10)
 
 
-def test_freedman_lane_is_calibrated_where_band_rows_are_and_faster():
+def test_driven_bands_reach_the_least_p_null_bands_do_not():
     # Band 1 adds nothing to target 0: its p-values under both nulls are
     # not small, and the driven pairs reach the least p.
     X, Y, labels, runs, weights = _data(seed=5)
@@ -362,3 +369,105 @@ def test_bad_input_is_refused_before_any_fit(kwargs, match):
             n_permutations=5,
             **kwargs,
         )
+
+
+@pytest.mark.parametrize("hyperparameters", ["held", "searched"])
+@pytest.mark.parametrize("n_ids", [1, 3])
+def test_charge_per_resample_covers_the_traced_peak(hyperparameters, n_ids):
+    tracemalloc = pytest.importorskip("tracemalloc")
+    X, Y, labels, runs, weights = _data(seed=6)
+    Y = np.tile(Y, (1, 100))
+    splits = list(LeaveOneGroupOut().split(X, groups=runs))
+    bands = [np.flatnonzero(labels == b) for b in (0, 1)]
+    full, reduced = _model(bands=bands), _model(bands=[np.arange(3)])
+    chosen = [[], []]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        held_out_scores(full, X, Y, splits, groups=runs, chosen=chosen[0])
+        held_out_scores(
+            reduced, X, Y, splits, groups=runs, columns=bands[1], chosen=chosen[1]
+        )
+        task = band_null_task(
+            full=full,
+            reduced=reduced,
+            reduced_columns=bands[1],
+            chosen=chosen,
+            hyperparameters=hyperparameters,
+            X=X,
+            Y=Y,
+            splits=splits,
+            sample_weight=weights,
+            groups=runs,
+            entropy=0,
+            permutation=dict(permutation_type="circular_shift", exact=False),
+            quiet=(UserWarning,),
+        )
+        tracemalloc.start()
+        try:
+            task(np.arange(n_ids))
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    charged = n_ids * task_bytes(task, Y.shape[1])
+    assert peak <= charged
+    # Not a charge that would refuse far more than it needs.
+    assert peak >= 0.5 * charged
+
+
+def test_shuffled_residuals_of_autocorrelated_runs_warn():
+    X, Y, labels, runs, weights = _data(seed=7)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        variance_partitioning(
+            X,
+            Y,
+            bands=labels,
+            estimator=_model(),
+            groups=runs,
+            cv=GroupKFold(2),
+            n_permutations=3,
+            null="freedman_lane",
+            permutation_type="shuffle",
+        )
+    assert any(
+        issubclass(w.category, AutocorrelationWarning)
+        and "null='freedman_lane' shuffles" in str(w.message)
+        for w in caught
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AutocorrelationWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        variance_partitioning(
+            X,
+            Y,
+            bands=labels,
+            estimator=_model(),
+            groups=runs,
+            cv=GroupKFold(2),
+            n_permutations=3,
+            null="freedman_lane",
+            permutation_type="sign_flip",
+        )
+
+
+def test_same_result_for_any_n_jobs():
+    joblib = pytest.importorskip("joblib")
+    X, Y, labels, runs, weights = _data(seed=8)
+    kwargs = dict(n_permutations=5)
+    for hyperparameters in ("held", "searched"):
+        serial = _run(
+            X, Y, labels, runs, weights, null_hyperparameters=hyperparameters, **kwargs
+        )
+        with joblib.parallel_config(backend="loky"):
+            workers = _run(
+                X,
+                Y,
+                labels,
+                runs,
+                weights,
+                null_hyperparameters=hyperparameters,
+                n_jobs=2,
+                **kwargs,
+            )
+        assert_allclose(serial.null_mean, workers.null_mean, rtol=0, atol=1e-12)
+        assert_allclose(serial.pvalue, workers.pvalue, rtol=0, atol=0)

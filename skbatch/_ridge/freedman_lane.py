@@ -65,6 +65,14 @@ HYPERPARAMETERS = ("held", "searched")
 # the search's own copies of a fold's targets (centred, projected, their
 # errors; BandedRidge's preflight bounds the search itself).
 SEARCHED_COPIES = 6
+# Copies of a resample's test rows that its held null holds at its peak: the
+# two models' predictions, a fold's prediction and its sum with the mean,
+# and the scoring's copy of the targets, their errors and squares
+# (tracemalloc: 8.1 copies of the targets' rows in all with 160 rows, all
+# tested once; HELD_TARGET_COPIES more of all rows: the targets and a fold's
+# training rows).
+HELD_COPIES = 7
+HELD_TARGET_COPIES = 2
 
 
 def reduced_fit(model, X, Y, *, sample_weight=None, groups=None, fit_intercept=True):
@@ -495,19 +503,24 @@ def band_null_task(
 def item_bytes(n_samples, n_features, n_rows, n_targets, hyperparameters):
     """Host bytes one resample holds while its null is computed.
 
-    ``"held"``: its targets, per fold their products with X (and the
-    candidate's rescaled copy), and the two models' predictions of the
-    ``n_rows`` test rows with the scoring's two copies. ``"searched"``: its
-    targets and :data:`SEARCHED_COPIES` copies of the test rows'.
+    ``"held"``: :data:`HELD_TARGET_COPIES` copies of its targets, per fold
+    their products with X (and the candidate's rescaled copy), and
+    :data:`HELD_COPIES` copies of the ``n_rows`` test rows' (predictions,
+    scoring). ``"searched"``: its targets and :data:`SEARCHED_COPIES`
+    copies of the test rows'.
 
     Examples
     --------
     >>> from skbatch._ridge.freedman_lane import item_bytes
     >>> item_bytes(100, 10, 100, 1, "held")
-    4160.0
+    7360.0
     """
     if hyperparameters == "held":
-        return 8.0 * n_targets * (n_samples + 2 * n_features + 4 * n_rows)
+        return (
+            8.0
+            * n_targets
+            * (HELD_TARGET_COPIES * n_samples + 2 * n_features + HELD_COPIES * n_rows)
+        )
     return 8.0 * n_targets * (n_samples + SEARCHED_COPIES * n_rows)
 
 
