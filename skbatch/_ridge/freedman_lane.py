@@ -145,21 +145,22 @@ class HeldModel:
     """One model on one outer fold at every target's held choice.
 
     Candidate c (a distinct row of the targets' band weights) is ridge on
-    X's columns ``columns[c]`` times ``scales[c]``: the training rows'
-    centred, weighted design has the SVD ``U diag(s[c]) Vt[c]``, and
-    ``test_basis[c]`` is the test rows (centred by the training means)
-    times ``Vt[c]'``.
+    X's columns ``columns[c]`` times their scales ``sqrt(gamma_b)``: the
+    training rows' centred, weighted design has the SVD
+    ``U diag(s[c]) V_c'``; ``Vt[c]`` is ``V_c'`` times the scales (so that
+    it applies to X's own products), and ``test_basis[c]`` is the scaled
+    test rows (centred by the training means) times ``V_c``.
 
     Attributes
     ----------
-    columns, scales, s, Vt, test_basis : list of ndarray, one per candidate
+    columns, s, Vt, test_basis : list of ndarray, one per candidate
     candidate : ndarray of shape (n_targets,)
         Each target's candidate.
     alpha : ndarray of shape (n_targets,)
     """
 
-    def __init__(self, columns, scales, s, Vt, test_basis, candidate, alpha):
-        self.columns, self.scales = columns, scales
+    def __init__(self, columns, s, Vt, test_basis, candidate, alpha):
+        self.columns = columns
         self.s, self.Vt, self.test_basis = s, Vt, test_basis
         self.candidate, self.alpha = candidate, alpha
 
@@ -175,10 +176,16 @@ class HeldModel:
             (mine,) = np.nonzero(np.tile(self.candidate == c, repeats))
             if not mine.size:
                 continue
-            products = XtWY[np.ix_(columns, mine)] * self.scales[c][:, None]
-            out[:, mine] = _linalg.held_ridge_predictions(
+            products = (
+                XtWY[columns] if mine.size == n_columns else XtWY[np.ix_(columns, mine)]
+            )
+            prediction = _linalg.held_ridge_predictions(
                 self.test_basis[c], self.Vt[c], self.s[c], products, alpha[mine], xp=np
             )
+            if mine.size == n_columns:
+                out = prediction
+            else:
+                out[:, mine] = prediction
         return out
 
 
@@ -207,7 +214,7 @@ def held_fold(
     X_train, X_test, w = X[train], X[test], _train_weights(sample_weight, train)
     offset = _offset(X_train, w, fit_intercept)
     root = np.sqrt(w)[:, None]
-    columns, scales, s_all, Vt_all, bases = [], [], [], [], []
+    columns, s_all, Vt_all, bases = [], [], [], []
     for c in range(len(candidates)):
         kept = model_columns[design.kept[c]]
         scale = design.scales[c]
@@ -215,12 +222,11 @@ def held_fold(
             root * (X_train[:, kept] - offset[kept]) * scale, full_matrices=False
         )
         columns.append(kept)
-        scales.append(scale)
         s_all.append(s)
-        Vt_all.append(Vt)
+        Vt_all.append(Vt * scale)
         bases.append(((X_test[:, kept] - offset[kept]) * scale) @ Vt.T)
     return HeldModel(
-        columns, scales, s_all, Vt_all, bases, chosen.ravel(), np.asarray(alpha, float)
+        columns, s_all, Vt_all, bases, chosen.ravel(), np.asarray(alpha, float)
     )
 
 
