@@ -298,6 +298,7 @@ def main():
     parser.add_argument(
         "--fwer-datasets", type=int, default=80, help="data sets per FWER row"
     )
+    parser.add_argument("--fwer-only", action="store_true", help="skip the coverage")
     args = parser.parse_args()
     scale = 10 if args.full else 1
     fwer_datasets = args.fwer_datasets * scale
@@ -336,7 +337,7 @@ def main():
         print(f"| B (null) | {rate:.1%} | {low:.1%} - {high:.1%} | {verdict} |")
         print(f"| A (driven): power | {power:.1%} | | |")
         print(f"\n({time.perf_counter() - start:.0f} s)\n")
-    for n_runs in args.runs:
+    for n_runs in () if args.fwer_only else args.runs:
         for rows in (False, True) if args.rows else (False,):
             coverage_table(
                 parallel, n_runs, coverage_datasets, n_bootstrap, weights, rows

@@ -79,6 +79,14 @@ FEW_RUNS_COVERAGE = (
 )
 
 
+# What the calibration of the Freedman–Lane null measured with autocorrelated
+# residuals, for the warning.
+FREEDMAN_LANE_FWER = (
+    "family-wise error 8-11% for a nominal 5% with AR runs and circular "
+    "shifts of the residuals, held or searched hyperparameters"
+)
+
+
 # Refits of the models warn (alphas at an edge of the grid, coarse
 # candidates, autocorrelated residuals) as their fits on the data already
 # did: once, there.
@@ -554,6 +562,9 @@ default=None
             permutation_type == "shuffle"
             or (permutation_type == SIGN_FLIP and groups is None)
         ),
+        residual_fwer=bool(n_permutations)
+        and null == "freedman_lane"
+        and Y.shape[1] > 1,
     )
     residuals = np.full(Y.shape, np.nan) if any(exchangeable.values()) else None
     # Each fold's choices of the full and leave-one-band-out models, which
@@ -650,7 +661,16 @@ def _warn_few_runs(groups):
 
 
 def _warn_exchangeable_rows(
-    residuals, X, columns, names, groups, *, bootstrap, shuffle, residual_rows
+    residuals,
+    X,
+    columns,
+    names,
+    groups,
+    *,
+    bootstrap,
+    shuffle,
+    residual_rows,
+    residual_fwer,
 ):
     """Warn where a resampling treats autocorrelated rows as exchangeable.
 
@@ -661,7 +681,9 @@ def _warn_exchangeable_rows(
     no groups) need residuals without autocorrelation; rows of band b
     shuffled (``shuffle``) need either band b's columns or the residuals
     without it; residuals shuffled or sign-flipped row by row
-    (``residual_rows``, Freedman–Lane) need residuals without it.
+    (``residual_rows``, Freedman–Lane) need residuals without it, and the
+    max statistic of Freedman–Lane nulls (``residual_fwer``) was too liberal
+    with autocorrelated residuals in the calibration.
     """
     tested = ~np.isnan(residuals).any(axis=1)
     runs = None if groups is None else groups[tested]
@@ -687,6 +709,18 @@ def _warn_exchangeable_rows(
             f"over {n_series} target(s), above {threshold:.2f}): the p-values "
             f"are then too small. Use permutation_type='circular_shift' or "
             f"'block_shuffle' within runs, or sign flips of whole runs (groups).",
+            AutocorrelationWarning,
+            stacklevel=3,
+        )
+    if residual_fwer:
+        warnings.warn(
+            f"null='freedman_lane' with autocorrelated residuals (median lag-1 "
+            f"autocorrelation {median:.2f} over {n_series} target(s), above "
+            f"{threshold:.2f}): its family-wise p-values (pvalue_fwer) were too "
+            f"small in the calibration ({FREEDMAN_LANE_FWER}; "
+            f"benchmarks/calibration_partitioning.py), its per-target pvalue "
+            f"within its level. For a family-wise error held at its level, use "
+            f"null='band_rows'.",
             AutocorrelationWarning,
             stacklevel=3,
         )

@@ -414,8 +414,8 @@ def test_charge_per_resample_covers_the_traced_peak(hyperparameters, n_ids):
     assert peak >= 0.5 * charged
 
 
-def test_shuffled_residuals_of_autocorrelated_runs_warn():
-    X, Y, labels, runs, weights = _data(seed=7)
+def _messages(X, Y, labels, runs, **kwargs):
+    """The AutocorrelationWarning messages of a call."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         variance_partitioning(
@@ -427,27 +427,27 @@ def test_shuffled_residuals_of_autocorrelated_runs_warn():
             cv=GroupKFold(2),
             n_permutations=3,
             null="freedman_lane",
-            permutation_type="shuffle",
+            **kwargs,
         )
-    assert any(
-        issubclass(w.category, AutocorrelationWarning)
-        and "null='freedman_lane' shuffles" in str(w.message)
-        for w in caught
-    )
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", AutocorrelationWarning)
-        warnings.simplefilter("ignore", UserWarning)
-        variance_partitioning(
-            X,
-            Y,
-            bands=labels,
-            estimator=_model(),
-            groups=runs,
-            cv=GroupKFold(2),
-            n_permutations=3,
-            null="freedman_lane",
-            permutation_type="sign_flip",
-        )
+    return [
+        str(w.message) for w in caught if issubclass(w.category, AutocorrelationWarning)
+    ]
+
+
+def test_autocorrelated_residuals_warn():
+    X, Y, labels, runs, weights = _data(seed=7)
+    shuffled = _messages(X, Y, labels, runs, permutation_type="shuffle")
+    assert any("null='freedman_lane' shuffles" in m for m in shuffled)
+    # Sign flips of whole runs keep the runs' autocorrelation; the
+    # family-wise p-values of autocorrelated residuals still warn.
+    flipped = _messages(X, Y, labels, runs, permutation_type="sign_flip")
+    assert not any("shuffles" in m for m in flipped)
+    assert any("family-wise p-values (pvalue_fwer)" in m for m in flipped)
+    # One target has no family; white residuals do not warn.
+    assert not _messages(X, Y[:, :1], labels, runs)
+    rng = np.random.default_rng(0)
+    white = X[:, :3] @ rng.standard_normal((3, 2)) + rng.standard_normal((len(X), 2))
+    assert not _messages(X, white, labels, runs)
 
 
 def test_same_result_for_any_n_jobs():
