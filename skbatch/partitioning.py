@@ -615,6 +615,7 @@ default=None
                 keeps,
                 chosen,
                 null_hyperparameters,
+                unique,
                 data,
             )
         )
@@ -856,8 +857,9 @@ def _check_memory(
 
 
 def _band_rows_nulls(full, columns, reduced, data, b, permutation):
-    """``(task, statistic)`` of band b's rows permuted, the full model refit;
-    ``f(all but b)`` (``reduced[b]``) is the same under every permutation."""
+    """``(task, statistic, bytes per item)`` of band b's rows permuted, the
+    full model refit; ``f(all but b)`` (``reduced[b]``) is the same under
+    every permutation."""
     task = functools.partial(
         band_null_scores,
         model=full,
@@ -865,12 +867,17 @@ def _band_rows_nulls(full, columns, reduced, data, b, permutation):
         permutation=permutation,
         **data,
     )
-    return task, lambda null: null - reduced[b], 8.0 * reduced.shape[1]
+    return task, lambda null, ids: null - reduced[b], 8.0 * reduced.shape[1]
 
 
-def _freedman_lane_nulls(models, keeps, chosen, hyperparameters, data, b, permutation):
-    """``(task, statistic)`` of band b's Freedman–Lane null: the full model
-    and the model without b on the reduced model's permuted residuals."""
+def _freedman_lane_nulls(
+    models, keeps, chosen, hyperparameters, unique, data, b, permutation
+):
+    """``(task, statistic, bytes per item)`` of band b's Freedman–Lane null:
+    the full model and the model without b on the reduced model's permuted
+    residuals. The identity (item 0 of an exact enumeration) gives back the
+    data, ``y* = y``: its statistic is the observed one, not its round-off,
+    so that it counts itself and no p-value falls below ``1 / n``."""
     n_bands = len(models[-1].bands)
     every = _subsets(n_bands)
     rest = tuple(c for c in range(n_bands) if c != b)
@@ -884,13 +891,20 @@ def _freedman_lane_nulls(models, keeps, chosen, hyperparameters, data, b, permut
         permutation=permutation,
         **data,
     )
-    return task, lambda null: null, task_bytes(task, data["Y"].shape[1])
+
+    def statistic(null, ids):
+        if permutation["exact"]:
+            null[np.asarray(ids) == 0] = unique[b]
+        return null
+
+    return task, statistic, task_bytes(task, data["Y"].shape[1])
 
 
 def _permutation_test(nulls, unique, permutation, n_items, alternative, run):
     """P-values of each band's unique variance under the null tasks of
-    ``nulls(b, permutation)``: ``(task, statistic)``, the unique variance
-    of a batch of permutations being ``statistic(task(ids))``."""
+    ``nulls(b, permutation)``: ``(task, statistic, bytes per item)``, the
+    unique variance of a batch of permutations being
+    ``statistic(task(ids), ids)``."""
     n_bands = unique.shape[0]
     # Ties within the round-off of the refits count, as PermutationScorer
     # counts them for R^2.
@@ -911,7 +925,7 @@ def _permutation_test(nulls, unique, permutation, n_items, alternative, run):
         run_parallel(
             task,
             lambda ids, null, counter=counter, statistic=statistic: counter.update(
-                statistic(null), ids
+                statistic(null, ids), ids
             ),
             n_items=n_items,
             host_bytes_per_item=item_bytes,
