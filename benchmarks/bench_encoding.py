@@ -31,7 +31,34 @@ on a loaded host the wall clock says more of the other processes than of
 the fit), and the share of driven targets whose chosen dominant band
 (weight above 1/2) is the band that drives them.
 
-Run: ``python benchmarks/bench_encoding.py [--n-targets 20000] [--repeats 1]``
+``--partition-nulls T1 T2``: the permutation nulls of
+``variance_partitioning``'s unique variance on these data (2 bands, the
+same estimator, outer folds leaving one run out), measured at T1 and T2
+targets and extrapolated to ``--n-targets`` (a line through the two: each
+null has a part that does not grow with the targets, the decompositions)
+and to ``--null-permutations`` (1,000) per band:
+
+- the band-row null (``null="band_rows"``): band b's rows shifted, the full
+  model refit with its search on every fold (one search timed, counted per
+  fold);
+- Freedman–Lane with held hyperparameters (``null="freedman_lane"``):
+  every fold's decompositions (once per band), then ``--held-permutations``
+  permutations per band timed in one call of the null's task (at choices
+  drawn from the grid; the reduced model's one fit on all rows, a search,
+  is not counted);
+- Freedman–Lane with the searches redone (``null_hyperparameters=
+  "searched"``): a search of the full and of the reduced model per fold.
+
+The held null's GEMM floor, per permutation, target and fold: the product
+``X'Wy*`` of the training rows (2 n_train p), and for the full and the
+reduced model at the target's candidate of r kept columns (r <= n_train
+here) ``V'(X'Wy*)`` (2 r^2) and the test rows' predictions (2 n_test r),
+at the rate of one core; printed as its share of the held null's CPU
+seconds.
+
+Run: ``python benchmarks/bench_encoding.py [--n-targets 20000] [--repeats 1]``;
+the nulls alone: ``python benchmarks/bench_encoding.py --partition-nulls 250
+1000``.
 """
 
 import argparse
@@ -189,7 +216,19 @@ def main():
     parser.add_argument(
         "--only-banded", action="store_true", help="time BandedRidge alone"
     )
+    parser.add_argument(
+        "--partition-nulls",
+        type=int,
+        nargs=2,
+        metavar=("T1", "T2"),
+        help="time variance_partitioning's nulls at T1 and T2 targets alone",
+    )
+    parser.add_argument("--null-permutations", type=int, default=1000)
+    parser.add_argument("--held-permutations", type=int, default=8)
     args = parser.parse_args()
+    if args.partition_nulls:
+        partition_nulls(args)
+        return
     X, Y, labels, runs, driver = make_data(args.n_targets)
     n, p = X.shape
     t = Y.shape[1]
@@ -300,6 +339,171 @@ def main():
         f"{seconds / ridge_seconds:.1f}x",
         flush=True,
     )
+
+
+def null_tasks(X, Y, labels, runs, candidates, held_permutations, seed=0):
+    """Per band, the seconds of one permutation of each null at these
+    targets, the held null's setup seconds and floor flops per permutation.
+
+    A permutation of the band-row null is one search of the full model per
+    outer fold (``band_null_scores``); of the searched Freedman–Lane null,
+    one search of the full and one of the reduced model per fold on the
+    permuted targets: both are timed on the first outer fold and counted
+    once per fold. The held null runs as ``variance_partitioning`` runs it
+    (:class:`~skbatch._ridge.freedman_lane.HeldNullProblem`) at choices drawn
+    from the candidates and alphas: its cost depends on the candidates'
+    kept columns, not on which target holds which.
+    """
+    from sklearn.base import clone
+
+    from skbatch._ridge.freedman_lane import HeldNullProblem, held_fold
+
+    rng = np.random.default_rng(seed)
+    splits = list(LeaveOneGroupOut().split(X, Y, runs))
+    bands = [np.flatnonzero(labels == b) for b in range(len(BANDS))]
+    n_targets = Y.shape[1]
+
+    def estimator(model_bands):
+        # One band has one candidate, as variance_partitioning restricts them.
+        weights = candidates if len(model_bands) > 1 else np.ones((1, 1))
+        return BandedRidge(
+            model_bands, alphas=ALPHAS, band_weights=weights, cv=LeaveOneGroupOut()
+        )
+
+    def searched_fold(model, columns):
+        train, test = splits[0]
+        start = time.perf_counter()
+        clone(model).fit(X[np.ix_(train, columns)], Y[train], groups=runs[train])
+        return (time.perf_counter() - start) * len(splits)
+
+    def drawn(weights):
+        rows = rng.integers(len(weights), size=n_targets)
+        return weights[rows], rng.choice(ALPHAS, size=n_targets)
+
+    everything = np.arange(X.shape[1])
+    full_search = searched_fold(estimator(bands), everything)
+    rows = {}
+    for b in range(len(BANDS)):
+        keep = bands[1 - b]
+        rows[f"band rows, band {b}"] = full_search
+        rows[f"searched, band {b}"] = full_search + searched_fold(
+            estimator([np.arange(keep.size)]), keep
+        )
+        start = time.perf_counter()
+        models = [
+            [
+                held_fold(
+                    X,
+                    train,
+                    test,
+                    None,
+                    columns,
+                    model_bands,
+                    drawn(weights),
+                    fit_intercept=True,
+                )
+                for train, test in splits
+            ]
+            for columns, model_bands, weights in (
+                (everything, bands, candidates),
+                (keep, [np.arange(keep.size)], np.ones((1, 1))),
+            )
+        ]
+        held = HeldNullProblem(
+            X,
+            *models,
+            fitted=np.zeros_like(Y),
+            residuals=Y,
+            splits=splits,
+            sample_weight=None,
+            groups=runs,
+            entropy=0,
+            permutation=dict(permutation_type="circular_shift", exact=False),
+            fit_intercept=True,
+            average="rows",
+        )
+        rows[f"held setup, band {b}"] = time.perf_counter() - start
+        start, start_cpu = time.perf_counter(), time.process_time()
+        held(np.arange(held_permutations))
+        rows[f"held, band {b}"] = (time.perf_counter() - start) / held_permutations
+        rows[f"held CPU, band {b}"] = (
+            time.process_time() - start_cpu
+        ) / held_permutations
+        flops = 0.0
+        for fold, (train, _) in enumerate(splits):
+            flops += 2.0 * len(train) * X.shape[1] * n_targets
+            for model in (held.full[fold], held.reduced[fold]):
+                for c in model.candidate:
+                    r, kept = model.Vt[c].shape
+                    n_test = model.test_basis[c].shape[0]
+                    flops += 2.0 * r * kept + 2.0 * n_test * r
+        rows[f"held flops, band {b}"] = flops
+    return rows
+
+
+def partition_nulls(args):
+    """The seconds of each null of variance_partitioning at two target
+    counts, extrapolated (docstring)."""
+    import warnings
+
+    sizes = args.partition_nulls
+    measured = []
+    for n_targets in sizes:
+        X, Y, labels, runs, _ = make_data(n_targets)
+        from himalaya.ridge._random_search import generate_dirichlet_samples
+
+        drawn = np.asarray(
+            generate_dirichlet_samples(
+                N_CANDIDATES, len(BANDS), [0.1, 1.0], random_state=0
+            )
+        )
+        candidates = band_candidates(drawn, len(BANDS), None, None)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            measured.append(
+                null_tasks(X, Y, labels, runs, candidates, args.held_permutations)
+            )
+        print(
+            f"{n_targets} targets: "
+            + ", ".join(f"{k} {v:.3g}" for k, v in measured[-1].items()),
+            flush=True,
+        )
+    n, p = X.shape
+    rate = gemm_rate(n // N_RUNS * (N_RUNS - 1), p, 2000)
+    target, P = args.n_targets, args.null_permutations
+    print(
+        f"\nn={n} ({N_RUNS} runs), bands={BANDS}, {N_CANDIDATES} candidates, "
+        f"{ALPHAS.size} alphas, LeaveOneGroupOut outside and inside; GEMM rate "
+        f"of one core {rate / 1e9:.1f} GFLOP/s; load average "
+        f"{os.getloadavg()[0]:.2f}. Extrapolated to {target} targets x {P} "
+        f"permutations per band (2 bands):\n"
+    )
+
+    def line(name):
+        (t1, t2), (v1, v2) = sizes, [m[name] for m in measured]
+        slope = (v2 - v1) / (t2 - t1)
+        return v2 + slope * (target - t2)
+
+    total = {}
+    for null in ("band rows", "searched", "held"):
+        seconds = sum(line(f"{null}, band {b}") for b in range(len(BANDS))) * P
+        if null == "held":
+            seconds += sum(line(f"held setup, band {b}") for b in range(len(BANDS)))
+        total[null] = seconds
+        print(f"| {null} | {seconds:,.0f} s ({seconds / 3600:.2f} h) |")
+    print(
+        f"\nband rows / held {total['band rows'] / total['held']:.0f}x, searched / "
+        f"held {total['searched'] / total['held']:.1f}x"
+    )
+    for b in range(len(BANDS)):
+        per = [m[f"held flops, band {b}"] / t for m, t in zip(measured, sizes)]
+        cpu = measured[-1][f"held CPU, band {b}"]
+        floor = measured[-1][f"held flops, band {b}"] / rate
+        print(
+            f"held, band {b} at {sizes[-1]} targets: {cpu:.3g} CPU s per "
+            f"permutation, GEMM floor {floor:.3g} CPU s ({floor / cpu:.0%}); "
+            f"{per[-1] / N_RUNS / 1e6:.2f} MFLOP per permutation, target and fold"
+        )
 
 
 if __name__ == "__main__":

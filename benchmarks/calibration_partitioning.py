@@ -22,6 +22,18 @@ interval, and the power for band A (share of its targets with
 (``0.9 A + sqrt(1 - 0.81) B``, column by column), band B still carrying
 nothing: the null the test is for when feature spaces overlap.
 
+``--null band_rows held searched`` runs part 1 for each null of
+``variance_partitioning``: band B's rows circularly shifted within runs
+(``null="band_rows"``), or the Freedman–Lane null (``null="freedman_lane"``:
+the residuals of the model without band B shifted within runs and added to
+its fitted values) with the hyperparameters held at each fold's choices
+(``null_hyperparameters="held"``) or searched again (``"searched"``).
+``--weak 0.2`` adds band B's signal times 0.2 to every target (band B then
+drives a little: unique variance about 0.02) and reports, instead of the
+FWER, the power for band B: the share of its targets with ``pvalue <=
+0.05`` and with ``pvalue_fwer <= 0.05``. ``--fwer-datasets`` sets the data
+sets per row (80 by default).
+
 Part 2, coverage of the bootstrap intervals (whole runs resampled, 90%
 intervals): the basic interval that ``variance_partitioning`` returns, and
 the percentile interval of the same replicates (the basic one reflected
@@ -59,6 +71,7 @@ Run: ``python benchmarks/calibration_partitioning.py`` (about 5 minutes on
 """
 
 import argparse
+import itertools
 import time
 import warnings
 
@@ -129,12 +142,22 @@ def r2(Y, prediction):
     return 1 - ((Y - prediction) ** 2).sum(0) / ((Y - Y.mean(0)) ** 2).sum(0)
 
 
-def fwer_dataset(seed, weights, correlation=0.0):
+# variance_partitioning's (null, null_hyperparameters) of each --null choice.
+NULLS = {
+    "band_rows": ("band_rows", None),
+    "held": ("freedman_lane", "held"),
+    "searched": ("freedman_lane", "searched"),
+}
+
+
+def fwer_dataset(seed, weights, correlation=0.0, null="band_rows", weak=0.0):
     X, Y, runs, _ = simulate(seed, RUN_LENGTHS, [1.0] * FWER_TARGETS, weights)
     # Band B's columns correlated with band A's (column by column), still
-    # carrying nothing: the targets are band A's signal and noise.
+    # carrying nothing: the targets are band A's signal and noise (and, with
+    # ``weak``, that much of band B's own signal).
     A, B = X[:, :BAND_SIZE], X[:, BAND_SIZE:]
     X = np.hstack([A, correlation * A + np.sqrt(1 - correlation**2) * B])
+    Y = Y + weak * (B @ weights[1])[:, None]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         result = variance_partitioning(
@@ -145,9 +168,19 @@ def fwer_dataset(seed, weights, correlation=0.0):
             groups=runs,
             n_permutations=N_PERMUTATIONS,
             random_state=seed,
+            null=NULLS[null][0],
+            null_hyperparameters=NULLS[null][1],
         )
     fwer = result.pvalue_fwer
-    return bool(np.any(fwer[1] <= ALPHA_LEVEL)), float(np.mean(fwer[0] <= ALPHA_LEVEL))
+    if weak:
+        return float(np.mean(result.pvalue[1] <= ALPHA_LEVEL)), float(
+            np.mean(fwer[1] <= ALPHA_LEVEL)
+        )
+    return (
+        bool(np.any(fwer[1] <= ALPHA_LEVEL)),
+        float(np.mean(fwer[0] <= ALPHA_LEVEL)),
+        int(np.sum(result.pvalue[1] <= ALPHA_LEVEL)),
+    )
 
 
 def run_lengths(n_runs):
@@ -252,31 +285,70 @@ def main():
         action="store_true",
         help="coverage without groups too (rows drawn independently)",
     )
+    parser.add_argument(
+        "--null",
+        nargs="+",
+        default=["band_rows"],
+        choices=list(NULLS),
+        help="nulls of the FWER part: band rows permuted, or Freedman-Lane with "
+        "the hyperparameters held or searched (several: one table each)",
+    )
+    parser.add_argument(
+        "--weak",
+        type=float,
+        default=0.0,
+        help="band B's signal in every target times this: power, not FWER",
+    )
+    parser.add_argument(
+        "--fwer-datasets", type=int, default=80, help="data sets per FWER row"
+    )
+    parser.add_argument("--fwer-only", action="store_true", help="skip the coverage")
     args = parser.parse_args()
     scale = 10 if args.full else 1
-    fwer_datasets, coverage_datasets, n_bootstrap = 80 * scale, 20 * scale, 49
+    fwer_datasets = args.fwer_datasets * scale
+    coverage_datasets, n_bootstrap = 20 * scale, 49
     weights = band_weights()
     parallel = Parallel(n_jobs=args.n_jobs)
-    for correlation in () if args.coverage_only else args.correlation:
+    for correlation, null in itertools.product(
+        () if args.coverage_only else args.correlation, args.null
+    ):
         start = time.perf_counter()
         flags = parallel(
-            delayed(fwer_dataset)(s, weights, correlation) for s in range(fwer_datasets)
+            delayed(fwer_dataset)(s, weights, correlation, null, args.weak)
+            for s in range(fwer_datasets)
         )
-        false_positives = sum(flag for flag, _ in flags)
+        if args.weak:
+            print(
+                f"## Power for band B at weight {args.weak} ({null}), correlation "
+                f"{correlation} with band A ({fwer_datasets} data sets x "
+                f"{FWER_TARGETS} targets, {N_PERMUTATIONS} circular shifts): "
+                f"pvalue <= 0.05 {np.mean([p for p, _ in flags]):.1%}, "
+                f"pvalue_fwer <= 0.05 {np.mean([p for _, p in flags]):.1%} "
+                f"({time.perf_counter() - start:.0f} s)\n"
+            )
+            continue
+        false_positives = sum(flag for flag, _, _ in flags)
         rate, low, high = rate_with_interval(false_positives, fwer_datasets)
-        power = np.mean([p for _, p in flags])
+        power = np.mean([p for _, p, _ in flags])
+        per_target = rate_with_interval(
+            sum(n for _, _, n in flags), fwer_datasets * FWER_TARGETS
+        )
         verdict = "within 5%" if low <= ALPHA_LEVEL else "too liberal"
         print(
-            f"## FWER of unique-variance tests, band B null, correlation "
+            f"## FWER of unique-variance tests ({null}), band B null, correlation "
             f"{correlation} with band A ({fwer_datasets} data sets x "
             f"{FWER_TARGETS} targets, {N_PERMUTATIONS} circular shifts)\n"
         )
         print("| band | FWER (any pvalue_fwer <= 0.05) | 95% interval | verdict |")
         print("|---|---|---|---|")
         print(f"| B (null) | {rate:.1%} | {low:.1%} - {high:.1%} | {verdict} |")
+        print(
+            f"| B (null), per target: pvalue <= 0.05 | {per_target[0]:.1%} | "
+            f"{per_target[1]:.1%} - {per_target[2]:.1%} | |"
+        )
         print(f"| A (driven): power | {power:.1%} | | |")
         print(f"\n({time.perf_counter() - start:.0f} s)\n")
-    for n_runs in args.runs:
+    for n_runs in () if args.fwer_only else args.runs:
         for rows in (False, True) if args.rows else (False,):
             coverage_table(
                 parallel, n_runs, coverage_datasets, n_bootstrap, weights, rows

@@ -10,6 +10,7 @@ import numbers
 import warnings
 from typing import NamedTuple
 
+import joblib
 import numpy as np
 from sklearn.base import clone
 from sklearn.model_selection import KFold, LeaveOneGroupOut, check_cv
@@ -21,8 +22,22 @@ from ._estimators.base import check_max_memory_gb, check_n_jobs, check_verbose
 from ._estimators.fit_checks import _check_weights
 from ._kernels.rules import check_alternative
 from ._kernels.timeseries import autocorrelation_warning
-from ._ridge.banded import WEIGHT_FLOOR, check_band_weights, check_bands
+from ._resampling.sign_flip import SIGN_FLIP
+from ._resampling.signed import check_resampling_type, count_resamples, signed_rows
+from ._ridge.banded import (
+    WEIGHT_FLOOR,
+    check_band_weights,
+    check_bands,
+    n_candidates,
+)
 from ._ridge.cv import MIN_SAMPLES, check_fold_weights, fold_rows, uses_groups
+from ._ridge.freedman_lane import (
+    HYPERPARAMETERS,
+    NULLS,
+    band_null_task,
+    null_bytes,
+    task_bytes,
+)
 from ._ridge.partition import subsets as _subsets
 from ._ridge.partition import unique_variance, venn_regions
 from ._ridge.partition_inference import (
@@ -40,8 +55,6 @@ from .random import (
     DEFAULT_RANDOM_STATE,
     _check_permutation_type,
     check_groups,
-    count_permutations,
-    permutation_indices,
     resolve_entropy,
 )
 from .streaming import BootstrapAccumulator, PermutationCounter
@@ -63,6 +76,14 @@ MIN_CALIBRATED_RUNS = 5
 FEW_RUNS_COVERAGE = (
     "a nominal 90% interval of the unique variance covered 74% of the time "
     "with 4 runs, 86% with 5"
+)
+
+
+# What the calibration of the Freedman–Lane null measured with autocorrelated
+# residuals, for the warning.
+FREEDMAN_LANE_FWER = (
+    "family-wise error 8-11% for a nominal 5% with AR runs and circular "
+    "shifts of the residuals, held or searched hyperparameters"
 )
 
 
@@ -169,6 +190,8 @@ def variance_partitioning(
     groups=None,
     sample_weight=None,
     n_permutations=0,
+    null="band_rows",
+    null_hyperparameters=None,
     permutation_type="circular_shift",
     block_size=None,
     alternative="greater",
@@ -252,15 +275,40 @@ default=None
         n_permutations)``, ties counting. When the scheme has no more
         distinct permutations than this, each is enumerated once and ``p``
         is exact, as for :class:`~skbatch.PermutationScorer`. Costs
-        ``n_bands * n_permutations * n_folds`` searches.
-    permutation_type : {"circular_shift", "block_shuffle", "shuffle"}, \
-default="circular_shift"
-        How band b's rows move within each run (the whole series without
-        ``groups``), as :func:`skbatch.random.permutation_indices`:
-        ``"circular_shift"`` rotates each run by a random offset, keeping
-        its autocorrelation (the default, for time series);
-        ``"block_shuffle"`` permutes blocks of ``block_size`` rows;
-        ``"shuffle"`` permutes rows, valid only for exchangeable rows.
+        ``n_bands * n_permutations * n_folds`` searches. With
+        ``null="freedman_lane"`` the targets are permuted instead (below).
+    null : {"band_rows", "freedman_lane"}, default="band_rows"
+        What a permutation moves. ``"band_rows"``: band b's rows, as above
+        (the design changes; every permutation is a full refit).
+        ``"freedman_lane"`` (Freedman and Lane, 1983; nilearn's
+        ``permuted_ols`` with ``confounding_vars``, FSL randomise, permuco):
+        the model without band b is fit on all rows, and permutation i's
+        targets are its fitted values plus its residuals moved by the
+        scheme (``y* = fitted + P_i residuals``, the same ``P_i`` for every
+        target); band b's unique variance is recomputed on ``y*`` with the
+        same outer folds. The design never changes, so the permutations are
+        extra targets of the decompositions the fits already make. It tests
+        that band b adds nothing to the other bands, whatever their
+        correlation with it.
+    null_hyperparameters : {"held", "searched"} or None, default=None
+        Under ``null="freedman_lane"``: ``"held"`` (what None means there)
+        keeps, on every outer fold, each target's band weights and alpha as
+        the full and the reduced models chose them on the data, so that a
+        permutation costs one product per fold and candidate, no search;
+        ``"searched"`` refits both models with their searches on every
+        ``y*`` (the permuted targets as extra targets of one search per
+        fold). The band-row null always searches (None or "searched").
+    permutation_type : {"circular_shift", "block_shuffle", "shuffle", \
+"sign_flip"}, default="circular_shift"
+        How band b's rows (or the residuals) move within each run (the
+        whole series without ``groups``), as
+        :func:`skbatch.random.permutation_indices`: ``"circular_shift"``
+        rotates each run by a random offset, keeping its autocorrelation
+        (the default, for time series); ``"block_shuffle"`` permutes blocks
+        of ``block_size`` rows; ``"shuffle"`` permutes rows, valid only for
+        exchangeable rows; ``"sign_flip"`` (``null="freedman_lane"`` only)
+        flips the sign of the residuals of each run of ``groups`` (of each
+        row without), valid for residuals symmetric about 0.
     block_size : int or None, default=None
         Rows per block, required by and only allowed with
         ``permutation_type="block_shuffle"``.
@@ -333,6 +381,17 @@ default="circular_shift"
     band) controls the family-wise error over targets; ``pvalue_fdr`` is
     Benjamini–Hochberg's adjustment of ``pvalue`` over targets
     (:func:`skbatch._kernels.rules.bh_adjusted`). Bands are separate families.
+
+    **Freedman–Lane.** With ``null="freedman_lane"`` the reduced model's
+    fitted values and residuals come from one fit on all rows (its search
+    over the inner folds included), as nilearn and randomise residualise
+    once; the permuted targets then run through the same outer folds as
+    the data. The test is approximate (the residuals are estimates, and
+    ridge's shrinkage leaves some of band b's signal in them when it is
+    correlated with the other bands); the user guide's page on variance
+    partitioning gives its calibration. Under ``"held"`` the identity
+    permutation reproduces the observed statistic (the same fits on the
+    same targets), so exact enumeration keeps its meaning.
 
     **Intervals.** The replicates resample runs (the clusters of
     ``groups``), rows keeping their run label and weight. A replicate's
@@ -434,7 +493,9 @@ default="circular_shift"
         )
     n_permutations = _check_count(n_permutations, "n_permutations", 1)
     n_bootstrap = _check_count(n_bootstrap, "n_bootstrap", 2)
-    _check_permutation_type(permutation_type, block_size)
+    null_hyperparameters = _check_null(
+        null, null_hyperparameters, permutation_type, block_size
+    )
     check_alternative(alternative)
     if not (
         isinstance(confidence_level, numbers.Real)
@@ -504,14 +565,39 @@ default="circular_shift"
         n_jobs,
         max_memory_gb,
         average,
+        0.0
+        if null == "band_rows" or not n_items
+        else null_bytes(
+            X,
+            Y.shape[1],
+            splits,
+            n_candidates(weights, n_bands),
+            null_hyperparameters,
+            joblib.effective_n_jobs(n_jobs),
+        ),
     )
     # The full model's held-out residuals, where a resampling treats rows
     # as exchangeable: what says whether they are.
     exchangeable = dict(
         bootstrap=bool(n_bootstrap) and groups is None,
-        shuffle=bool(n_permutations) and permutation_type == "shuffle",
+        shuffle=bool(n_permutations)
+        and null == "band_rows"
+        and permutation_type == "shuffle",
+        residual_rows=bool(n_permutations)
+        and null == "freedman_lane"
+        and (
+            permutation_type == "shuffle"
+            or (permutation_type == SIGN_FLIP and groups is None)
+        ),
+        residual_fwer=bool(n_permutations)
+        and null == "freedman_lane"
+        and Y.shape[1] > 1,
     )
     residuals = np.full(Y.shape, np.nan) if any(exchangeable.values()) else None
+    # Each fold's choices of the full and leave-one-band-out models, which
+    # the held Freedman–Lane null keeps.
+    held = n_items and null_hyperparameters == "held"
+    chosen = [[] for _ in models] if held else [None for _ in models]
     scores = np.stack(
         [
             held_out_scores(
@@ -524,8 +610,9 @@ default="circular_shift"
                 columns=keep,
                 residuals=residuals if model is models[-1] else None,
                 average=average,
+                chosen=choices,
             )
-            for model, keep in zip(models, keeps)
+            for model, keep, choices in zip(models, keeps, chosen)
         ]
     )
     if residuals is not None:
@@ -544,18 +631,23 @@ default="circular_shift"
     )
     run = dict(n_jobs=n_jobs, max_memory_gb=max_memory_gb, verbose=verbose)
     if n_items:
-        inference.update(
-            _permutation_test(
-                models[-1],
-                columns,
+        nulls = (
+            functools.partial(
+                _band_rows_nulls, models[-1], columns, scores[-1] - unique, data
+            )
+            if null == "band_rows"
+            else functools.partial(
+                _freedman_lane_nulls,
+                models,
+                keeps,
+                chosen,
+                null_hyperparameters,
                 unique,
-                scores,
                 data,
-                permutation,
-                n_items,
-                alternative,
-                run,
-            ),
+            )
+        )
+        inference.update(
+            _permutation_test(nulls, unique, permutation, n_items, alternative, run),
             n_permutations=n_items,
             exact=permutation["exact"],
         )
@@ -597,7 +689,16 @@ def _warn_few_runs(groups):
 
 
 def _warn_exchangeable_rows(
-    residuals, X, columns, names, groups, *, bootstrap, shuffle
+    residuals,
+    X,
+    columns,
+    names,
+    groups,
+    *,
+    bootstrap,
+    shuffle,
+    residual_rows,
+    residual_fwer,
 ):
     """Warn where a resampling treats autocorrelated rows as exchangeable.
 
@@ -607,7 +708,10 @@ def _warn_exchangeable_rows(
     within the runs of ``groups``. Rows drawn independently (``bootstrap``,
     no groups) need residuals without autocorrelation; rows of band b
     shuffled (``shuffle``) need either band b's columns or the residuals
-    without it.
+    without it; residuals shuffled or sign-flipped row by row
+    (``residual_rows``, Freedman–Lane) need residuals without it, and the
+    max statistic of Freedman–Lane nulls (``residual_fwer``) was too liberal
+    with autocorrelated residuals in the calibration.
     """
     tested = ~np.isnan(residuals).any(axis=1)
     runs = None if groups is None else groups[tested]
@@ -622,6 +726,29 @@ def _warn_exchangeable_rows(
             f"autocorrelation {median:.2f} over {n_series} target(s), above "
             f"{threshold:.2f}): the intervals are then too narrow. Pass the "
             f"runs as groups to resample whole runs.",
+            AutocorrelationWarning,
+            stacklevel=3,
+        )
+    if residual_rows:
+        warnings.warn(
+            f"null='freedman_lane' shuffles or sign-flips the residuals row by "
+            f"row, as exchangeable rows, but the full model's held-out residuals "
+            f"are autocorrelated (median lag-1 autocorrelation {median:.2f} "
+            f"over {n_series} target(s), above {threshold:.2f}): the p-values "
+            f"are then too small. Use permutation_type='circular_shift' or "
+            f"'block_shuffle' within runs, or sign flips of whole runs (groups).",
+            AutocorrelationWarning,
+            stacklevel=3,
+        )
+    if residual_fwer:
+        warnings.warn(
+            f"null='freedman_lane' with autocorrelated residuals (median lag-1 "
+            f"autocorrelation {median:.2f} over {n_series} target(s), above "
+            f"{threshold:.2f}): its family-wise p-values (pvalue_fwer) were too "
+            f"small in the calibration ({FREEDMAN_LANE_FWER}; "
+            f"benchmarks/calibration_partitioning.py), its per-target pvalue "
+            f"within its level. For a family-wise error held at its level, use "
+            f"null='band_rows'.",
             AutocorrelationWarning,
             stacklevel=3,
         )
@@ -656,16 +783,51 @@ def _check_count(value, name, smallest):
     return int(value)
 
 
+def _check_null(null, hyperparameters, permutation_type, block_size):
+    """The hyperparameter treatment of ``null``, checked with its scheme:
+    "searched" for the band-row null (its refits search), "held" by default
+    under Freedman–Lane; sign flips only permute residuals."""
+    if not isinstance(null, str) or null not in NULLS:
+        raise ValueError(
+            f"null must be one of {NULLS}, got {null!r}: 'band_rows' permutes "
+            f"band b's rows, 'freedman_lane' the residuals of the model without "
+            f"band b"
+        )
+    if hyperparameters is not None and (
+        not isinstance(hyperparameters, str) or hyperparameters not in HYPERPARAMETERS
+    ):
+        raise ValueError(
+            f"null_hyperparameters must be None or one of {HYPERPARAMETERS}, got "
+            f"{hyperparameters!r}"
+        )
+    if null == "band_rows":
+        if hyperparameters == "held":
+            raise ValueError(
+                "null_hyperparameters='held' needs null='freedman_lane': the "
+                "band-row null changes the design, and its refits search their "
+                "hyperparameters ('searched', the default with 'band_rows')"
+            )
+        if permutation_type == SIGN_FLIP:
+            raise ValueError(
+                f"permutation_type={SIGN_FLIP!r} needs null='freedman_lane' "
+                f"(it flips the signs of residuals), got null='band_rows', which "
+                f"permutes band b's rows: use 'circular_shift', 'block_shuffle' "
+                f"or 'shuffle'"
+            )
+        _check_permutation_type(permutation_type, block_size)
+        return "searched"
+    check_resampling_type(permutation_type, block_size)
+    return "held" if hyperparameters is None else hyperparameters
+
+
 def _permutation_count(n_permutations, n_samples, groups, permutation):
     """``(n_items, exact)``: every distinct permutation of the scheme when
     there are at most ``n_permutations`` (each once), else that many draws.
     Checks the scheme against the groups (a block longer than a run)."""
     if not n_permutations:
         return 0, False
-    permutation_indices(0, [0], n_samples, groups, **permutation)
-    n_distinct = count_permutations(
-        n_samples, groups, **permutation, limit=n_permutations
-    )
+    signed_rows(0, [0], n_samples, groups, **permutation)
+    n_distinct = count_resamples(n_samples, groups, **permutation, limit=n_permutations)
     if n_distinct is None:
         return n_permutations, False
     return n_distinct, True
@@ -682,13 +844,15 @@ def _check_memory(
     n_jobs,
     max_memory_gb,
     average,
+    extra_bytes=0.0,
 ):
     """Refuse, before any fit, summaries and refits that exceed the host
     budget: each worker refits on its own permuted or resampled copy of the
     data, and with ``average="rows"`` holds the held-out predictions and
-    targets of every row beside each fold's fit."""
+    targets of every row beside each fold's fit; a Freedman–Lane null holds
+    ``extra_bytes`` besides (:func:`skbatch._ridge.freedman_lane.null_bytes`)."""
     n_targets = Y.shape[1]
-    summaries = 0
+    summaries = extra_bytes
     if n_items:
         summaries += 8 * n_items + n_bands * PermutationCounter.nbytes_needed(
             n_targets, n_items, alternative=alternative
@@ -719,14 +883,56 @@ def _check_memory(
     )
 
 
-def _permutation_test(
-    full, columns, unique, scores, data, permutation, n_items, alternative, run
+def _band_rows_nulls(full, columns, reduced, data, b, permutation):
+    """``(task, statistic, bytes per item)`` of band b's rows permuted, the
+    full model refit; ``f(all but b)`` (``reduced[b]``) is the same under
+    every permutation."""
+    task = functools.partial(
+        band_null_scores,
+        model=full,
+        columns=columns[b],
+        permutation=permutation,
+        **data,
+    )
+    return task, lambda null, ids: null - reduced[b], 8.0 * reduced.shape[1]
+
+
+def _freedman_lane_nulls(
+    models, keeps, chosen, hyperparameters, unique, data, b, permutation
 ):
-    """P-values of each band's unique variance: band b's rows permuted, the
-    full model refit; ``f(all but b)`` is the same under every permutation."""
-    n_bands = len(columns)
-    full_scores = scores[-1]
-    reduced = full_scores - unique
+    """``(task, statistic, bytes per item)`` of band b's Freedman–Lane null:
+    the full model and the model without b on the reduced model's permuted
+    residuals. The identity (item 0 of an exact enumeration) gives back the
+    data, ``y* = y``: its statistic is the observed one, not its round-off,
+    so that it counts itself and no p-value falls below ``1 / n``."""
+    n_bands = len(models[-1].bands)
+    every = _subsets(n_bands)
+    rest = tuple(c for c in range(n_bands) if c != b)
+    at = every.index(rest) if rest else None
+    task = band_null_task(
+        full=models[-1],
+        reduced=None if at is None else models[at],
+        reduced_columns=None if at is None else keeps[at],
+        chosen=(chosen[-1], None if at is None else chosen[at]),
+        hyperparameters=hyperparameters,
+        permutation=permutation,
+        **data,
+    )
+
+    def statistic(null, ids):
+        if permutation["exact"]:
+            null[np.asarray(ids) == 0] = unique[b]
+        return null
+
+    return task, statistic, task_bytes(task, data["Y"].shape[1])
+
+
+def _permutation_test(nulls, unique, permutation, n_items, alternative, run):
+    """P-values of each band's unique variance under the null tasks of
+    ``nulls(b, permutation)``: ``(task, statistic, bytes per item)``, the
+    unique variance of a batch of permutations being
+    ``statistic(task(ids), ids)``."""
+    n_bands = unique.shape[0]
     # Ties within the round-off of the refits count, as PermutationScorer
     # counts them for R^2.
     tolerance = TIE_ULPS * np.finfo(np.float64).eps * np.maximum(np.abs(unique), 1.0)
@@ -742,20 +948,14 @@ def _permutation_test(
             exact=permutation["exact"],
             alternative=alternative,
         )
-        task = functools.partial(
-            band_null_scores,
-            model=full,
-            columns=columns[b],
-            permutation=permutation,
-            **data,
-        )
+        task, statistic, item_bytes = nulls(b, permutation)
         run_parallel(
             task,
-            lambda ids, null, counter=counter, b=b: counter.update(
-                null - reduced[b], ids
+            lambda ids, null, counter=counter, statistic=statistic: counter.update(
+                statistic(null, ids), ids
             ),
             n_items=n_items,
-            host_bytes_per_item=8 * unique.shape[1],
+            host_bytes_per_item=item_bytes,
             desc=f"permutations of band {b}",
             **run,
         )

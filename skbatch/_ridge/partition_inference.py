@@ -77,6 +77,7 @@ def held_out_scores(
     columns=None,
     residuals=None,
     average="rows",
+    chosen=None,
 ):
     """Held-out R^2 per target over ``splits``.
 
@@ -104,6 +105,10 @@ def held_out_scores(
         rows (a row tested twice keeps its last fold's); other rows are
         left as they are.
     average : {"rows", "folds"}, default="rows"
+    chosen : list or None
+        Appended, when given, with each fold's choices of a ``BandedRidge``
+        model: ``(band_weights_, alpha_)``, of shapes (n_targets, n_bands)
+        and (n_targets,).
 
     Returns
     -------
@@ -130,6 +135,13 @@ def held_out_scores(
             sample_weight=None if sample_weight is None else sample_weight[train],
             groups=None if groups is None else groups[train],
         )
+        if chosen is not None:
+            chosen.append(
+                (
+                    np.array(model.band_weights_, ndmin=2),
+                    np.array(model.alpha_, ndmin=1),
+                )
+            )
         prediction = np.asarray(model.predict(X[np.ix_(test, columns)]))
         prediction = prediction.reshape(len(test), -1)
         if residuals is not None:

@@ -1,0 +1,473 @@
+"""Freedman–Lane p-values of variance_partitioning, against naive loops that
+build each permuted target, refit the full and the reduced models (at the
+held choices, or with their searches) and recompute the unique variance."""
+
+import warnings
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+from sklearn.linear_model import Ridge
+from sklearn.metrics import r2_score
+from sklearn.model_selection import GroupKFold, LeaveOneGroupOut
+from test_partitioning import _NoFit
+from test_ridge import _ar1_runs
+
+from skbatch import BandedRidge, variance_partitioning
+from skbatch._resampling.signed import signed_rows
+from skbatch._ridge.freedman_lane import (
+    band_null_task,
+    permuted_targets,
+    reduced_fit,
+    task_bytes,
+)
+from skbatch._ridge.partition_inference import held_out_scores
+from skbatch.exceptions import AutocorrelationWarning
+
+# Five AR(1) runs of unequal length.
+RUN_LENGTHS = (36, 28, 40, 32, 24)
+SEED = 11
+N_PERMUTATIONS = 19
+
+
+def _model(**params):
+    defaults = dict(band_weights=3, alphas=np.logspace(-1, 3, 5))
+    return BandedRidge(**{**defaults, **params})
+
+
+def _data(band_sizes=(3, 3), seed=0):
+    """AR(1) bands in runs; target b driven by band b (for the first two
+    bands), the last target by none, in AR(1) noise; positive weights."""
+    n_bands = len(band_sizes)
+    X, runs = _ar1_runs(RUN_LENGTHS, sum(band_sizes), 0.6, seed)
+    labels = np.repeat(np.arange(n_bands), band_sizes)
+    rng = np.random.default_rng(seed + 1)
+    signal = [X[:, labels == b] @ rng.standard_normal(band_sizes[b]) for b in (0, 1)]
+    signal = [part / part.std() for part in signal]
+    noise, _ = _ar1_runs(RUN_LENGTHS, 3, 0.5, seed + 2)
+    Y = np.column_stack([signal[0], signal[1], np.zeros(len(X))]) + 0.8 * noise
+    weights = rng.uniform(0.5, 2.0, len(X))
+    return X, Y, labels, runs, weights
+
+
+def _held_predictions(X_train, y_train, X_test, labels, gamma, alpha, weights):
+    """One target's predictions at band weights ``gamma`` and ``alpha``:
+    scikit-learn's Ridge on the columns of the bands of positive weight
+    times sqrt(gamma_b)."""
+    scale = np.sqrt(gamma[labels])
+    keep = scale > 0
+    ridge = Ridge(alpha=alpha, solver="svd").fit(
+        X_train[:, keep] * scale[keep], y_train, sample_weight=weights
+    )
+    return ridge.predict(X_test[:, keep] * scale[keep])
+
+
+def _cv_unique(X, Y, labels, band, splits, runs, weights, held=None, average="rows"):
+    """Band ``band``'s unique variance on targets ``Y`` by refits on every
+    fold: full and reduced models at the choices ``held`` (per model, per
+    fold: band weights and alpha of each target) or with their searches."""
+    rest = labels != band
+    reduced_labels = labels[rest]
+    scores = []
+    for m, (columns, bands) in enumerate(
+        ((slice(None), labels), (rest, reduced_labels))
+    ):
+        if m == 1 and not rest.any():
+            scores.append(0.0)
+            continue
+        tested, predicted, folds = [], [], []
+        for k, (train, test) in enumerate(splits):
+            Xtr, Xte = X[train][:, columns], X[test][:, columns]
+            if held is None:
+                model = _model(bands=bands).fit(
+                    Xtr, Y[train], sample_weight=weights[train], groups=runs[train]
+                )
+                prediction = model.predict(Xte)
+            else:
+                gammas, alphas = held[m][k]
+                prediction = np.column_stack(
+                    [
+                        _held_predictions(
+                            Xtr,
+                            Y[train, t],
+                            Xte,
+                            np.unique(bands, return_inverse=True)[1],
+                            gammas[t],
+                            alphas[t],
+                            weights[train],
+                        )
+                        for t in range(Y.shape[1])
+                    ]
+                )
+            tested.append(test)
+            predicted.append(prediction)
+            folds.append(
+                r2_score(
+                    Y[test],
+                    prediction,
+                    sample_weight=weights[test],
+                    multioutput="raw_values",
+                )
+            )
+        rows = np.concatenate(tested)
+        scores.append(
+            np.mean(folds, axis=0)
+            if average == "folds"
+            else r2_score(
+                Y[rows],
+                np.concatenate(predicted),
+                sample_weight=weights[rows],
+                multioutput="raw_values",
+            )
+        )
+    return scores[0] - scores[1]
+
+
+def _observed_choices(X, Y, labels, band, splits, runs, weights):
+    """Each fold's choices of the full and of the reduced model."""
+    rest = labels != band
+    choices = []
+    for columns, bands in ((slice(None), labels), (rest, labels[rest])):
+        if not bands.size:
+            choices.append(None)
+            continue
+        per_fold = []
+        for train, _ in splits:
+            model = _model(bands=bands).fit(
+                X[train][:, columns],
+                Y[train],
+                sample_weight=weights[train],
+                groups=runs[train],
+            )
+            per_fold.append((model.band_weights_, model.alpha_))
+        choices.append(per_fold)
+    return choices
+
+
+def _naive(X, Y, labels, runs, weights, band, splits, codes, held, average="rows"):
+    """Observed unique variance and its Freedman–Lane null by naive loops."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        rest = labels != band
+        reduced = _model(bands=labels[rest]).fit(
+            X[:, rest], Y, sample_weight=weights, groups=runs
+        )
+        fitted = reduced.predict(X[:, rest])
+        residuals = Y - fitted
+        choices = (
+            _observed_choices(X, Y, labels, band, splits, runs, weights)
+            if held
+            else None
+        )
+        observed = _cv_unique(X, Y, labels, band, splits, runs, weights, None, average)
+        null = []
+        for code in codes:
+            sign = np.where(code < 0, -1.0, 1.0)[:, None]
+            y_star = fitted + sign * residuals[np.where(code < 0, ~code, code)]
+            null.append(
+                _cv_unique(
+                    X, y_star, labels, band, splits, runs, weights, choices, average
+                )
+            )
+    return observed, np.array(null)
+
+
+def _run(X, Y, labels, runs, weights, **kwargs):
+    kwargs.setdefault("cv", GroupKFold(2))
+    kwargs.setdefault("n_permutations", N_PERMUTATIONS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return variance_partitioning(
+            X,
+            Y,
+            bands=labels,
+            estimator=_model(),
+            groups=runs,
+            sample_weight=weights,
+            null="freedman_lane",
+            random_state=SEED,
+            **kwargs,
+        )
+
+
+def _check_against(result, observed, null, band, n_items, exact=False):
+    """The result's statistic, null mean, p-values and FWER p-values equal
+    those of the naive loop's null (ties within 1e-10 count)."""
+    assert_allclose(result.unique[band], observed, rtol=0, atol=1e-10)
+    assert_allclose(result.null_mean[band], null.mean(axis=0), rtol=0, atol=1e-10)
+    reached = null >= observed - 1e-10
+    if exact:
+        expected = reached.sum(axis=0) / n_items
+        fwer = (null.max(axis=1, keepdims=True) >= observed - 1e-10).sum(0) / n_items
+    else:
+        expected = (1 + reached.sum(axis=0)) / (n_items + 1)
+        fwer = (1 + (null.max(axis=1, keepdims=True) >= observed - 1e-10).sum(0)) / (
+            n_items + 1
+        )
+    assert_allclose(result.pvalue[band], expected, rtol=0, atol=1e-12)
+    assert_allclose(result.pvalue_fwer[band], fwer, rtol=0, atol=1e-12)
+
+
+def _codes(n_samples, runs, permutation_type, n_items, exact=False):
+    return signed_rows(
+        SEED,
+        np.arange(n_items),
+        n_samples,
+        runs,
+        permutation_type=permutation_type,
+        exact=exact,
+    )
+
+
+@pytest.mark.parametrize("hyperparameters", ["held", "searched"])
+@pytest.mark.parametrize("band", [0, 1])
+def test_two_bands_equal_a_naive_loop(hyperparameters, band):
+    X, Y, labels, runs, weights = _data()
+    result = _run(X, Y, labels, runs, weights, null_hyperparameters=hyperparameters)
+    splits = list(GroupKFold(2).split(X, groups=runs))
+    codes = _codes(len(X), runs, "circular_shift", N_PERMUTATIONS)
+    observed, null = _naive(
+        X, Y, labels, runs, weights, band, splits, codes, hyperparameters == "held"
+    )
+    _check_against(result, observed, null, band, N_PERMUTATIONS)
+    # A permutation changes the statistic: the null is not the observed value.
+    assert np.ptp(null, axis=0).min() > 1e-3
+
+
+@pytest.mark.parametrize("hyperparameters", ["held", "searched"])
+def test_three_bands_mean_over_folds_equal_a_naive_loop(hyperparameters):
+    X, Y, labels, runs, weights = _data(band_sizes=(3, 2, 2), seed=4)
+    cv = LeaveOneGroupOut()
+    result = _run(
+        X,
+        Y,
+        labels,
+        runs,
+        weights,
+        null_hyperparameters=hyperparameters,
+        cv=cv,
+        n_permutations=6,
+        permutation_type="shuffle",
+        average="folds",
+    )
+    splits = list(cv.split(X, groups=runs))
+    codes = _codes(len(X), runs, "shuffle", 6)
+    for band in (1, 2):
+        observed, null = _naive(
+            X,
+            Y,
+            labels,
+            runs,
+            weights,
+            band,
+            splits,
+            codes,
+            hyperparameters == "held",
+            average="folds",
+        )
+        _check_against(result, observed, null, band, 6)
+
+
+def test_sign_flips_of_runs_enumerated_exactly():
+    # 5 runs: 2**5 sign vectors, all enumerated (identity first) when 40 are
+    # asked for; p is then the share of them reaching the observed value.
+    X, Y, labels, runs, weights = _data(seed=2)
+    result = _run(
+        X, Y, labels, runs, weights, n_permutations=40, permutation_type="sign_flip"
+    )
+    assert result.exact and result.n_permutations == 32
+    splits = list(GroupKFold(2).split(X, groups=runs))
+    codes = _codes(len(X), runs, "sign_flip", 32, exact=True)
+    observed, null = _naive(X, Y, labels, runs, weights, 0, splits, codes, True)
+    # The identity reproduces the observed statistic.
+    assert_allclose(null[0], observed, rtol=0, atol=1e-10)
+    _check_against(result, observed, null, 0, 32, exact=True)
+    assert result.pvalue.min() >= 1 / 32
+
+
+def test_one_band_permutes_the_centred_targets():
+    # With one band the reduced model is the intercept: y* is the mean plus
+    # the permuted deviations, and the statistic the full model's R^2.
+    X, Y, labels, runs, weights = _data(seed=3)
+    X = X[:, labels == 0]
+    labels = np.zeros(X.shape[1], dtype=int)
+    result = _run(X, Y, labels, runs, weights, n_permutations=9)
+    fitted, residuals = reduced_fit(None, X[:, :0], Y, sample_weight=weights)
+    assert_allclose(fitted[0], np.average(Y, axis=0, weights=weights))
+    codes = _codes(len(X), runs, "circular_shift", 9)
+    splits = list(GroupKFold(2).split(X, groups=runs))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        choices = _observed_choices(X, Y, labels, 0, splits, runs, weights)
+        null = np.array(
+            [
+                _cv_unique(
+                    X,
+                    permuted_targets(fitted, residuals, code[None]),
+                    labels,
+                    0,
+                    splits,
+                    runs,
+                    weights,
+                    choices,
+                )
+                for code in codes
+            ]
+        )
+    assert_allclose(result.null_mean[0], null.mean(axis=0), rtol=0, atol=1e-10)
+
+
+def test_driven_bands_reach_the_least_p_null_bands_do_not():
+    # Band 1 adds nothing to target 0: its p-values under both nulls are
+    # not small, and the driven pairs reach the least p.
+    X, Y, labels, runs, weights = _data(seed=5)
+    result = _run(X, Y, labels, runs, weights)
+    assert result.pvalue[0, 0] == result.pvalue[1, 1] == 1 / 20
+    assert result.pvalue[1, 0] > 0.1 and result.pvalue[0, 1] > 0.1
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(null="freedman-lane"), r"null must be one of \('band_rows', 'freedm"),
+        (
+            dict(null="freedman_lane", null_hyperparameters="fixed"),
+            r"null_hyperparameters must be None or one of \('held', 'searched'\), "
+            r"got 'fixed'",
+        ),
+        (
+            dict(null_hyperparameters="held"),
+            r"null_hyperparameters='held' needs null='freedman_lane'",
+        ),
+        (
+            dict(permutation_type="sign_flip"),
+            r"permutation_type='sign_flip' needs null='freedman_lane'",
+        ),
+        (
+            dict(null="freedman_lane", permutation_type="flip"),
+            r"permutation_type must be one of .*'sign_flip'\), got 'flip'",
+        ),
+        (
+            dict(null="freedman_lane", permutation_type="sign_flip", block_size=3),
+            r"block_size is only used with permutation_type='block_shuffle'",
+        ),
+        (
+            dict(null="freedman_lane", max_memory_gb=1e-5),
+            r"variance_partitioning needs .* GB of host memory",
+        ),
+    ],
+)
+def test_bad_input_is_refused_before_any_fit(kwargs, match):
+    X, runs = _ar1_runs(RUN_LENGTHS, 4, 0.5, 9)
+    with pytest.raises(ValueError, match=match):
+        variance_partitioning(
+            X,
+            X[:, :2],
+            bands=[0, 0, 1, 1],
+            estimator=_NoFit(),
+            groups=runs,
+            n_permutations=5,
+            **kwargs,
+        )
+
+
+@pytest.mark.parametrize("hyperparameters", ["held", "searched"])
+@pytest.mark.parametrize("n_ids", [1, 3])
+def test_charge_per_resample_covers_the_traced_peak(hyperparameters, n_ids):
+    tracemalloc = pytest.importorskip("tracemalloc")
+    X, Y, labels, runs, weights = _data(seed=6)
+    Y = np.tile(Y, (1, 100))
+    splits = list(LeaveOneGroupOut().split(X, groups=runs))
+    bands = [np.flatnonzero(labels == b) for b in (0, 1)]
+    full, reduced = _model(bands=bands), _model(bands=[np.arange(3)])
+    chosen = [[], []]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        held_out_scores(full, X, Y, splits, groups=runs, chosen=chosen[0])
+        held_out_scores(
+            reduced, X, Y, splits, groups=runs, columns=bands[1], chosen=chosen[1]
+        )
+        task = band_null_task(
+            full=full,
+            reduced=reduced,
+            reduced_columns=bands[1],
+            chosen=chosen,
+            hyperparameters=hyperparameters,
+            X=X,
+            Y=Y,
+            splits=splits,
+            sample_weight=weights,
+            groups=runs,
+            entropy=0,
+            permutation=dict(permutation_type="circular_shift", exact=False),
+            quiet=(UserWarning,),
+        )
+        tracemalloc.start()
+        try:
+            task(np.arange(n_ids))
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    charged = n_ids * task_bytes(task, Y.shape[1])
+    assert peak <= charged
+    # Not a charge that would refuse far more than it needs.
+    assert peak >= 0.5 * charged
+
+
+def _messages(X, Y, labels, runs, **kwargs):
+    """The AutocorrelationWarning messages of a call."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        variance_partitioning(
+            X,
+            Y,
+            bands=labels,
+            estimator=_model(),
+            groups=runs,
+            cv=GroupKFold(2),
+            n_permutations=3,
+            null="freedman_lane",
+            **kwargs,
+        )
+    return [
+        str(w.message) for w in caught if issubclass(w.category, AutocorrelationWarning)
+    ]
+
+
+def test_autocorrelated_residuals_warn():
+    X, Y, labels, runs, weights = _data(seed=7)
+    shuffled = _messages(X, Y, labels, runs, permutation_type="shuffle")
+    assert any("null='freedman_lane' shuffles" in m for m in shuffled)
+    # Sign flips of whole runs keep the runs' autocorrelation; the
+    # family-wise p-values of autocorrelated residuals still warn.
+    flipped = _messages(X, Y, labels, runs, permutation_type="sign_flip")
+    assert not any("shuffles" in m for m in flipped)
+    assert any("family-wise p-values (pvalue_fwer)" in m for m in flipped)
+    # One target has no family; white residuals do not warn.
+    assert not _messages(X, Y[:, :1], labels, runs)
+    rng = np.random.default_rng(0)
+    white = X[:, :3] @ rng.standard_normal((3, 2)) + rng.standard_normal((len(X), 2))
+    assert not _messages(X, white, labels, runs)
+
+
+def test_same_result_for_any_n_jobs():
+    joblib = pytest.importorskip("joblib")
+    X, Y, labels, runs, weights = _data(seed=8)
+    kwargs = dict(n_permutations=5)
+    for hyperparameters in ("held", "searched"):
+        serial = _run(
+            X, Y, labels, runs, weights, null_hyperparameters=hyperparameters, **kwargs
+        )
+        with joblib.parallel_config(backend="loky"):
+            workers = _run(
+                X,
+                Y,
+                labels,
+                runs,
+                weights,
+                null_hyperparameters=hyperparameters,
+                n_jobs=2,
+                **kwargs,
+            )
+        assert_allclose(serial.null_mean, workers.null_mean, rtol=0, atol=1e-12)
+        assert_allclose(serial.pvalue, workers.pvalue, rtol=0, atol=0)
