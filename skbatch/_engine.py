@@ -640,14 +640,6 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size, chunk_width :
     runner = ChunkRunner(
         backend=backend, hint="lower max_memory_gb, or the batch size, or the data size"
     )
-    calls = [0]
-    lock = threading.Lock()
-
-    def counted(ids):
-        with lock:
-            calls[0] += 1
-        return kernel(ids)
-
     pending = deque()
 
     recycle = getattr(kernel, "recycle", None)
@@ -664,11 +656,11 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size, chunk_width :
         with _side_by_side(n_workers, backend) as pool:
             for ids in planner.batches():
                 if pool is None:
-                    finish(ids, runner.run(counted, ids))
+                    finish(ids, runner.run(kernel, ids))
                 else:
                     # Each task sees the caller's context (simulate_oom).
                     task = pool.submit(
-                        contextvars.copy_context().run, runner.run, counted, ids
+                        contextvars.copy_context().run, runner.run, kernel, ids
                     )
                     pending.append((ids, task))
                     if len(pending) == n_in_flight:
@@ -690,7 +682,7 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size, chunk_width :
         # its last update, skbatch/streaming.py).
         if last is not None:
             finish(*last)
-    planner.count(calls[0], runner.n_recoveries)
+    planner.count(runner.n_calls, runner.n_recoveries)
     return planner.finish(("%s", backend.name))
 
 
@@ -798,12 +790,6 @@ def _run_batch(problem, ids, one_thread, inputs=(), simulated_oom=None):
         backend=backend,
         hint="lower max_memory_gb, or the batch size, or the data size",
     )
-    calls = []
-
-    def counted(chunk):
-        calls.append(len(chunk))
-        return problem(chunk)
-
     library = _backends.get(backend.library)
     token = _SIMULATED_OOM_LIMIT.set(simulated_oom)
     try:
@@ -813,11 +799,11 @@ def _run_batch(problem, ids, one_thread, inputs=(), simulated_oom=None):
         ):
             pieces = [
                 (lo, hi, _to_host(result))
-                for lo, hi, result in runner.run(counted, ids)
+                for lo, hi, result in runner.run(problem, ids)
             ]
     finally:
         _SIMULATED_OOM_LIMIT.reset(token)
-    return pieces, len(calls), runner.n_recoveries
+    return pieces, runner.n_calls, runner.n_recoveries
 
 
 def run_parallel(

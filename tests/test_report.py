@@ -86,10 +86,11 @@ def test_out_of_memory_splits_are_counted(one_blas_thread):
     with simulate_oom(max_items=5):
         model = BatchedRidge(n_targets_batch=16).fit(X, Y)
     (stage,) = model.fit_report_.stages
-    # The first batch of 16 fails, then its halves of 8 (3 splits); the
-    # batches of 4 that worked, then the other 48 targets in batches of 4.
+    # The first batch of 16 fails, then its halves of 8 (3 splits, 3 batches
+    # run out of memory); the batches of 4 that worked, then the other 48
+    # targets in batches of 4.
     assert (stage.batch_size, stage.n_batches) == (16, 4)
-    assert (stage.n_oom_splits, stage.n_batches_run) == (3, 4 + 12)
+    assert (stage.n_oom_splits, stage.n_batches_run) == (3, 3 + 4 + 12)
 
 
 @pytest.mark.parametrize(
