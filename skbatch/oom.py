@@ -8,6 +8,7 @@ failing at full size again.
 """
 
 import contextvars
+import threading
 
 from array_api_compat import array_namespace
 
@@ -89,6 +90,9 @@ class ChunkRunner:
         first OOM): the size to start later batches at.
     n_recoveries : int
         Number of OOM errors recovered from.
+    n_calls : int
+        Chunks tried: the calls of ``fn``, and the chunks that a simulated
+        OOM (:func:`skbatch.testing.simulate_oom`) stopped in its place.
 
     Examples
     --------
@@ -112,6 +116,9 @@ class ChunkRunner:
         self.hint = hint
         self.largest_ok = None
         self.n_recoveries = 0
+        self.n_calls = 0
+        # Batches side by side run chunks of one runner from several threads.
+        self._lock = threading.Lock()
 
     def run(self, fn, *arrays):
         """Apply ``fn`` to the arrays, split along axis 0 on OOM.
@@ -129,6 +136,8 @@ class ChunkRunner:
 
     def _run(self, fn, arrays, start, stop, pieces):
         size = stop - start
+        with self._lock:
+            self.n_calls += 1
         try:
             error = _simulated_oom(size)
             if error is not None:
@@ -152,7 +161,8 @@ class ChunkRunner:
         # Retry outside the except block: while it runs, the exception's
         # traceback keeps the failed attempt's frames, and their device
         # memory, alive, so the cache could not be freed.
-        self.n_recoveries += 1
+        with self._lock:
+            self.n_recoveries += 1
         if self.backend is not None:
             self.backend.empty_cache()
         middle = start + max(size // 2, self.min_chunk)

@@ -874,6 +874,12 @@ BCA_SPACING = 4
 # The second pass folds incoming replicates into its windows this many at a
 # time: a selection over (window + BCA_SLICE) rows per BCA_SLICE replicates.
 BCA_SLICE = 32
+# BCaAccumulator.update folds a batch in this many replicates at a time: its
+# transients are then at most this many rows of flags and deviations per
+# element (about 100 bytes), within what building the second pass holds
+# (skbatch/_engine/preflight.py's BCA_TEMPORARY_BYTES), where whole batches of 64
+# held 660 bytes per element.
+BCA_UPDATE_ROWS = 8
 
 
 def bca_acceleration(sum1, sum2, sum3, n_units):
@@ -1078,15 +1084,20 @@ class BCaAccumulator:
         # float64, the stores in float64).
         samples = _replicates(samples)
         n_new = _admit(self, samples, ids)
-        if n_new:
-            self._moments.update(samples)
-            self._moments.advance(n_new)
-            self._nan |= np.isnan(samples).any(axis=0)
         # Not a 0-d array: numpy 1.x would round a 0-d float64 estimate to
         # float32 to compare it with float32 samples (value-based casting).
         estimate = self.estimate[None]
-        self.below += (samples < estimate).sum(axis=0)
-        self.ties += (samples == estimate).sum(axis=0)
+        # BCA_UPDATE_ROWS replicates at a time: what the update holds beside
+        # the accumulator (the comparisons' and NaN flags, the deviations)
+        # is then a few arrays of `shape`, whatever the batch, which
+        # nbytes_needed can charge without knowing the batch.
+        for start in range(0, n_new, BCA_UPDATE_ROWS):
+            rows = samples[start : start + BCA_UPDATE_ROWS]
+            self._moments.update(rows)
+            self._moments.advance(len(rows))
+            self._nan |= np.isnan(rows).any(axis=0)
+            self.below += (rows < estimate).sum(axis=0)
+            self.ties += (rows == estimate).sum(axis=0)
         start = 0
         while self._store is None and start < n_new:
             if self._pending is None:

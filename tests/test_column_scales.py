@@ -274,3 +274,33 @@ def test_torch_solves_two_scales_as_numpy_does(dtype):
     assert_allclose(ours.alpha_, ref.alpha_)
     tolerance = 1e-9 if dtype == "float64" else 1e-4
     assert_matches_ridge(ours, Xd.astype(np.float64), Y, tolerance)
+
+
+class _RefitRidge(BatchedRidge):
+    """A subclass: BootstrapEstimator refits it per replicate (generic path)."""
+
+
+def test_bootstrap_solves_the_spreads_its_alphas_shrink_as_batched_ridge_does():
+    # The batched bootstrap path refused any spread past 4.5e13, whatever
+    # the alpha; it now checks as BatchedRidge does and gives the refits'
+    # intervals.
+    from skbatch import BootstrapEstimator
+
+    X, Y = two_scale_design(1e15)
+    args = dict(n_bootstrap=20, attributes=("coef_",), random_state=3)
+    batched = BootstrapEstimator(BatchedRidge(alphas=ALPHAS), **args).fit(X, Y)
+    refits = BootstrapEstimator(_RefitRidge(alphas=ALPHAS), **args).fit(X, Y)
+    paths = [
+        {s.path for s in model.fit_report_.stages if s.name == "replicates"}
+        for model in (batched, refits)
+    ]
+    assert paths == [{"batched"}, {"parallel"}]
+    for field in ("ci_lower", "ci_upper", "standard_error"):
+        ours = getattr(batched.results_["coef_"], field)
+        theirs = getattr(refits.results_["coef_"], field)
+        assert_allclose(ours, theirs, rtol=0, atol=1e-9 * np.abs(theirs).max())
+    # Where no alpha of the grid shrinks the smaller columns, both refuse.
+    with pytest.raises(ValueError, match=r"times that of .*StandardScaler"):
+        BootstrapEstimator(BatchedRidge(alphas=ALPHAS), **args).fit(
+            *two_scale_design(1e-15)
+        )

@@ -193,7 +193,10 @@ def test_simulated_oom_splits_and_remembers_the_size_that_worked(
         plan = rec.run(n_items, batch_size=batch_size, max_memory_gb=1.0)
     rec.assert_exact(n_items)
     np.testing.assert_array_equal(rec.result(), unsplit.result())
-    assert plan.n_kernel_calls == calls == len(rec.kernel_sizes)
+    # Every batch tried is counted: those the kernel saw, and those a
+    # (simulated) out-of-memory error stopped, one per recovery.
+    assert calls == len(rec.kernel_sizes)
+    assert plan.n_kernel_calls == calls + recoveries
     assert plan.n_oom_recoveries == recoveries
     assert [len(ids) for ids in rec.reduced_ids] == reduced_sizes
     # The simulated OOM strikes before the kernel: it only sees batches that fit.
@@ -1071,10 +1074,11 @@ def test_run_batched_records_its_stage_in_every_open_collector():
     (stage,) = inner
     assert outer == [stage, outer[1]]
     # 16 -> 8 -> 4 on the first batch (3 splits), then batches of 4: as many
-    # as the kernel saw.
+    # as the kernel saw, and the 3 that ran out of memory.
     assert (stage.name, stage.path, stage.runs_on) == ("replicates", "batched", "numpy")
     assert (stage.n_items, stage.batch_size, stage.n_batches) == (64, 16, 4)
-    assert stage.n_batches_run == len(rec.kernel_sizes) == 16
+    assert len(rec.kernel_sizes) == 16
+    assert stage.n_batches_run == 16 + 3
     assert stage.n_oom_splits == 3
     assert (stage.fixed_bytes, stage.device_bytes_per_item) == (100.0, ITEM_BYTES)
     assert stage.planned_peak_bytes == 100.0 + 16 * ITEM_BYTES

@@ -309,6 +309,35 @@ def test_constant_targets_fit_exactly_in_any_batch(cv):
         np.testing.assert_array_equal(model.coef_[:4], ref.coef_[:4])
 
 
+@pytest.mark.parametrize("cv", [None, "gcv", 5])
+def test_weighted_constant_targets_fit_exactly_when_row_0_weighs_nothing(cv):
+    # Constant on the rows that weigh; row 0 weighs 0 and holds another
+    # value. Anchored on row 0, the centring left rounding noise in place of
+    # zeros, so the fit was not exact and the alpha depended on the batch.
+    rng = np.random.default_rng(34)
+    X = rng.standard_normal((40, 6))
+    Y = np.column_stack([np.full((40, 4), 0.1), rng.standard_normal((40, 4))])
+    Y[0, :4] = [7.3, -1e3, 0.3, 1e-4]
+    weight = rng.uniform(0.2, 3.0, 40)
+    weight[0] = 0.0
+    alphas = np.logspace(-2, 4, 7)
+    ref = BatchedRidge(alphas=alphas, cv=cv).fit(X, Y, sample_weight=weight)
+    np.testing.assert_array_equal(ref.alpha_[:4], alphas[0])
+    np.testing.assert_array_equal(ref.intercept_[:4], 0.1)
+    np.testing.assert_array_equal(ref.coef_[:4], 0.0)
+    one = BatchedRidge(alphas=alphas, cv=cv, n_targets_batch=1)
+    one.fit(X, Y, sample_weight=weight)
+    np.testing.assert_array_equal(one.alpha_, ref.alpha_)
+    np.testing.assert_array_equal(one.coef_[:4], 0.0)
+    # The other targets: sklearn's weighted Ridge at the alphas chosen (GCV
+    # normalises the weights to sum to the rows of non-zero weight).
+    if cv == "gcv":
+        weight = weight * np.count_nonzero(weight) / weight.sum()
+    for j in range(4, 8):
+        sk = Ridge(alpha=ref.alpha_[j]).fit(X, Y[:, j], sample_weight=weight)
+        np.testing.assert_allclose(ref.coef_[j], sk.coef_, rtol=1e-8, atol=1e-10)
+
+
 def test_impossible_budget_is_refused_up_front():
     X, Y = make_data(200, 50, 3)
     with pytest.raises(ValueError, match="max_memory_gb"):

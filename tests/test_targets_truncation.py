@@ -194,7 +194,10 @@ except NotFittedError:
 """
 
 
-@pytest.mark.parametrize("order", ["c", "fortran"])
+# A child process: about 4 s each; Fortran order with the slow tests.
+@pytest.mark.parametrize(
+    "order", ["c", pytest.param("fortran", marks=pytest.mark.slow)]
+)
 def test_a_file_cut_while_a_block_is_copied_is_refused_without_a_fault(order, tmp_path):
     # Few features, so that reading the targets is most of the fit; in a
     # child process, which a fault (SIGBUS) would kill.

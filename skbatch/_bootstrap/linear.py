@@ -124,6 +124,8 @@ def check_linear_budget(settings, estimator, inputs, shapes, backend):
     n_targets = 1 if y.ndim == 1 else y.shape[1]
     if isinstance(estimator, BandedRidge):
         fit_intercept = estimator.fit_intercept
+        # Every band's penalty is alpha over a weight of at most 1.
+        alphas = estimator.alphas
         planned = banded_bootstrap_nbytes(
             n_samples,
             n_features,
@@ -134,7 +136,8 @@ def check_linear_budget(settings, estimator, inputs, shapes, backend):
             fit_intercept=fit_intercept,
         )
     else:
-        fit_intercept = ridge_spec(estimator).fit_intercept
+        spec = ridge_spec(estimator)
+        fit_intercept, alphas = spec.fit_intercept, spec.alphas
         planned = BootstrapRidgeProblem.nbytes(
             n_samples,
             n_features,
@@ -165,7 +168,21 @@ def check_linear_budget(settings, estimator, inputs, shapes, backend):
             shapes,
             banded=isinstance(estimator, BandedRidge),
         )
-    check_column_scales(X, np.float64, backend, fit_intercept=fit_intercept)
+    # As BatchedRidge checks them: spreads past what the SVD resolves are
+    # refused only where the smallest alpha does not shrink the smaller
+    # features to within rounding (every replicate solves at one of these
+    # alphas or a larger one).
+    sample_weight = inputs.fit_params.get("sample_weight")
+    if sample_weight is not None:
+        sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
+    check_column_scales(
+        X,
+        np.float64,
+        backend,
+        fit_intercept=fit_intercept,
+        sample_weight=sample_weight,
+        alphas=alphas,
+    )
 
 
 def run_linear(settings, linear, inputs, entropy, backend, run, accumulators):

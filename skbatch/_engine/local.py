@@ -1,7 +1,6 @@
 """The local loop: a device kernel over items in batches, in this process."""
 
 import contextvars
-import threading
 from collections import deque
 
 from .._backends.side_by_side import _side_by_side
@@ -90,14 +89,6 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size, chunk_width :
     runner = ChunkRunner(
         backend=backend, hint="lower max_memory_gb, or the batch size, or the data size"
     )
-    calls = [0]
-    lock = threading.Lock()
-
-    def counted(ids):
-        with lock:
-            calls[0] += 1
-        return kernel(ids)
-
     pending = deque()
 
     recycle = getattr(kernel, "recycle", None)
@@ -114,11 +105,11 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size, chunk_width :
         with _side_by_side(n_workers, backend) as pool:
             for ids in planner.batches():
                 if pool is None:
-                    finish(ids, runner.run(counted, ids))
+                    finish(ids, runner.run(kernel, ids))
                 else:
                     # Each task sees the caller's context (simulate_oom).
                     task = pool.submit(
-                        contextvars.copy_context().run, runner.run, counted, ids
+                        contextvars.copy_context().run, runner.run, kernel, ids
                     )
                     pending.append((ids, task))
                     if len(pending) == n_in_flight:
@@ -140,5 +131,5 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size, chunk_width :
         # its last update, skbatch/streaming.py).
         if last is not None:
             finish(*last)
-    planner.count(calls[0], runner.n_recoveries)
+    planner.count(runner.n_calls, runner.n_recoveries)
     return planner.finish(("%s", backend.name))

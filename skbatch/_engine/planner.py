@@ -516,12 +516,6 @@ def _run_batch(problem, ids, one_thread, inputs=(), simulated_oom=None):
         backend=backend,
         hint="lower max_memory_gb, or the batch size, or the data size",
     )
-    calls = []
-
-    def counted(chunk):
-        calls.append(len(chunk))
-        return problem(chunk)
-
     library = _backends.get(backend.library)
     token = _SIMULATED_OOM_LIMIT.set(simulated_oom)
     try:
@@ -531,8 +525,8 @@ def _run_batch(problem, ids, one_thread, inputs=(), simulated_oom=None):
         ):
             pieces = [
                 (lo, hi, _to_host(result))
-                for lo, hi, result in runner.run(counted, ids)
+                for lo, hi, result in runner.run(problem, ids)
             ]
     finally:
         _SIMULATED_OOM_LIMIT.reset(token)
-    return pieces, len(calls), runner.n_recoveries
+    return pieces, runner.n_calls, runner.n_recoveries

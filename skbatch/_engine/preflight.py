@@ -50,6 +50,10 @@ BCA_WINDOW_PAD = 2 * BCA_SPACING
 # pivots) and of reading the interval (ranks, order statistics): tracemalloc
 # measures 350 at most, for n_bootstrap=20.
 BCA_TEMPORARY_BYTES = 512
+# Bytes of the BCa passes whatever the shape: the accumulators' Python
+# objects and numpy's small buffers. tracemalloc measures up to 11.7 KB past
+# the per-element figures at 5 elements (benchmarks/RESULTS.md).
+BCA_OVERHEAD_BYTES = 16 * 1024
 # Arrays of n_samples x (n_features + 1) float64 that the closed-form
 # jackknife holds at once (skbatch._bootstrap.jackknife.linear_jackknife_sums): Z and
 # the centred X it is built from, A^-1 Z', its map to the uncentred
@@ -248,6 +252,7 @@ def bca_summary_bytes(
     first = BCaAccumulator.nbytes_needed(
         shape, n_bootstrap, confidence_level, keep_samples=keep_samples
     )
+    first += BCA_OVERHEAD_BYTES
     if keep_samples:
         copy = 8.0 * n_bootstrap if copy_samples else 0.0
         return first + size * (copy + BCA_TEMPORARY_BYTES)

@@ -79,14 +79,17 @@ def center(A, sample_weight=None, *, fit_intercept=True, xp=None):
     if sample_weight is not None:
         sample_weight = xp.astype(sample_weight, A.dtype, copy=False)
     if fit_intercept:
-        # The mean of the columns shifted by their first row: a constant
-        # column is then exactly 0 once centred and its offset exactly its
-        # value, whatever order its mean is summed in (which depends on the
-        # batch it is in). Rounding noise in its place made its CV scores
-        # noise, and the alpha chosen depend on the batch size.
-        A_centered = A - A[:1]
+        # The mean of the columns shifted by their first row of positive
+        # weight: a column constant on the rows that weigh is then exactly
+        # 0 there once centred and its offset exactly its value, whatever
+        # order its mean is summed in (which depends on the batch it is
+        # in). Rounding noise in its place made its CV scores noise, and
+        # the alpha chosen depend on the batch size; a row of weight 0 as
+        # the anchor brought that noise back.
+        anchor = _first_weighed_row(sample_weight, xp)
+        A_centered = A - A[anchor : anchor + 1]
         shift = _average(A_centered, sample_weight, xp)
-        offset = A[0] + shift
+        offset = A[anchor] + shift
         library = _out_namespace(A_centered)
         if library is None:
             A_centered = A_centered - shift
@@ -98,6 +101,14 @@ def center(A, sample_weight=None, *, fit_intercept=True, xp=None):
     if sample_weight is not None:
         A_centered = A_centered * xp.sqrt(sample_weight)[:, None]
     return A_centered, offset
+
+
+def _first_weighed_row(sample_weight, xp):
+    """Index of the first row of positive weight (0 without weights, or
+    where none weighs)."""
+    if sample_weight is None:
+        return 0
+    return int(xp.argmax(xp.astype(sample_weight > 0, xp.int8)))
 
 
 def svd_decompose(X, *, n_rows=None, alpha=0.0, xp=None):
