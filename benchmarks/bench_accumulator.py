@@ -43,16 +43,16 @@ def median_seconds(fn, *args):
 
 def streamed(samples, batch, sort_max_rows=None):
     n_total, size = samples.shape
-    saved = streaming.SORT_MAX_ROWS
+    saved = streaming.bootstrap.SORT_MAX_ROWS
     if sort_max_rows is not None:
-        streaming.SORT_MAX_ROWS = sort_max_rows
+        streaming.bootstrap.SORT_MAX_ROWS = sort_max_rows
     try:
         acc = BootstrapAccumulator(size, n_total)
         for start in range(0, n_total, batch):
             acc.update(samples[start : start + batch])
         return acc.interval()
     finally:
-        streaming.SORT_MAX_ROWS = saved
+        streaming.bootstrap.SORT_MAX_ROWS = saved
 
 
 def stored(samples, batch):

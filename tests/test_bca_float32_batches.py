@@ -6,7 +6,8 @@ import pytest
 from numpy.testing import assert_array_equal
 from test_streaming_bytes import ar1_runs, traced_peak
 
-from skbatch.streaming import UFUNC_BUFFER_BYTES, BCaAccumulator
+from skbatch.streaming import BCaAccumulator
+from skbatch.streaming._common import UFUNC_BUFFER_BYTES
 
 
 def _accumulator(size, n_total, keep_samples, alternative="two-sided"):

@@ -809,15 +809,15 @@ def test_fast_path_batches_side_by_side_equal_batches_in_turn(monkeypatch, capsy
     monkeypatch.setattr("skbatch._ridge.problems.SIDE_BY_SIDE_MIN_FLOPS", 0)
     # And the accumulators split their last update and their intervals
     # between the two threads.
-    monkeypatch.setattr("skbatch.streaming.PARALLEL_MIN_ELEMENTS", 1)
+    monkeypatch.setattr("skbatch.streaming._common.PARALLEL_MIN_ELEMENTS", 1)
     parts = []
-    map_threads = skbatch.streaming.map_threads
+    map_threads = skbatch.streaming._common.map_threads
 
     def recording_map_threads(fn, items, backend):
         parts.append(len(items))
         return map_threads(fn, items, backend)
 
-    monkeypatch.setattr("skbatch.streaming.map_threads", recording_map_threads)
+    monkeypatch.setattr("skbatch.streaming._common.map_threads", recording_map_threads)
     with threadpool_limits(2, user_api="blas"):
         side_by_side = BootstrapEstimator(Ridge(), max_memory_gb=5e-4, **params)
         side_by_side.fit(X, Y)

@@ -37,7 +37,7 @@ def split_points(rng, n, n_chunks):
 def test_interval_and_moments_match_numpy(
     monkeypatch, n_total, confidence_level, selection
 ):
-    monkeypatch.setattr(streaming, "SORT_MAX_ROWS", SELECTIONS[selection])
+    monkeypatch.setattr(streaming.bootstrap, "SORT_MAX_ROWS", SELECTIONS[selection])
     rng = np.random.default_rng(n_total)
     samples = rng.normal(loc=3.0, size=(n_total, 4, 3))
     samples[rng.random(n_total) < 0.3, 0, 0] = np.nan
@@ -64,7 +64,7 @@ def test_float32_replicates_give_the_statistics_of_their_float64_values(
 ):
     # The tails keep float32 replicates as they are; every float32 is a
     # float64, so the bounds are np.percentile's of the same values.
-    monkeypatch.setattr(streaming, "SORT_MAX_ROWS", SELECTIONS[selection])
+    monkeypatch.setattr(streaming.bootstrap, "SORT_MAX_ROWS", SELECTIONS[selection])
     rng = np.random.default_rng(7)
     samples = rng.normal(loc=1e4, size=(500, 30)).astype(np.float32)
     acc = BootstrapAccumulator(30, 500)
@@ -108,17 +108,17 @@ def test_last_update_and_interval_in_threads_give_the_same_values(
     if shape:
         samples[(120, *[0] * len(shape))] = np.nan
     calls = []
-    map_threads = streaming.map_threads
+    map_threads = streaming._common.map_threads
 
     def recording_map_threads(fn, items, backend):
         calls.append(len(items))
         return map_threads(fn, items, backend)
 
-    monkeypatch.setattr(streaming, "map_threads", recording_map_threads)
-    monkeypatch.setattr(streaming, "cpu_workers", lambda backend: 3)
+    monkeypatch.setattr(streaming._common, "map_threads", recording_map_threads)
+    monkeypatch.setattr(streaming._common, "cpu_workers", lambda backend: 3)
 
     def fitted(min_elements):
-        monkeypatch.setattr(streaming, "PARALLEL_MIN_ELEMENTS", min_elements)
+        monkeypatch.setattr(streaming._common, "PARALLEL_MIN_ELEMENTS", min_elements)
         acc = BootstrapAccumulator(shape, n_total)
         # The last update crosses a fold (every 64 replicates here).
         for batch in np.split(samples, [40, 100]):
@@ -211,7 +211,7 @@ def split_replicates(draw):
 def test_merge_in_any_order_equals_single_pass(selection, case):
     n_total, confidence_level, seed, n_parts, with_ties, with_nan = case
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(streaming, "SORT_MAX_ROWS", SELECTIONS[selection])
+        patch.setattr(streaming.bootstrap, "SORT_MAX_ROWS", SELECTIONS[selection])
         check_merge_in_any_order(
             n_total, confidence_level, seed, n_parts, with_ties, with_nan
         )
@@ -430,13 +430,13 @@ def test_folding_work_is_linear_in_n_total(monkeypatch, n_total):
     # fixed 64 replicates at a time would partition about n_total * k / 64
     # rows in all: 40 * n_total for B = 100,000 (k = 2501).
     partitioned = []
-    select_tails = streaming._select_tails
+    select_tails = streaming.bootstrap._select_tails
 
     def counting_select_tails(rows, k):
         partitioned.append(len(rows))
         return select_tails(rows, k)
 
-    monkeypatch.setattr(streaming, "_select_tails", counting_select_tails)
+    monkeypatch.setattr(streaming.bootstrap, "_select_tails", counting_select_tails)
     rng = np.random.default_rng(0)
     samples = rng.standard_normal((n_total, 2))
     acc = BootstrapAccumulator(2, n_total)

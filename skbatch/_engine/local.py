@@ -128,7 +128,7 @@ fixed_bytes, max_memory_gb, batch_size, max_batch_size, chunk_width :
         # The last result is reduced once the threads are gone and the
         # library is back on all its threads, which the reduction may then
         # use: no batch computes beside it (the bootstrap accumulator splits
-        # its last update, skbatch/streaming.py).
+        # its last update, skbatch/streaming/_common.py).
         if last is not None:
             finish(*last)
     planner.count(runner.n_calls, runner.n_recoveries)

@@ -22,7 +22,7 @@ from scipy import sparse
 
 from .._backends.side_by_side import cpu_workers
 from ..memory import GB, memory_budget
-from ..streaming import BCA_FOLD, BCA_SLICE, BCA_SPACING, BCaAccumulator
+from ..streaming.bca import BCA_FOLD, BCA_SLICE, BCA_SPACING, BCaAccumulator
 
 # Copies of X and y that fitting a model makes besides its input, for the
 # fit on all data and, on the generic path, for each refit, whose true
@@ -33,14 +33,15 @@ REFIT_COPIES = 4
 # Copies of one replicate's result on the generic path: the task's output
 # array and the block the engine regroups for the reducer
 # (skbatch._engine.parallel._block_result), plus the reducer's two block-sized
-# temporaries (skbatch.streaming._RunningMoments.update).
+# temporaries (skbatch.streaming._common._RunningMoments.update).
 RESULT_COPIES = 4
 # Python objects of a fit besides its arrays (estimator clones, joblib's task
 # records, the engine's queues): tracemalloc measures 50-150 kB.
 INTERPRETER_BYTES = 200e3
 # Bytes per element and bound of the BCa second pass besides its window
-# (skbatch.streaming.OrderStatistics, _pivots): its counts below and inside,
-# the pivots, window, flags, ranks and fraction, ten 8-byte values.
+# (OrderStatistics and _pivots, skbatch/streaming/bca.py): its counts below
+# and inside, the pivots, window, flags, ranks and fraction, ten 8-byte
+# values.
 BCA_BOUND_BYTES = 80
 # Values of a bound's window past its two slacks, for distinct replicates:
 # the pivots' rounding to the summary's spacing, BCA_SPACING on either side

@@ -1160,7 +1160,7 @@ class BootstrapRidgeProblem(Portable):
         # Counts and weights of one replicate, and its result in the compute
         # dtype with what the accumulator makes of it: a float64 copy of a
         # batch neither float64 nor float32, or BCa's squared deviations
-        # (skbatch/streaming.py): at most two float64 copies.
+        # (skbatch/streaming/): at most two float64 copies.
         host = 8.0 * (2 * n + 2 * t * (p + 1))
         return fixed, device, host
 
