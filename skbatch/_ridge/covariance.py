@@ -184,6 +184,13 @@ def row_selections(rows, backend, block=_linalg.COVARIANCE_ROW_BLOCK):
     ]
 
 
+def _test_rows(A, selections, xp):
+    """The rows of ``A`` of a fold's test selections, a view when one run."""
+    if len(selections) == 1:
+        return _linalg._block_rows(A, selections[0], xp)
+    return xp.concat([_linalg._block_rows(A, rows, xp) for rows in selections], axis=0)
+
+
 def _subtract(total, part):
     return tuple(a - b for a, b in zip(total, part))
 
@@ -195,7 +202,9 @@ class _CovarianceFold(Portable):
         self.weight, self.sums = moments[0], moments[1]
         self.complement = complement
         self.train = None if complement else row_selections(train, backend)
-        self.test = row_selections(test, backend)
+        # Bounded blocks for the moments; whole runs (views) for the scores.
+        self.blocks = row_selections(test, backend)
+        self.test = row_selections(test, backend, block=max(len(test), 1))
         self.n_test = len(test)
         self.test_weight = (
             None if weight is None else backend.xp.take(weight, backend.asarray(test))
@@ -247,17 +256,19 @@ class CovarianceSolver(Portable):
         work = self.work_dtype = _linalg.decomposition_dtype(self.X, xp)
         # The work dtype as the backend takes dtypes: numpy's.
         self._work_numpy = np.dtype(np.float64 if work == xp.float64 else dtype)
-        self.root_weight = weight = None
+        self.root_weight = root_weight = weight = None
         if sample_weight is not None:
             weight = backend.asarray(sample_weight, self._work_numpy)
-            self.root_weight = xp.sqrt(weight)
+            root_weight = xp.sqrt(weight)
+            self.root_weight = xp.astype(root_weight, self.X.dtype)
         # Moments about X's first row: within the spread of the rows, so the
         # centring subtracts moments of one scale (as _linalg.center shifts).
-        self.x_shift = (
+        shift = (
             xp.astype(self.X[0], work)
             if fit_intercept
             else xp.zeros(p, dtype=work, device=array_device(self.X))
         )
+        self.x_shift = xp.astype(shift, self.X.dtype)
         splits = scheme.splits
         tests = np.concatenate([test for _, test in splits])
         # Test folds that cover every row once: all rows' moments are their sum.
@@ -269,9 +280,7 @@ class CovarianceSolver(Portable):
         )
 
         def moments(rows):
-            return _linalg.gram_moments(
-                self.X, rows, self.root_weight, self.x_shift, work, xp=xp
-            )
+            return _linalg.gram_moments(self.X, rows, root_weight, shift, work, xp=xp)
 
         tests = [moments(row_selections(test, backend)) for _, test in splits]
         total = (
@@ -279,11 +288,11 @@ class CovarianceSolver(Portable):
             if self.partition
             else moments(self.all_rows)
         )
-        self.total = total[:2]
         complements = [
             train.size + test.size == n and np.union1d(train, test).size == n
             for train, test in splits
         ]
+        alpha = float(np.min(alphas))
 
         def decompose(k):
             # A fold's moments formed here and its test fold's dropped once
@@ -301,27 +310,27 @@ class CovarianceSolver(Portable):
                 gram, sums, sums, weight, fit_intercept=fit_intercept
             )
             del gram
-            return (weight, sums), _linalg.covariance_eigh(covariance, xp=xp)
+            eigenvalues, V = _linalg.covariance_eigh(covariance, xp=xp)
+            condition = _linalg.covariance_condition(eigenvalues, alpha, xp=xp)
+            # Decomposed in the work dtype, the targets' products run in the
+            # compute dtype, as the SVD path's projections do.
+            return condition, [
+                xp.astype(a, self.X.dtype) for a in (weight, sums, eigenvalues, V)
+            ]
 
-        *fold_bases, (_, full) = map_threads(
-            decompose, [*range(len(splits)), None], backend
-        )
-        self.eigenvalues, self.V = full
+        *fold_bases, full = map_threads(decompose, [*range(len(splits)), None], backend)
+        self.condition = max(condition for condition, _ in [*fold_bases, full])
+        self.total = full[1][:2]
+        self.eigenvalues, self.V = full[1][2:]
         self.folds = []
-        for (train, test), complement, (moments_k, (eigenvalues, V)) in zip(
+        for (train, test), complement, (_, parts) in zip(
             splits, complements, fold_bases
         ):
-            fold = _CovarianceFold(moments_k, train, test, complement, weight, backend)
-            fold.eigenvalues, fold.V = eigenvalues, V
+            fold = _CovarianceFold(parts[:2], train, test, complement, weight, backend)
+            fold.eigenvalues, fold.V = parts[2:]
             self.folds.append(fold)
-        bases = [full] + [basis for _, basis in fold_bases]
         # The full eigenvalues, as the SVD's singular values, size the problem.
         self.s = self.eigenvalues
-        alpha = float(np.min(alphas))
-        self.condition = max(
-            _linalg.covariance_condition(eigenvalues, alpha, xp=xp)
-            for eigenvalues, _ in bases
-        )
 
     def accurate(self):
         """Whether ``eps * cond(C + alpha I)`` of every covariance, at the
@@ -367,7 +376,7 @@ class CovarianceSolver(Portable):
 
     def _targets(self, Y):
         """The batch's shift and cross-moments of every fold and of all rows."""
-        xp, work = self.xp, self.work_dtype
+        xp, work = self.xp, self.X.dtype
         y_shift = (
             xp.astype(Y[0], work)
             if self.fit_intercept
@@ -379,7 +388,7 @@ class CovarianceSolver(Portable):
                 self.X, Y, rows, self.root_weight, self.x_shift, y_shift, work, xp=xp
             )
 
-        tested = [cross(fold.test) for fold in self.folds]
+        tested = [cross(fold.blocks) for fold in self.folds]
         total = (
             tuple(sum(parts) for parts in zip(*tested))
             if self.partition
@@ -408,7 +417,7 @@ class CovarianceSolver(Portable):
     def scores(self, Y, y_shift, tested, total):
         """Scores (n_alphas, m) of one batch of device targets, averaged over
         folds as :class:`~skbatch._ridge.cv.KFold` averages them."""
-        xp, work = self.xp, self.work_dtype
+        xp, work = self.xp, self.X.dtype
         result = 0.0
         for fold, test_sums in zip(self.folds, tested):
             if fold.complement:
@@ -427,23 +436,14 @@ class CovarianceSolver(Portable):
             moments = (fold.weight, fold.sums)
             VtXtY = self._coef(fold.V, fold.eigenvalues, moments, sums, None)
             x_mean, y_mean = self._means(moments, sums[0], y_shift)
-            test_blocks = (
-                xp.astype(_linalg._block_rows(self.X, rows, xp), work) - x_mean
-                for rows in fold.test
-            )
-            y_true = xp.concat(
-                [
-                    xp.astype(_linalg._block_rows(Y, rows, xp), work) - y_mean
-                    for rows in fold.test
-                ],
-                axis=0,
-            )
+            X_test = _test_rows(self.X, fold.test, xp)
+            y_true = _test_rows(Y, fold.test, xp)
             result = result + _linalg.covariance_holdout_scores(
-                test_blocks,
+                X_test - x_mean,
                 fold.V,
                 fold.eigenvalues,
                 VtXtY,
-                y_true,
+                y_true - y_mean,
                 self.alphas,
                 scoring=self.scoring or "r2",
                 sample_weight=fold.test_weight,
@@ -458,8 +458,7 @@ class CovarianceSolver(Portable):
         coef = self._coef(self.V, self.eigenvalues, self.total, total, alpha)
         x_mean, y_mean = self._means(self.total, total[0], y_shift)
         intercept = y_mean - x_mean @ coef
-        coef = xp.astype(xp.permute_dims(coef, (1, 0)), self.X.dtype)
-        return coef, xp.astype(intercept, self.X.dtype)
+        return xp.permute_dims(coef, (1, 0)), intercept
 
     def select_and_fit(self, Y):
         """Scores of every alpha, the best per target, its coefficients."""
@@ -467,20 +466,20 @@ class CovarianceSolver(Portable):
         y_shift, tested, total = self._targets(Y)
         scores = self.scores(Y, y_shift, tested, total)
         best, best_score = _linalg.select_alpha(scores, xp=xp)
-        alphas = self.backend.asarray(self.alphas, self._work_numpy)
+        alphas = self.backend.asarray(self.alphas, self.dtype)
         alpha = xp.take(alphas, best)
         return (*self.refit(y_shift, total, alpha), best, best_score, scores.T)
 
     def fit_fixed(self, Y, alpha):
         """Coefficients at one alpha for all targets of ``Y``."""
-        xp, work = self.xp, self.work_dtype
+        xp, work = self.xp, self.X.dtype
         y_shift = (
             xp.astype(Y[0], work)
             if self.fit_intercept
             else xp.zeros(Y.shape[1], dtype=work, device=array_device(Y))
         )
         rows = self.all_rows or [
-            selection for fold in self.folds for selection in fold.test
+            selection for fold in self.folds for selection in fold.blocks
         ]
         total = _linalg.cross_moments(
             self.X, Y, rows, self.root_weight, self.x_shift, y_shift, work, xp=xp
