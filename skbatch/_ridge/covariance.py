@@ -228,9 +228,10 @@ class CovarianceSolver(Portable):
         Split already.
     backend : Backend
     dtype : numpy dtype
-        The compute dtype of the results; the moments, eigenbases and
-        scores are formed in :func:`skbatch._linalg.decomposition_dtype`
-        (float64 for float32 on the CPU).
+        The compute dtype: of the products with the targets and of the
+        results, as the SVD path projects them. X's moments and their
+        ``eigh`` run in :func:`skbatch._linalg.decomposition_dtype` (float64
+        for float32 on the CPU), where the squared condition number lives.
     fit_intercept : bool
     scoring : str or None
     """
@@ -352,26 +353,28 @@ class CovarianceSolver(Portable):
 
     @property
     def fixed_bytes(self):
-        """Device bytes held once decomposed: X, the eigenbases and moments."""
+        """Device bytes held once decomposed: X, the eigenbases and moments,
+        and while a fold is scored its centred test rows and their
+        coordinates in V's basis."""
         n_folds = len(self.folds)
         p = self.n_features
+        n_test = max(fold.n_test for fold in self.folds)
         itemsize = np.dtype(self.dtype).itemsize
-        return itemsize * self.n_samples * p + 8 * (n_folds + 1) * (p * p + 3 * p)
+        held = (n_folds + 1) * (p * p + 3 * p) + 2 * n_test * p
+        return itemsize * (self.n_samples * p + held)
 
     def values_per_target(self):
-        """Device values of one target in a batch: its column and work copy,
-        the cross-moments of every test fold and all rows, a fold's
-        coefficients and predictions of every alpha, its test targets, errors
-        and scores."""
-        n_alphas = self.alphas.size
+        """Device values of one target in a batch: its column and a block's
+        centred copy, the cross-moments of every test fold and of all rows, a
+        fold's training cross-moments in V's basis, one alpha's filtered
+        coordinates and coefficients, the test targets, predictions and
+        errors, and the scores of every alpha."""
         n_test = max(fold.n_test for fold in self.folds)
-        p = self.n_features
         return (
             2 * self.n_samples
-            + (len(self.folds) + 3) * p
-            + n_alphas * (p + n_test)
-            + 3 * n_test
-            + 2 * n_alphas
+            + (len(self.folds) + 5) * self.n_features
+            + 4 * n_test
+            + 2 * self.alphas.size
         )
 
     def _targets(self, Y):
@@ -397,7 +400,8 @@ class CovarianceSolver(Portable):
         return y_shift, tested, total
 
     def _coef(self, V, eigenvalues, moments, sums, alpha):
-        """Coefficients (p, m) and the means they are centred on."""
+        """The centred training cross-moments in V's basis (p, m), or with
+        ``alpha`` the coefficients (p, m)."""
         weight, x_sums = moments
         y_sums, cross = sums
         centred = _linalg.centred_cross(
