@@ -260,8 +260,7 @@ class CovarianceSolver(Portable):
         self.root_weight = root_weight = weight = None
         if sample_weight is not None:
             weight = backend.asarray(sample_weight, self._work_numpy)
-            root_weight = xp.sqrt(weight)
-            self.root_weight = xp.astype(root_weight, self.X.dtype)
+            self.root_weight = root_weight = xp.sqrt(weight)
         # Moments about X's first row: within the spread of the rows, so the
         # centring subtracts moments of one scale (as _linalg.center shifts).
         shift = (
@@ -269,7 +268,7 @@ class CovarianceSolver(Portable):
             if fit_intercept
             else xp.zeros(p, dtype=work, device=array_device(self.X))
         )
-        self.x_shift = xp.astype(shift, self.X.dtype)
+        self.x_shift_work, self.x_shift = shift, xp.astype(shift, self.X.dtype)
         splits = scheme.splits
         tests = np.concatenate([test for _, test in splits])
         # Test folds that cover every row once: all rows' moments are their sum.
@@ -313,22 +312,22 @@ class CovarianceSolver(Portable):
             del gram
             eigenvalues, V = _linalg.covariance_eigh(covariance, xp=xp)
             condition = _linalg.covariance_condition(eigenvalues, alpha, xp=xp)
-            # Decomposed in the work dtype, the targets' products run in the
-            # compute dtype, as the SVD path's projections do.
-            return condition, [
-                xp.astype(a, self.X.dtype) for a in (weight, sums, eigenvalues, V)
-            ]
+            # The targets' cross-moments meet V in the work dtype: their
+            # rounding would be amplified by the squared condition number. The
+            # predictions and coefficients, amplified by nothing, run in the
+            # compute dtype, as the SVD path's do.
+            cast = [xp.astype(a, self.X.dtype, copy=False) for a in (eigenvalues, V)]
+            return condition, (weight, sums), (*cast, V)
 
         *fold_bases, full = map_threads(decompose, [*range(len(splits)), None], backend)
-        self.condition = max(condition for condition, _ in [*fold_bases, full])
-        self.total = full[1][:2]
-        self.eigenvalues, self.V = full[1][2:]
+        self.condition = max(part[0] for part in [*fold_bases, full])
+        _, self.total, (self.eigenvalues, self.V, self.V_work) = full
         self.folds = []
-        for (train, test), complement, (_, parts) in zip(
+        for (train, test), complement, (_, moments_k, basis) in zip(
             splits, complements, fold_bases
         ):
-            fold = _CovarianceFold(parts[:2], train, test, complement, weight, backend)
-            fold.eigenvalues, fold.V = parts[2:]
+            fold = _CovarianceFold(moments_k, train, test, complement, weight, backend)
+            fold.eigenvalues, fold.V, fold.V_work = basis
             self.folds.append(fold)
         # The full eigenvalues, as the SVD's singular values, size the problem.
         self.s = self.eigenvalues
@@ -377,68 +376,69 @@ class CovarianceSolver(Portable):
             + 2 * self.alphas.size
         )
 
-    def _targets(self, Y):
-        """The batch's shift and cross-moments of every fold and of all rows."""
-        xp, work = self.xp, self.X.dtype
-        y_shift = (
-            xp.astype(Y[0], work)
-            if self.fit_intercept
-            else xp.zeros(Y.shape[1], dtype=work, device=array_device(Y))
+    def _shift(self, Y):
+        """The targets' shift (their first row, or 0), in the work dtype."""
+        xp, work = self.xp, self.work_dtype
+        if self.fit_intercept:
+            return xp.astype(Y[0], work)
+        return xp.zeros(Y.shape[1], dtype=work, device=array_device(Y))
+
+    def _cross(self, Y, rows, y_shift):
+        """Cross-moments of the targets ``Y`` over ``rows``, in the work dtype."""
+        return _linalg.cross_moments(
+            self.X,
+            Y,
+            rows,
+            self.root_weight,
+            self.x_shift_work,
+            y_shift,
+            self.work_dtype,
+            xp=self.xp,
         )
 
-        def cross(rows):
-            return _linalg.cross_moments(
-                self.X, Y, rows, self.root_weight, self.x_shift, y_shift, work, xp=xp
-            )
-
-        tested = [cross(fold.blocks) for fold in self.folds]
+    def _targets(self, Y):
+        """The batch's shift and cross-moments of every fold and of all rows."""
+        y_shift = self._shift(Y)
+        tested = [self._cross(Y, fold.blocks, y_shift) for fold in self.folds]
         total = (
             tuple(sum(parts) for parts in zip(*tested))
             if self.partition
-            else cross(self.all_rows)
+            else self._cross(Y, self.all_rows, y_shift)
         )
         return y_shift, tested, total
 
-    def _coef(self, V, eigenvalues, moments, sums, alpha):
-        """The centred training cross-moments in V's basis (p, m), or with
-        ``alpha`` the coefficients (p, m)."""
+    def _projection(self, V_work, moments, sums):
+        """The centred cross-moments in V's basis (p, m), in the compute dtype."""
+        xp = self.xp
         weight, x_sums = moments
         y_sums, cross = sums
         centred = _linalg.centred_cross(
             cross, x_sums, y_sums, weight, fit_intercept=self.fit_intercept
         )
-        VtXtY = self.xp.permute_dims(V, (1, 0)) @ centred
-        if alpha is None:
-            return VtXtY
-        return _linalg.covariance_coef(V, eigenvalues, VtXtY, alpha, xp=self.xp)
+        return xp.astype(xp.permute_dims(V_work, (1, 0)) @ centred, self.X.dtype)
 
     def _means(self, moments, y_sums, y_shift):
-        weight, x_sums = moments
+        """X's and the targets' (weighted) means over the rows of ``moments``,
+        in the compute dtype."""
+        xp, dtype = self.xp, self.X.dtype
         if not self.fit_intercept:
-            return self.x_shift, y_shift
-        return self.x_shift + x_sums / weight, y_shift + y_sums / weight
+            return self.x_shift, xp.astype(y_shift, dtype)
+        weight, x_sums = moments
+        x_mean = self.x_shift + xp.astype(x_sums / weight, dtype)
+        return x_mean, xp.astype(y_shift + y_sums / weight, dtype)
 
     def scores(self, Y, y_shift, tested, total):
         """Scores (n_alphas, m) of one batch of device targets, averaged over
         folds as :class:`~skbatch._ridge.cv.KFold` averages them."""
-        xp, work = self.xp, self.X.dtype
+        xp = self.xp
         result = 0.0
         for fold, test_sums in zip(self.folds, tested):
             if fold.complement:
                 sums = _subtract(total, test_sums)
             else:
-                sums = _linalg.cross_moments(
-                    self.X,
-                    Y,
-                    fold.train,
-                    self.root_weight,
-                    self.x_shift,
-                    y_shift,
-                    work,
-                    xp=xp,
-                )
+                sums = self._cross(Y, fold.train, y_shift)
             moments = (fold.weight, fold.sums)
-            VtXtY = self._coef(fold.V, fold.eigenvalues, moments, sums, None)
+            VtXtY = self._projection(fold.V_work, moments, sums)
             x_mean, y_mean = self._means(moments, sums[0], y_shift)
             X_test = _test_rows(self.X, fold.test, xp)
             y_true = _test_rows(Y, fold.test, xp)
@@ -459,7 +459,8 @@ class CovarianceSolver(Portable):
     def refit(self, y_shift, total, alpha):
         """Coefficients (m, n_features) and intercepts (m,) on all rows."""
         xp = self.xp
-        coef = self._coef(self.V, self.eigenvalues, self.total, total, alpha)
+        VtXtY = self._projection(self.V_work, self.total, total)
+        coef = _linalg.covariance_coef(self.V, self.eigenvalues, VtXtY, alpha, xp=xp)
         x_mean, y_mean = self._means(self.total, total[0], y_shift)
         intercept = y_mean - x_mean @ coef
         return xp.permute_dims(coef, (1, 0)), intercept
@@ -476,16 +477,8 @@ class CovarianceSolver(Portable):
 
     def fit_fixed(self, Y, alpha):
         """Coefficients at one alpha for all targets of ``Y``."""
-        xp, work = self.xp, self.X.dtype
-        y_shift = (
-            xp.astype(Y[0], work)
-            if self.fit_intercept
-            else xp.zeros(Y.shape[1], dtype=work, device=array_device(Y))
-        )
+        y_shift = self._shift(Y)
         rows = self.all_rows or [
             selection for fold in self.folds for selection in fold.blocks
         ]
-        total = _linalg.cross_moments(
-            self.X, Y, rows, self.root_weight, self.x_shift, y_shift, work, xp=xp
-        )
-        return self.refit(y_shift, total, alpha)
+        return self.refit(y_shift, self._cross(Y, rows, y_shift), alpha)
