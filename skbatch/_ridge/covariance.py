@@ -45,14 +45,14 @@ __all__ = [
 DECOMPOSITIONS = ("auto", "svd", "covariance")
 # Training rows per column from which "auto" decomposes the covariance: X'X
 # costs 2 n p^2 and one eigh per fold ~9 p^3, the SVD ~6 n p^2 per fold and
-# an n x p factor each; at n = 2p the covariance is already the cheaper
-# (benchmarks/RESULTS.md, "Covariance path"), and below it the encoding
-# shapes (p >= n per fold) keep their SVD.
+# an n x p factor each; from 2 rows per feature on, the covariance was as
+# fast or faster at every shape timed (benchmarks/bench_covariance.py), and
+# below it the encoding shapes (p >= n per fold) keep their SVD.
 COVARIANCE_MIN_ROWS_PER_FEATURE = 2
 # Largest eps * cond(C + alpha I) at which "auto" keeps the covariance: its
 # coefficients and scores then agree with the SVD's to 1e-10 relative in
-# float64 (tests/test_covariance.py; measured errors stay below
-# 0.1 * eps * cond, benchmarks/RESULTS.md).
+# float64 (tests/test_covariance.py; measured errors are 0.06-0.7 times
+# eps * cond, benchmarks/accuracy_covariance.py).
 COVARIANCE_MAX_ERROR = 1e-10
 # Column norms whose squares (and sums of a few thousand of them, the
 # cross-moments) stay normal float64 numbers: 1e-140^2 keeps 1e-280 above the
