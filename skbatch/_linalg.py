@@ -23,6 +23,7 @@ import weakref
 from typing import NamedTuple
 
 import numpy as np
+import scipy.linalg
 from array_api_compat import array_namespace, is_numpy_array
 from array_api_compat import device as array_device
 from scipy.linalg import LinAlgWarning
@@ -1951,18 +1952,39 @@ def centred_cross(cross, x_sums, y_sums, weight, *, fit_intercept):
     return cross - x_sums[:, None] * (y_sums[None, :] / weight)
 
 
-def covariance_eigh(covariance, *, xp=None):
+def centred_gram(gram, sums, weight, *, fit_intercept, xp=None):
+    """The covariance ``gram - sums sums' / weight``, written over ``gram``
+    where the library writes in place (a p x p copy fewer at the peak)."""
+    xp = _namespace(xp, gram)
+    if not fit_intercept:
+        return gram
+    outer = sums[:, None] * (sums[None, :] / weight)
+    library = _out_namespace(gram)
+    if library is None:
+        return gram - outer
+    library.subtract(gram, outer, out=gram)
+    return gram
+
+
+def covariance_eigh(covariance, *, overwrite=False, xp=None):
     """``(eigenvalues, V)`` of a symmetric p x p covariance, eigenvalues >= 0.
 
     Rounding leaves the eigenvalues of null directions at about
     ``eps * max eigenvalue`` of either sign; ridge adds alpha > 0 to every
-    one, so negative rounding is clipped to the exact limit 0.
+    one, so negative rounding is clipped to the exact limit 0. With
+    ``overwrite``, a numpy ``covariance`` is destroyed: scipy's ``eigh``
+    then works in it rather than in a copy, as numpy's would.
     """
     xp = _namespace(xp, covariance)
     # eigh reads one triangle: the rounding that makes the two halves differ
     # in their last bits does not reach it.
     with one_thread(covariance):
-        eigenvalues, V = xp.linalg.eigh(covariance)
+        if is_numpy_array(covariance):
+            eigenvalues, V = scipy.linalg.eigh(
+                covariance, overwrite_a=overwrite, check_finite=False
+            )
+        else:
+            eigenvalues, V = xp.linalg.eigh(covariance)
     return xp.where(eigenvalues > 0, eigenvalues, xp.zeros_like(eigenvalues)), V
 
 

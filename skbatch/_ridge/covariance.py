@@ -306,11 +306,20 @@ class CovarianceSolver(Portable):
                 part = moments(row_selections(splits[k][0], backend))
             weight, sums, gram = part
             del part
-            covariance = _linalg.centred_cross(
-                gram, sums, sums, weight, fit_intercept=fit_intercept
+            # The fold's own moments: overwritten by the centring and by eigh.
+            own = k is not None
+            covariance = (
+                _linalg.centred_gram(gram, sums, weight, fit_intercept=fit_intercept)
+                if own
+                else _linalg.centred_cross(
+                    gram, sums, sums, weight, fit_intercept=fit_intercept
+                )
             )
             del gram
-            eigenvalues, V = _linalg.covariance_eigh(covariance, xp=xp)
+            # Not all rows' own moments, which the folds read side by side.
+            eigenvalues, V = _linalg.covariance_eigh(
+                covariance, overwrite=own or fit_intercept, xp=xp
+            )
             condition = _linalg.covariance_condition(eigenvalues, alpha, xp=xp)
             # The targets' cross-moments meet V in the work dtype: their
             # rounding would be amplified by the squared condition number. The
