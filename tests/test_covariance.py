@@ -357,3 +357,23 @@ def test_targets_on_disk_equal_in_memory(tmp_path):
     assert on_disk.solver_ == memory.solver_ == "covariance"
     assert_array_equal(on_disk.coef_, memory.coef_)
     assert_array_equal(on_disk.alpha_, memory.alpha_)
+
+
+def test_preflight_counts_the_covariance_holdings():
+    """A budget that holds X and the covariance path's p x p bases but not
+    the SVDs' n x p factors: the covariance fits, the SVD is refused before
+    any work, naming the budget."""
+    rng = np.random.default_rng(13)
+    n, p = 20_000, 30
+    X = rng.standard_normal((n, p))
+    Y = X[:, :3] @ rng.standard_normal((3, 2)) + rng.standard_normal((n, 2))
+    groups = np.repeat(np.arange(5), n // 5)
+    scheme = covariance.KFold(LeaveOneGroupOut()).split(X, Y, groups=groups)
+    held = covariance.CovarianceSolver.nbytes(n, p, scheme, 8)
+    assert held < 2 * X.nbytes
+    budget = 3 * X.nbytes / 1e9
+    params = dict(alphas=ALPHAS, cv=LeaveOneGroupOut(), max_memory_gb=budget)
+    model = BatchedRidge(**params).fit(X, Y, groups=groups)
+    assert model.solver_ == "covariance"
+    with pytest.raises(ValueError, match="memory budget"):
+        BatchedRidge(solver="svd", **params).fit(X, Y, groups=groups)

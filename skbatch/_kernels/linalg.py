@@ -23,6 +23,7 @@ import weakref
 from typing import NamedTuple
 
 import numpy as np
+import scipy.linalg
 from array_api_compat import array_namespace, is_numpy_array
 from array_api_compat import device as array_device
 from scipy.linalg import LinAlgWarning
@@ -2010,18 +2011,39 @@ def centred_cross(cross, x_sums, y_sums, weight, *, fit_intercept):
     return cross - x_sums[:, None] * (y_sums[None, :] / weight)
 
 
-def covariance_eigh(covariance, *, xp=None):
+def centred_gram(gram, sums, weight, *, fit_intercept, xp=None):
+    """The covariance ``gram - sums sums' / weight``, written over ``gram``
+    where the library writes in place (a p x p copy fewer at the peak)."""
+    xp = _namespace(xp, gram)
+    if not fit_intercept:
+        return gram
+    outer = sums[:, None] * (sums[None, :] / weight)
+    library = _out_namespace(gram)
+    if library is None:
+        return gram - outer
+    library.subtract(gram, outer, out=gram)
+    return gram
+
+
+def covariance_eigh(covariance, *, overwrite=False, xp=None):
     """``(eigenvalues, V)`` of a symmetric p x p covariance, eigenvalues >= 0.
 
     Rounding leaves the eigenvalues of null directions at about
     ``eps * max eigenvalue`` of either sign; ridge adds alpha > 0 to every
-    one, so negative rounding is clipped to the exact limit 0.
+    one, so negative rounding is clipped to the exact limit 0. With
+    ``overwrite``, a numpy ``covariance`` is destroyed: scipy's ``eigh``
+    then works in it rather than in a copy, as numpy's would.
     """
     xp = _namespace(xp, covariance)
     # eigh reads one triangle: the rounding that makes the two halves differ
     # in their last bits does not reach it.
     with one_thread(covariance):
-        eigenvalues, V = xp.linalg.eigh(covariance)
+        if is_numpy_array(covariance):
+            eigenvalues, V = scipy.linalg.eigh(
+                covariance, overwrite_a=overwrite, check_finite=False
+            )
+        else:
+            eigenvalues, V = xp.linalg.eigh(covariance)
     return xp.where(eigenvalues > 0, eigenvalues, xp.zeros_like(eigenvalues)), V
 
 
@@ -2054,7 +2076,7 @@ def covariance_coef(V, eigenvalues, VtXtY, alpha, *, xp=None):
 
 
 def covariance_holdout_scores(
-    test_blocks,
+    X_test,
     V,
     eigenvalues,
     VtXtY,
@@ -2068,18 +2090,20 @@ def covariance_holdout_scores(
 ):
     """Test-set score of every alpha from a fold's eigenbasis.
 
-    The test rows, centred on the training means, are predicted a block at
-    a time for every alpha at once, ``X_test V diag(1 / (eigenvalues +
-    alpha)) V' X'Y``, multiplied in the cheaper order; the errors are scored
-    by the function that scores every path (:func:`_score_errors`).
+    Each alpha's predictions ``X_test V diag(1 / (eigenvalues + alpha))
+    V' X'Y`` are multiplied in the cheaper order: through the test rows in
+    V's basis, formed once (n_test p^2), when the test rows are fewer than
+    alphas x targets, else through each alpha's coefficients (p^2 per
+    target). The errors are scored by the function that scores every path
+    (:func:`_score_errors`).
 
     Parameters
     ----------
-    test_blocks : iterable of arrays
-        The fold's test rows centred on its training means, in order, in
-        blocks (each (n_block, n_features)).
+    X_test : array of shape (n_test, n_features)
+        The fold's test rows centred on its training means.
     V, eigenvalues : arrays
-        Of the training covariance (:func:`covariance_eigh`).
+        Of the training covariance (:func:`covariance_eigh`), in the dtype of
+        the products.
     VtXtY : array of shape (n_features, n_targets)
         ``V'`` times the centred training cross-moments.
     y_true : array of shape (n_test, n_targets)
@@ -2093,49 +2117,33 @@ def covariance_holdout_scores(
     Returns
     -------
     scores : array of shape (n_alphas, n_targets)
+        Higher is better; in float64 where the device supports it.
     """
-    xp = _namespace(xp, V, eigenvalues, VtXtY, y_true)
+    xp = _namespace(xp, X_test, V, eigenvalues, VtXtY, y_true)
     _check_scoring(scoring)
     alphas = _as_float_array(alphas, eigenvalues, xp)
-    n_alphas, (n_features, n_targets) = alphas.shape[0], VtXtY.shape
-    n_test = y_true.shape[0]
-    filtered = VtXtY[:, None, :] / (eigenvalues[:, None, None] + alphas[None, :, None])
-    filtered = xp.reshape(filtered, (n_features, n_alphas * n_targets))
-    # The product of three factors in the cheaper order: the coefficients of
-    # every alpha (p^2 per alpha and target) when they are fewer than the
-    # test rows, else the test rows in V's basis (p^2 per row).
-    if n_alphas * n_targets <= n_test:
-        coef = V @ filtered
-        predictions = [block @ coef for block in test_blocks]
-    else:
-        predictions = [(block @ V) @ filtered for block in test_blocks]
-    predictions = xp.concat(predictions, axis=0)
-    predictions = xp.reshape(predictions, (-1, n_alphas, n_targets))
+    n_test, n_targets = y_true.shape
     dtype = _criterion_dtype(y_true, xp)
     weight = None
     if sample_weight is not None:
         weight = xp.astype(sample_weight, dtype, copy=False)
-    y_dtype = y_true.dtype if y_dtype is None else y_dtype
-    spread = None
-    if scoring != "neg_mean_squared_error" and y_true.shape[0] >= MIN_SCORED_ROWS:
-        spread = target_spread(
-            y_true,
-            weight,
-            y_dtype=y_dtype,
-            deviations=scoring == "correlation",
-            xp=xp,
-        )
-    return xp.stack(
-        [
+    spread = holdout_spread(y_true, scoring, weight, xp=xp)
+    in_basis = n_test < alphas.shape[0] * n_targets
+    left = X_test @ V if in_basis else X_test
+    scores = []
+    for k in range(alphas.shape[0]):
+        filtered = VtXtY / (eigenvalues + alphas[k])[:, None]
+        right = filtered if in_basis else V @ filtered
+        errors = y_true - left @ right
+        scores.append(
             _score_errors(
-                y_true - predictions[:, k, :],
+                errors,
                 y_true,
                 scoring,
                 weight,
                 xp,
                 spread=spread,
-                y_dtype=y_dtype,
+                y_dtype=y_true.dtype if y_dtype is None else y_dtype,
             )
-            for k in range(n_alphas)
-        ]
-    )
+        )
+    return xp.stack(scores)

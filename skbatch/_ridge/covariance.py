@@ -46,14 +46,14 @@ __all__ = [
 DECOMPOSITIONS = ("auto", "svd", "covariance")
 # Training rows per column from which "auto" decomposes the covariance: X'X
 # costs 2 n p^2 and one eigh per fold ~9 p^3, the SVD ~6 n p^2 per fold and
-# an n x p factor each; at n = 2p the covariance is already the cheaper
-# (benchmarks/RESULTS.md, "Covariance path"), and below it the encoding
-# shapes (p >= n per fold) keep their SVD.
+# an n x p factor each; from 2 rows per feature on, the covariance was as
+# fast or faster at every shape timed (benchmarks/bench_covariance.py), and
+# below it the encoding shapes (p >= n per fold) keep their SVD.
 COVARIANCE_MIN_ROWS_PER_FEATURE = 2
 # Largest eps * cond(C + alpha I) at which "auto" keeps the covariance: its
 # coefficients and scores then agree with the SVD's to 1e-10 relative in
-# float64 (tests/test_covariance.py; measured errors stay below
-# 0.1 * eps * cond, benchmarks/RESULTS.md).
+# float64 (tests/test_covariance.py; measured errors are 0.06-0.7 times
+# eps * cond, benchmarks/accuracy_covariance.py).
 COVARIANCE_MAX_ERROR = 1e-10
 # Column norms whose squares (and sums of a few thousand of them, the
 # cross-moments) stay normal float64 numbers: 1e-140^2 keeps 1e-280 above the
@@ -185,6 +185,13 @@ def row_selections(rows, backend, block=_linalg.COVARIANCE_ROW_BLOCK):
     ]
 
 
+def _test_rows(A, selections, xp):
+    """The rows of ``A`` of a fold's test selections, a view when one run."""
+    if len(selections) == 1:
+        return _linalg._block_rows(A, selections[0], xp)
+    return xp.concat([_linalg._block_rows(A, rows, xp) for rows in selections], axis=0)
+
+
 def _subtract(total, part):
     return tuple(a - b for a, b in zip(total, part))
 
@@ -196,7 +203,9 @@ class _CovarianceFold(Portable):
         self.weight, self.sums = moments[0], moments[1]
         self.complement = complement
         self.train = None if complement else row_selections(train, backend)
-        self.test = row_selections(test, backend)
+        # Bounded blocks for the moments; whole runs (views) for the scores.
+        self.blocks = row_selections(test, backend)
+        self.test = row_selections(test, backend, block=max(len(test), 1))
         self.n_test = len(test)
         self.test_weight = (
             None if weight is None else backend.xp.take(weight, backend.asarray(test))
@@ -220,9 +229,10 @@ class CovarianceSolver(Portable):
         Split already.
     backend : Backend
     dtype : numpy dtype
-        The compute dtype of the results; the moments, eigenbases and
-        scores are formed in :func:`skbatch._kernels.linalg.decomposition_dtype`
-        (float64 for float32 on the CPU).
+        The compute dtype: of the products with the targets and of the
+        results, as the SVD path projects them. X's moments and their
+        ``eigh`` run in :func:`skbatch._kernels.linalg.decomposition_dtype` (float64
+        for float32 on the CPU), where the squared condition number lives.
     fit_intercept : bool
     scoring : str or None
     """
@@ -248,17 +258,18 @@ class CovarianceSolver(Portable):
         work = self.work_dtype = _linalg.decomposition_dtype(self.X, xp)
         # The work dtype as the backend takes dtypes: numpy's.
         self._work_numpy = np.dtype(np.float64 if work == xp.float64 else dtype)
-        self.root_weight = weight = None
+        self.root_weight = root_weight = weight = None
         if sample_weight is not None:
             weight = backend.asarray(sample_weight, self._work_numpy)
-            self.root_weight = xp.sqrt(weight)
+            self.root_weight = root_weight = xp.sqrt(weight)
         # Moments about X's first row: within the spread of the rows, so the
         # centring subtracts moments of one scale (as _linalg.center shifts).
-        self.x_shift = (
+        shift = (
             xp.astype(self.X[0], work)
             if fit_intercept
             else xp.zeros(p, dtype=work, device=array_device(self.X))
         )
+        self.x_shift_work, self.x_shift = shift, xp.astype(shift, self.X.dtype)
         splits = scheme.splits
         tests = np.concatenate([test for _, test in splits])
         # Test folds that cover every row once: all rows' moments are their sum.
@@ -270,9 +281,7 @@ class CovarianceSolver(Portable):
         )
 
         def moments(rows):
-            return _linalg.gram_moments(
-                self.X, rows, self.root_weight, self.x_shift, work, xp=xp
-            )
+            return _linalg.gram_moments(self.X, rows, root_weight, shift, work, xp=xp)
 
         tests = [moments(row_selections(test, backend)) for _, test in splits]
         total = (
@@ -280,11 +289,11 @@ class CovarianceSolver(Portable):
             if self.partition
             else moments(self.all_rows)
         )
-        self.total = total[:2]
         complements = [
             train.size + test.size == n and np.union1d(train, test).size == n
             for train, test in splits
         ]
+        alpha = float(np.min(alphas))
 
         def decompose(k):
             # A fold's moments formed here and its test fold's dropped once
@@ -298,31 +307,40 @@ class CovarianceSolver(Portable):
                 part = moments(row_selections(splits[k][0], backend))
             weight, sums, gram = part
             del part
-            covariance = _linalg.centred_cross(
-                gram, sums, sums, weight, fit_intercept=fit_intercept
+            # The fold's own moments: overwritten by the centring and by eigh.
+            own = k is not None
+            covariance = (
+                _linalg.centred_gram(gram, sums, weight, fit_intercept=fit_intercept)
+                if own
+                else _linalg.centred_cross(
+                    gram, sums, sums, weight, fit_intercept=fit_intercept
+                )
             )
             del gram
-            return (weight, sums), _linalg.covariance_eigh(covariance, xp=xp)
+            # Not all rows' own moments, which the folds read side by side.
+            eigenvalues, V = _linalg.covariance_eigh(
+                covariance, overwrite=own or fit_intercept, xp=xp
+            )
+            condition = _linalg.covariance_condition(eigenvalues, alpha, xp=xp)
+            # The targets' cross-moments meet V in the work dtype: their
+            # rounding would be amplified by the squared condition number. The
+            # predictions and coefficients, amplified by nothing, run in the
+            # compute dtype, as the SVD path's do.
+            cast = [xp.astype(a, self.X.dtype, copy=False) for a in (eigenvalues, V)]
+            return condition, (weight, sums), (*cast, V)
 
-        *fold_bases, (_, full) = map_threads(
-            decompose, [*range(len(splits)), None], backend
-        )
-        self.eigenvalues, self.V = full
+        *fold_bases, full = map_threads(decompose, [*range(len(splits)), None], backend)
+        self.condition = max(part[0] for part in [*fold_bases, full])
+        _, self.total, (self.eigenvalues, self.V, self.V_work) = full
         self.folds = []
-        for (train, test), complement, (moments_k, (eigenvalues, V)) in zip(
+        for (train, test), complement, (_, moments_k, basis) in zip(
             splits, complements, fold_bases
         ):
             fold = _CovarianceFold(moments_k, train, test, complement, weight, backend)
-            fold.eigenvalues, fold.V = eigenvalues, V
+            fold.eigenvalues, fold.V, fold.V_work = basis
             self.folds.append(fold)
-        bases = [full] + [basis for _, basis in fold_bases]
         # The full eigenvalues, as the SVD's singular values, size the problem.
         self.s = self.eigenvalues
-        alpha = float(np.min(alphas))
-        self.condition = max(
-            _linalg.covariance_condition(eigenvalues, alpha, xp=xp)
-            for eigenvalues, _ in bases
-        )
 
     def accurate(self):
         """Whether ``eps * cond(C + alpha I)`` of every covariance, at the
@@ -344,107 +362,102 @@ class CovarianceSolver(Portable):
 
     @property
     def fixed_bytes(self):
-        """Device bytes held once decomposed: X, the eigenbases and moments."""
+        """Device bytes held once decomposed: X, the eigenbases and moments,
+        and while a fold is scored its centred test rows and their
+        coordinates in V's basis."""
         n_folds = len(self.folds)
         p = self.n_features
+        n_test = max(fold.n_test for fold in self.folds)
         itemsize = np.dtype(self.dtype).itemsize
-        return itemsize * self.n_samples * p + 8 * (n_folds + 1) * (p * p + 3 * p)
+        held = (n_folds + 1) * (p * p + 3 * p) + 2 * n_test * p
+        return itemsize * (self.n_samples * p + held)
 
     def values_per_target(self):
-        """Device values of one target in a batch: its column and work copy,
-        the cross-moments of every test fold and all rows, a fold's
-        coefficients and predictions of every alpha, its test targets, errors
-        and scores."""
-        n_alphas = self.alphas.size
+        """Device values of one target in a batch: its column and a block's
+        centred copy, the cross-moments of every test fold and of all rows, a
+        fold's training cross-moments in V's basis, one alpha's filtered
+        coordinates and coefficients, the test targets, predictions and
+        errors, and the scores of every alpha."""
         n_test = max(fold.n_test for fold in self.folds)
-        p = self.n_features
         return (
             2 * self.n_samples
-            + (len(self.folds) + 3) * p
-            + n_alphas * (p + n_test)
-            + 3 * n_test
-            + 2 * n_alphas
+            + (len(self.folds) + 5) * self.n_features
+            + 4 * n_test
+            + 2 * self.alphas.size
+        )
+
+    def _shift(self, Y):
+        """The targets' shift (their first row, or 0), in the work dtype."""
+        xp, work = self.xp, self.work_dtype
+        if self.fit_intercept:
+            return xp.astype(Y[0], work)
+        return xp.zeros(Y.shape[1], dtype=work, device=array_device(Y))
+
+    def _cross(self, Y, rows, y_shift):
+        """Cross-moments of the targets ``Y`` over ``rows``, in the work dtype."""
+        return _linalg.cross_moments(
+            self.X,
+            Y,
+            rows,
+            self.root_weight,
+            self.x_shift_work,
+            y_shift,
+            self.work_dtype,
+            xp=self.xp,
         )
 
     def _targets(self, Y):
         """The batch's shift and cross-moments of every fold and of all rows."""
-        xp, work = self.xp, self.work_dtype
-        y_shift = (
-            xp.astype(Y[0], work)
-            if self.fit_intercept
-            else xp.zeros(Y.shape[1], dtype=work, device=array_device(Y))
-        )
-
-        def cross(rows):
-            return _linalg.cross_moments(
-                self.X, Y, rows, self.root_weight, self.x_shift, y_shift, work, xp=xp
-            )
-
-        tested = [cross(fold.test) for fold in self.folds]
+        y_shift = self._shift(Y)
+        tested = [self._cross(Y, fold.blocks, y_shift) for fold in self.folds]
         total = (
             tuple(sum(parts) for parts in zip(*tested))
             if self.partition
-            else cross(self.all_rows)
+            else self._cross(Y, self.all_rows, y_shift)
         )
         return y_shift, tested, total
 
-    def _coef(self, V, eigenvalues, moments, sums, alpha):
-        """Coefficients (p, m) and the means they are centred on."""
+    def _projection(self, V_work, moments, sums):
+        """The centred cross-moments in V's basis (p, m), in the compute dtype."""
+        xp = self.xp
         weight, x_sums = moments
         y_sums, cross = sums
         centred = _linalg.centred_cross(
             cross, x_sums, y_sums, weight, fit_intercept=self.fit_intercept
         )
-        VtXtY = self.xp.permute_dims(V, (1, 0)) @ centred
-        if alpha is None:
-            return VtXtY
-        return _linalg.covariance_coef(V, eigenvalues, VtXtY, alpha, xp=self.xp)
+        return xp.astype(xp.permute_dims(V_work, (1, 0)) @ centred, self.X.dtype)
 
     def _means(self, moments, y_sums, y_shift):
-        weight, x_sums = moments
+        """X's and the targets' (weighted) means over the rows of ``moments``,
+        in the compute dtype."""
+        xp, dtype = self.xp, self.X.dtype
         if not self.fit_intercept:
-            return self.x_shift, y_shift
-        return self.x_shift + x_sums / weight, y_shift + y_sums / weight
+            return self.x_shift, xp.astype(y_shift, dtype)
+        weight, x_sums = moments
+        x_mean = self.x_shift + xp.astype(x_sums / weight, dtype)
+        return x_mean, xp.astype(y_shift + y_sums / weight, dtype)
 
     def scores(self, Y, y_shift, tested, total):
         """Scores (n_alphas, m) of one batch of device targets, averaged over
         folds as :class:`~skbatch._ridge.cv.KFold` averages them."""
-        xp, work = self.xp, self.work_dtype
+        xp = self.xp
         result = 0.0
         for fold, test_sums in zip(self.folds, tested):
             if fold.complement:
                 sums = _subtract(total, test_sums)
             else:
-                sums = _linalg.cross_moments(
-                    self.X,
-                    Y,
-                    fold.train,
-                    self.root_weight,
-                    self.x_shift,
-                    y_shift,
-                    work,
-                    xp=xp,
-                )
+                sums = self._cross(Y, fold.train, y_shift)
             moments = (fold.weight, fold.sums)
-            VtXtY = self._coef(fold.V, fold.eigenvalues, moments, sums, None)
+            VtXtY = self._projection(fold.V_work, moments, sums)
             x_mean, y_mean = self._means(moments, sums[0], y_shift)
-            test_blocks = (
-                xp.astype(_linalg._block_rows(self.X, rows, xp), work) - x_mean
-                for rows in fold.test
-            )
-            y_true = xp.concat(
-                [
-                    xp.astype(_linalg._block_rows(Y, rows, xp), work) - y_mean
-                    for rows in fold.test
-                ],
-                axis=0,
-            )
+            X_test = _test_rows(self.X, fold.test, xp)
+            y_true = _test_rows(Y, fold.test, xp)
             result = result + _linalg.covariance_holdout_scores(
-                test_blocks,
+                X_test - x_mean,
                 fold.V,
                 fold.eigenvalues,
                 VtXtY,
-                y_true,
+                y_true - y_mean,
                 self.alphas,
                 scoring=self.scoring or "r2",
                 sample_weight=fold.test_weight,
@@ -456,11 +469,11 @@ class CovarianceSolver(Portable):
     def refit(self, y_shift, total, alpha):
         """Coefficients (m, n_features) and intercepts (m,) on all rows."""
         xp = self.xp
-        coef = self._coef(self.V, self.eigenvalues, self.total, total, alpha)
+        VtXtY = self._projection(self.V_work, self.total, total)
+        coef = _linalg.covariance_coef(self.V, self.eigenvalues, VtXtY, alpha, xp=xp)
         x_mean, y_mean = self._means(self.total, total[0], y_shift)
         intercept = y_mean - x_mean @ coef
-        coef = xp.astype(xp.permute_dims(coef, (1, 0)), self.X.dtype)
-        return coef, xp.astype(intercept, self.X.dtype)
+        return xp.permute_dims(coef, (1, 0)), intercept
 
     def select_and_fit(self, Y):
         """Scores of every alpha, the best per target, its coefficients."""
@@ -468,22 +481,14 @@ class CovarianceSolver(Portable):
         y_shift, tested, total = self._targets(Y)
         scores = self.scores(Y, y_shift, tested, total)
         best, best_score = _linalg.select_alpha(scores, xp=xp)
-        alphas = self.backend.asarray(self.alphas, self._work_numpy)
+        alphas = self.backend.asarray(self.alphas, self.dtype)
         alpha = xp.take(alphas, best)
         return (*self.refit(y_shift, total, alpha), best, best_score, scores.T)
 
     def fit_fixed(self, Y, alpha):
         """Coefficients at one alpha for all targets of ``Y``."""
-        xp, work = self.xp, self.work_dtype
-        y_shift = (
-            xp.astype(Y[0], work)
-            if self.fit_intercept
-            else xp.zeros(Y.shape[1], dtype=work, device=array_device(Y))
-        )
+        y_shift = self._shift(Y)
         rows = self.all_rows or [
-            selection for fold in self.folds for selection in fold.test
+            selection for fold in self.folds for selection in fold.blocks
         ]
-        total = _linalg.cross_moments(
-            self.X, Y, rows, self.root_weight, self.x_shift, y_shift, work, xp=xp
-        )
-        return self.refit(y_shift, total, alpha)
+        return self.refit(y_shift, self._cross(Y, rows, y_shift), alpha)
