@@ -254,7 +254,8 @@ class HeldNullProblem:
     :func:`permuted_targets` of the reduced model's ``fitted`` values and
     ``residuals``. On each outer fold the full and the reduced models
     (:class:`HeldModel`, from :func:`held_fold`) predict the test rows from
-    one product ``X'W y*`` of the training rows, and the held-out R^2 of
+    one product ``X'W y*`` of the training rows (all rows less the fold's
+    held-out ones), and the held-out R^2 of
     each is the one of
     :func:`skbatch._ridge.partition_inference.held_out_scores` (``average``).
 
