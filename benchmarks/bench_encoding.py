@@ -49,12 +49,13 @@ and to ``--null-permutations`` (1,000) per band:
 - Freedman–Lane with the searches redone (``null_hyperparameters=
   "searched"``): a search of the full and of the reduced model per fold.
 
-The held null's GEMM floor, per permutation, target and fold: the product
-``X'Wy*`` of the training rows (2 n_train p), and for the full and the
-reduced model at the target's candidate of r kept columns (r <= n_train
-here) ``V'(X'Wy*)`` (2 r^2) and the test rows' predictions (2 n_test r),
-at the rate of one core; printed as its share of the held null's CPU
-seconds.
+The held null's GEMM floor, per permutation and target: the product
+``X'Wy*`` of all rows (2 n p) and per fold that of its held-out rows (2
+n_test p: a fold's products are the total less them), and per fold, for
+the full and the reduced model at the target's candidate of r kept columns
+(r <= n_train here), ``V'(X'Wy*)`` (2 r^2) and the test rows' predictions
+(2 n_test r), at the rate of one core; printed as its share of the held
+null's CPU seconds.
 
 Run: ``python benchmarks/bench_encoding.py [--n-targets 20000] [--repeats 1]``;
 the nulls alone: ``python benchmarks/bench_encoding.py --partition-nulls 250
@@ -429,9 +430,9 @@ def null_tasks(X, Y, labels, runs, candidates, held_permutations, seed=0):
         rows[f"held CPU, band {b}"] = (
             time.process_time() - start_cpu
         ) / held_permutations
-        flops = 0.0
+        flops = 2.0 * X.shape[0] * X.shape[1] * n_targets
         for fold, (train, _) in enumerate(splits):
-            flops += 2.0 * len(train) * X.shape[1] * n_targets
+            flops += 2.0 * (X.shape[0] - len(train)) * X.shape[1] * n_targets
             for model in (held.full[fold], held.reduced[fold]):
                 for c in model.candidate:
                     r, kept = model.Vt[c].shape

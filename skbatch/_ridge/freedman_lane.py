@@ -31,6 +31,7 @@ item ids, numpy in and numpy out.
 
 import functools
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 from sklearn.base import clone
@@ -253,7 +254,8 @@ class HeldNullProblem:
     :func:`permuted_targets` of the reduced model's ``fitted`` values and
     ``residuals``. On each outer fold the full and the reduced models
     (:class:`HeldModel`, from :func:`held_fold`) predict the test rows from
-    one product ``X'W y*`` of the training rows, and the held-out R^2 of
+    one product ``X'W y*`` of the training rows (all rows less the fold's
+    held-out ones), and the held-out R^2 of
     each is the one of
     :func:`skbatch._ridge.partition_inference.held_out_scores` (``average``).
 
@@ -295,13 +297,37 @@ class HeldNullProblem:
         self.full, self.reduced = full, reduced
         self.entropy, self.permutation = entropy, permutation
         self.fit_intercept, self.average = fit_intercept, average
-        # Per fold, the centred and weighted training rows, transposed: the
-        # one operand of X'Wy* that does not change with the permutations.
-        self.weighted = []
+        # A fold's products X'Wy* are the products of all rows less those of
+        # the rows it does not train on (the covariance path's total minus
+        # held-out runs): one product of every row per batch and one of each
+        # fold's held-out rows, 2 n p (1 + 1 / (k - 1)) per target for k folds
+        # instead of 2 n p over the training rows of each. X is centred on
+        # its overall mean first, so that the fold's centring subtracts a
+        # small correction (it leaves the centred products as they are).
+        n_samples = X.shape[0]
+        self.w = _train_weights(sample_weight, np.arange(n_samples))
+        X = X - _offset(X, self.w, fit_intercept)
+        self.weighted = (X * self.w[:, None]).T.copy()
+        self.folds = []
         for train, _ in splits:
-            w = _train_weights(sample_weight, train)
+            outside = np.setdiff1d(np.arange(n_samples), train)
+            w = self.w[train]
             offset = _offset(X[train], w, fit_intercept)
-            self.weighted.append(((X[train] - offset) * w[:, None]).T.copy())
+            # Repeated training rows, or more rows outside than in, take the
+            # training rows' own products.
+            subtract = len(train) + len(outside) == n_samples and len(outside) < len(
+                train
+            )
+            self.folds.append(
+                _FoldProducts(
+                    train,
+                    outside,
+                    offset,
+                    w.sum(),
+                    self.weighted[:, outside].copy() if subtract else None,
+                    None if subtract else ((X[train] - offset) * w[:, None]).T.copy(),
+                )
+            )
 
     def __call__(self, ids):
         """Unique variance of the band under resamples ``ids``: an ndarray
@@ -315,11 +341,11 @@ class HeldNullProblem:
         predicted = [np.empty((len(rows), Y.shape[1])) for _ in range(2)]
         scores = [np.empty((len(self.splits), Y.shape[1])) for _ in range(2)]
         end = 0
-        for fold, (train, test) in enumerate(self.splits):
-            w = _train_weights(self.sample_weight, train)
-            Y_train = Y[train]
-            mean = _offset(Y_train, w, self.fit_intercept)
-            XtWY = self.weighted[fold] @ Y_train
+        totals = None
+        for fold, (_, test) in enumerate(self.splits):
+            if totals is None and self.folds[fold].outside_weighted is not None:
+                totals = self.weighted @ Y, self.w @ Y
+            XtWY, mean = self._products(self.folds[fold], Y, totals)
             at = slice(end, end + len(test))
             end += len(test)
             for k, models in enumerate((self.full, self.reduced)):
@@ -339,6 +365,31 @@ class HeldNullProblem:
             else:
                 f.append(scores[k].mean(axis=0))
         return (f[0] - f[1]).reshape(len(ids), n_targets)
+
+    def _products(self, fold, Y, totals):
+        """``((X_train - mean)' W Y_train, weighted mean of Y_train)``."""
+        if fold.outside_weighted is None:
+            Y_train = Y[fold.train]
+            mean = _offset(Y_train, self.w[fold.train], self.fit_intercept)
+            return fold.train_weighted @ Y_train, mean
+        Y_out = Y[fold.outside]
+        XtWY = totals[0] - fold.outside_weighted @ Y_out
+        sums = totals[1] - self.w[fold.outside] @ Y_out
+        if not self.fit_intercept:
+            return XtWY, 0.0
+        XtWY -= np.outer(fold.offset, sums)
+        return XtWY, sums / fold.total
+
+
+class _FoldProducts(NamedTuple):
+    """What a fold's products ``X'Wy*`` need (:class:`HeldNullProblem`)."""
+
+    train: np.ndarray
+    outside: np.ndarray
+    offset: np.ndarray
+    total: float
+    outside_weighted: np.ndarray
+    train_weighted: np.ndarray
 
 
 def _score(Y, rows, prediction, sample_weight):
@@ -534,7 +585,7 @@ def task_bytes(task, n_targets):
     """:func:`item_bytes` of a task of :func:`band_null_task`."""
     if isinstance(task, HeldNullProblem):
         splits, fitted = task.splits, task.fitted
-        n_features, treatment = task.weighted[0].shape[0], "held"
+        n_features, treatment = task.weighted.shape[0], "held"
     else:
         splits, fitted = task.keywords["splits"], task.keywords["fitted"]
         n_features, treatment = task.keywords["X"].shape[1], "searched"
