@@ -280,6 +280,7 @@ def check_no_svd(monkeypatch):
         raise AssertionError("an SVD ran before the parameters were checked")
 
     monkeypatch.setattr(skbatch._kernels.linalg, "svd_decompose", refuse)
+    monkeypatch.setattr(skbatch._kernels.linalg.svd, "svd_decompose", refuse)
 
 
 @pytest.mark.parametrize(
@@ -813,6 +814,7 @@ def test_a_candidate_beyond_the_svds_resolution_is_refused_before_any_work(
 
     with monkeypatch.context() as patch:
         patch.setattr(skbatch._kernels.linalg, "svd_decompose", no_svd)
+        patch.setattr(skbatch._kernels.linalg.svd, "svd_decompose", no_svd)
         patch.setattr(skbatch._kernels.linalg, "qr_factor", no_svd)
         with pytest.raises(ValueError, match=r"band_weights: candidate 1 .*X's own"):
             BandedRidge(labels, band_weights=[[0.5, 0.5], [1.0, 1e-12]]).fit(X, Y)

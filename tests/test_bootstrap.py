@@ -208,8 +208,8 @@ def test_fast_path_replicates_equal_sklearn_on_resampled_rows(
     if drawn_rows:
         # The kernel's products over each replicate's drawn rows only, which
         # it otherwise keeps for designs of many columns and much work.
-        monkeypatch.setattr(skbatch._kernels.linalg, "GATHER_MIN_FLOPS", 0)
-        monkeypatch.setattr(skbatch._kernels.linalg, "GATHER_MIN_COLUMNS", 0)
+        monkeypatch.setattr(skbatch._kernels.linalg.weighted, "GATHER_MIN_FLOPS", 0)
+        monkeypatch.setattr(skbatch._kernels.linalg.weighted, "GATHER_MIN_COLUMNS", 0)
     estimator, reference = LINEAR_CASES[case]
     n_samples, n_features = shape
     X, Y = make_data(n_samples, n_features, 3, seed=1)
@@ -745,7 +745,7 @@ def test_gpu_cholesky_solve_on_cpu_arrays(library, monkeypatch):
     # The batched Cholesky branch runs on GPUs only; check its algebra here.
     pytest.importorskip(library)
     from skbatch import _backends
-    from skbatch._kernels.linalg import _solve_spd
+    from skbatch._kernels.linalg.weighted import _solve_spd
     from skbatch.backend import Backend
 
     monkeypatch.setattr(_backends.get(library), "solves_by_cholesky", lambda d: True)
@@ -772,7 +772,7 @@ def test_solve_centres_the_right_hand_side_it_is_given(library, route, monkeypat
     # Cholesky one (GPUs, run here on CPU arrays).
     pytest.importorskip(library)
     from skbatch import _backends
-    from skbatch._kernels.linalg import _solve_spd
+    from skbatch._kernels.linalg.weighted import _solve_spd
     from skbatch.backend import Backend
 
     if route == "cholesky":

@@ -202,6 +202,7 @@ def test_spread_beyond_the_svds_limit_is_refused_before_any_work(monkeypatch):
         raise AssertionError("decomposed before refusing")
 
     monkeypatch.setattr(skbatch._kernels.linalg, "svd_decompose", no_svd)
+    monkeypatch.setattr(skbatch._kernels.linalg.svd, "svd_decompose", no_svd)
     with pytest.raises(
         ValueError, match=r"times that of .*Alphas from \S+ on .*StandardScaler"
     ):

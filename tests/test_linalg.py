@@ -811,10 +811,10 @@ def test_weighted_products_equal_dense_weighted_products(
     from skbatch._kernels import linalg as _linalg
 
     library, to_backend, to_numpy = backend
-    monkeypatch.setattr(_linalg, "GATHER_MIN_FLOPS", min_flops)
-    monkeypatch.setattr(_linalg, "GATHER_MIN_COLUMNS", 0)
+    monkeypatch.setattr(_linalg.weighted, "GATHER_MIN_FLOPS", min_flops)
+    monkeypatch.setattr(_linalg.weighted, "GATHER_MIN_COLUMNS", 0)
     if gather_bytes is not None:
-        monkeypatch.setattr(_linalg, "MAX_GATHER_BYTES", gather_bytes)
+        monkeypatch.setattr(_linalg.weighted, "MAX_GATHER_BYTES", gather_bytes)
     rng = np.random.default_rng(3)
     X = np.asfortranarray(rng.standard_normal((40, 6)))
     Y = rng.standard_normal((40, 11))
@@ -822,7 +822,7 @@ def test_weighted_products_equal_dense_weighted_products(
     counts[1] = 0.0
     counts[1, 7] = 40.0  # one row drawn 40 times
     xp = array_namespace(to_backend(X))
-    gram, rhs = _linalg._weighted_products(
+    gram, rhs = _linalg.weighted._weighted_products(
         to_backend(X), to_backend(Y), to_backend(counts), xp
     )
     assert_allclose(
@@ -843,8 +843,8 @@ def test_products_reuse_a_threads_scratch_buffers_and_stay_exact(monkeypatch):
 
     from skbatch._kernels import linalg as _linalg
 
-    monkeypatch.setattr(_linalg, "GATHER_MIN_FLOPS", 0)
-    monkeypatch.setattr(_linalg, "GATHER_MIN_COLUMNS", 0)
+    monkeypatch.setattr(_linalg.weighted, "GATHER_MIN_FLOPS", 0)
+    monkeypatch.setattr(_linalg.weighted, "GATHER_MIN_COLUMNS", 0)
     rng = np.random.default_rng(4)
     X = rng.standard_normal((40, 6))
     Y = rng.standard_normal((40, 11))
@@ -854,7 +854,7 @@ def test_products_reuse_a_threads_scratch_buffers_and_stay_exact(monkeypatch):
         counts = rng.multinomial(40, np.full(40, 1 / 40), size=n_replicates)
         counts = counts.astype(np.float64)
         xp = array_namespace(X)
-        gram, rhs = _linalg._weighted_products(X, Y, counts, xp, scratch)
+        gram, rhs = _linalg.weighted._weighted_products(X, Y, counts, xp, scratch)
         assert_allclose(gram, np.einsum("ni,bn,nj->bij", X, counts, X), rtol=1e-12)
         assert_allclose(rhs, np.einsum("ni,bn,nt->bit", X, counts, Y), rtol=1e-12)
         return gram, rhs

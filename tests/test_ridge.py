@@ -880,6 +880,7 @@ def test_memory_preflight_refuses_before_any_svd(monkeypatch):
         raise AssertionError("the SVD ran before the memory check")
 
     monkeypatch.setattr(problems._linalg, "svd_decompose", no_svd)
+    monkeypatch.setattr(problems._linalg.svd, "svd_decompose", no_svd)
     # 8 * (2 * 200 * 50 + 250 * 50) bytes = 0.26 MB of fixed memory, the
     # SVD's transient (LAPACK's copy and workspace), and the results of 3
     # targets: 8 * 3 * (50 + 3 + 13 alphas) bytes.
@@ -905,6 +906,7 @@ def test_memory_preflight_counts_the_results_of_every_target(monkeypatch):
         raise AssertionError("the SVD ran before the memory check")
 
     monkeypatch.setattr(problems._linalg, "svd_decompose", no_svd)
+    monkeypatch.setattr(problems._linalg.svd, "svd_decompose", no_svd)
     with pytest.raises(
         ValueError, match=r"needs 0.00338 GB.*results of 20,000 targets.*in parts"
     ):

@@ -345,6 +345,7 @@ def test_a_feature_too_large_to_resolve_is_refused_before_any_work(path, monkeyp
         raise AssertionError("work ran before the column scales were checked")
 
     monkeypatch.setattr(problems._linalg, "svd_decompose", no_work)
+    monkeypatch.setattr(problems._linalg.svd, "svd_decompose", no_work)
     monkeypatch.setattr(Ridge, "fit", no_work)
     with pytest.raises(
         ValueError,
