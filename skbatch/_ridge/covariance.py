@@ -262,10 +262,13 @@ class CovarianceSolver(Portable):
         if sample_weight is not None:
             weight = backend.asarray(sample_weight, self._work_numpy)
             self.root_weight = root_weight = xp.sqrt(weight)
-        # Moments about X's first row: within the spread of the rows, so the
-        # centring subtracts moments of one scale (as _linalg.center shifts).
+        # Moments about X's first row of positive weight: within the spread of
+        # the rows that count, so the centring subtracts moments of one scale
+        # and a target constant on them centres to exact zeros (as
+        # _linalg.center shifts).
+        self.anchor = _linalg._first_weighed_row(weight, xp)
         shift = (
-            xp.astype(self.X[0], work)
+            xp.astype(self.X[self.anchor], work)
             if fit_intercept
             else xp.zeros(p, dtype=work, device=array_device(self.X))
         )
@@ -387,10 +390,11 @@ class CovarianceSolver(Portable):
         )
 
     def _shift(self, Y):
-        """The targets' shift (their first row, or 0), in the work dtype."""
+        """The targets' shift (their first row of positive weight, or 0), in
+        the work dtype."""
         xp, work = self.xp, self.work_dtype
         if self.fit_intercept:
-            return xp.astype(Y[0], work)
+            return xp.astype(Y[self.anchor], work)
         return xp.zeros(Y.shape[1], dtype=work, device=array_device(Y))
 
     def _cross(self, Y, rows, y_shift):
