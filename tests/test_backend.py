@@ -639,8 +639,8 @@ def test_devices_with_their_own_memory(backend, host):
     ids=repr,
 )
 def test_batched_cholesky_only_on_cuda_and_jax_gpus(backend, cholesky):
-    # skbatch/_kernels/linalg.py, _solve_spd: on the CPU inverting the small matrices
-    # is several times faster than the batched Cholesky solves.
+    # skbatch/_kernels/linalg/weighted.py, _solve_spd: on the CPU inverting the
+    # small matrices is several times faster than the batched Cholesky solves.
     module = _backends.get(backend.library)
     assert module.solves_by_cholesky(backend.device) is cholesky
 
@@ -755,8 +755,9 @@ def test_empty_cache_frees_the_cache_of_the_device(no_gpu, monkeypatch, backend,
 
 
 def test_factorisations_of_cpu_arrays_run_on_one_thread():
-    # skbatch/_kernels/linalg.py, one_thread: numpy's BLAS and torch on the CPU run a
-    # factorisation on one thread, jax schedules its own; counts come back.
+    # skbatch/_kernels/linalg/_arrays.py, one_thread: numpy's BLAS and torch on
+    # the CPU run a factorisation on one thread, jax schedules its own; counts
+    # come back.
     from threadpoolctl import threadpool_limits
 
     from skbatch._kernels.linalg import one_thread

@@ -1,6 +1,6 @@
 """Held-out scores of degenerate folds: constant targets, zero weights.
 
-Every path scores with one function per metric (skbatch/_kernels/linalg.py), so a
+Every path scores with one function per metric (skbatch/_kernels/linalg/scores.py), so a
 target constant on a test fold scores there as ``r2_score`` scores it (1.0
 if predicted exactly, else 0.0) whether the score chooses an alpha, a band
 weighting, or is reported per target or per band.

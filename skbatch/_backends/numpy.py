@@ -118,7 +118,8 @@ def take_rows(A, rows, out):
 
 
 def solves_by_cholesky(device):
-    # numpy has no batched Cholesky solve (see skbatch/_kernels/linalg.py, _solve_spd).
+    # numpy has no batched Cholesky solve (see skbatch/_kernels/linalg/weighted.py,
+    # _solve_spd).
     return False
 
 

@@ -1153,7 +1153,7 @@ class BootstrapRidgeProblem(Portable):
         else:
             elements = 2 * p * n + 4 * p * p + 5 * p * t + 4 * n + 2 * t
             # The drawn rows of Y gathered for one replicate at a time, on the
-            # CPU, into a buffer per thread (skbatch/_kernels/linalg.py,
+            # CPU, into a buffer per thread (skbatch/_kernels/linalg/weighted.py,
             # _weighted_products).
             fixed += gather_buffers * min(itemsize * n * t, _linalg.MAX_GATHER_BYTES)
         device = BOOTSTRAP_WORKSPACE_OVERHEAD * itemsize * elements
