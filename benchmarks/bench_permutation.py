@@ -148,7 +148,7 @@ def run_tiny(name, quick):
 
             skbatch._permutation.paths.signed_rows = lookup
             skbatch._permutation.plan.signed_rows = lookup
-            skbatch._ridge.problems.signed_rows = lookup
+            skbatch._ridge.problems.permuted.signed_rows = lookup
 
         def run(b=n_permutations):
             return scorer.set_params(n_permutations=b).fit(X, y).pvalue_

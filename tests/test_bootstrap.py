@@ -806,7 +806,7 @@ def test_fast_path_batches_side_by_side_equal_batches_in_turn(monkeypatch, capsy
         in_turn = BootstrapEstimator(Ridge(), max_memory_gb=5e-4, **params).fit(X, Y)
     assert "side by side" not in capsys.readouterr().out
     # This little work runs in turn on any host unless the threshold is lifted.
-    monkeypatch.setattr("skbatch._ridge.problems.SIDE_BY_SIDE_MIN_FLOPS", 0)
+    monkeypatch.setattr("skbatch._ridge.problems.replicates.SIDE_BY_SIDE_MIN_FLOPS", 0)
     # And the accumulators split their last update and their intervals
     # between the two threads.
     monkeypatch.setattr("skbatch.streaming._common.PARALLEL_MIN_ELEMENTS", 1)
@@ -838,7 +838,7 @@ def test_problem_counts_the_gather_buffer_of_every_thread(monkeypatch, n_feature
     rng = np.random.default_rng(4)
     X = rng.standard_normal((200, n_features))
     Y = rng.standard_normal((200, 400))
-    monkeypatch.setattr(problems, "SIDE_BY_SIDE_MIN_FLOPS", 0)
+    monkeypatch.setattr(problems.replicates, "SIDE_BY_SIDE_MIN_FLOPS", 0)
     drawn = {}
     empty = skbatch._kernels.linalg.Scratch.empty
 
@@ -888,7 +888,7 @@ def test_fit_on_all_data_runs_on_one_blas_thread_before_small_batches(
     # little runs on one thread; a costly one keeps them all.
     monkeypatch.setattr(skbatch.bootstrap, "FULL_FIT_ONE_THREAD_MAX_FLOPS", max_flops)
     # This little work runs in turn on any host unless the threshold is lifted.
-    monkeypatch.setattr(problems, "SIDE_BY_SIDE_MIN_FLOPS", 0)
+    monkeypatch.setattr(problems.replicates, "SIDE_BY_SIDE_MIN_FLOPS", 0)
     threads_in_fit = []
     fit = Ridge.fit
 
@@ -911,7 +911,7 @@ def test_recycled_coefficient_arrays_leave_each_replicate_its_own(monkeypatch):
     # batches included: every replicate keeps its own coefficients.
     X, Y = make_data(60, 6, 4, seed=23)
     params = dict(n_bootstrap=60, return_samples=True, random_state=2)
-    monkeypatch.setattr("skbatch._ridge.problems.SIDE_BY_SIDE_MIN_FLOPS", 0)
+    monkeypatch.setattr("skbatch._ridge.problems.replicates.SIDE_BY_SIDE_MIN_FLOPS", 0)
     pool = skbatch._kernels.linalg.ResultPool
     handed_out = []
     empty = pool.empty
@@ -935,7 +935,7 @@ def test_fast_path_runs_little_work_in_turn(capsys):
     # Starting threads costs more than a second core gives for small fits.
     X, Y = make_data(40, 3, 1, seed=3)
     work = 100 * problems.bootstrap_flops_per_replicate(40, 3, 1)
-    assert work < problems.SIDE_BY_SIDE_MIN_FLOPS
+    assert work < problems.replicates.SIDE_BY_SIDE_MIN_FLOPS
     with threadpool_limits(2, user_api="blas"):
         BootstrapEstimator(
             LinearRegression(), n_bootstrap=100, max_memory_gb=5e-4, verbose=1

@@ -569,8 +569,8 @@ def test_ridge_path_refuses_a_budget_before_any_svd(estimator, monkeypatch):
     def no_svd(*args, **kwargs):
         raise AssertionError("an SVD ran before the memory check")
 
-    monkeypatch.setattr(problems._linalg, "svd_decompose", no_svd)
-    monkeypatch.setattr(problems._linalg.svd, "svd_decompose", no_svd)
+    monkeypatch.setattr(problems.solver._linalg, "svd_decompose", no_svd)
+    monkeypatch.setattr(problems.solver._linalg.svd, "svd_decompose", no_svd)
     with pytest.raises(ValueError, match="The data alone needs"):
         PermutationScorer(estimator, n_permutations=50, max_memory_gb=budget).fit(X, y)
 

@@ -879,8 +879,8 @@ def test_memory_preflight_refuses_before_any_svd(monkeypatch):
     def no_svd(*args, **kwargs):
         raise AssertionError("the SVD ran before the memory check")
 
-    monkeypatch.setattr(problems._linalg, "svd_decompose", no_svd)
-    monkeypatch.setattr(problems._linalg.svd, "svd_decompose", no_svd)
+    monkeypatch.setattr(problems.solver._linalg, "svd_decompose", no_svd)
+    monkeypatch.setattr(problems.solver._linalg.svd, "svd_decompose", no_svd)
     # 8 * (2 * 200 * 50 + 250 * 50) bytes = 0.26 MB of fixed memory, the
     # SVD's transient (LAPACK's copy and workspace), and the results of 3
     # targets: 8 * 3 * (50 + 3 + 13 alphas) bytes.
@@ -888,7 +888,7 @@ def test_memory_preflight_refuses_before_any_svd(monkeypatch):
     workspace = problems.RidgeSolver.svd_workspace(200, 50, 8)
     assert workspace > 8 * 200 * 50
     needed = (held + workspace + 8 * 3 * (50 + 3 + 13)) / GB
-    monkeypatch.setattr(problems, "memory_budget", lambda backend, gb: 1e-4)
+    monkeypatch.setattr(problems.solver, "memory_budget", lambda backend, gb: 1e-4)
     with pytest.raises(
         ValueError, match=rf"needs {needed:.3g} GB.*budget is 0.0001 GB.*max_memory_gb"
     ):
@@ -905,8 +905,8 @@ def test_memory_preflight_counts_the_results_of_every_target(monkeypatch):
     def no_svd(*args, **kwargs):
         raise AssertionError("the SVD ran before the memory check")
 
-    monkeypatch.setattr(problems._linalg, "svd_decompose", no_svd)
-    monkeypatch.setattr(problems._linalg.svd, "svd_decompose", no_svd)
+    monkeypatch.setattr(problems.solver._linalg, "svd_decompose", no_svd)
+    monkeypatch.setattr(problems.solver._linalg.svd, "svd_decompose", no_svd)
     with pytest.raises(
         ValueError, match=r"needs 0.00338 GB.*results of 20,000 targets.*in parts"
     ):

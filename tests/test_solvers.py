@@ -344,8 +344,8 @@ def test_a_feature_too_large_to_resolve_is_refused_before_any_work(path, monkeyp
     def no_work(*args, **kwargs):
         raise AssertionError("work ran before the column scales were checked")
 
-    monkeypatch.setattr(problems._linalg, "svd_decompose", no_work)
-    monkeypatch.setattr(problems._linalg.svd, "svd_decompose", no_work)
+    monkeypatch.setattr(problems.solver._linalg, "svd_decompose", no_work)
+    monkeypatch.setattr(problems.solver._linalg.svd, "svd_decompose", no_work)
     monkeypatch.setattr(Ridge, "fit", no_work)
     with pytest.raises(
         ValueError,

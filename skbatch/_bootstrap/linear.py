@@ -22,13 +22,13 @@ from sklearn.utils.validation import _check_sample_weight
 
 from .. import _backends
 from .._engine.preflight import batched_budget
-from .._ridge import problems as _problems
 from .._ridge.banded_bootstrap import (
     BandedBootstrapProblem,
     HeldBands,
     banded_bootstrap_nbytes,
 )
 from .._ridge.problems import BootstrapRidgeProblem, bootstrap_flops_per_replicate
+from .._ridge.problems import replicates as _replicates
 from .._ridge.spec import check_column_scales, resolve_dtype, ridge_spec
 from ..banded import BandedRidge
 from ..memory import GB
@@ -107,7 +107,7 @@ def full_fit_threads(flops, n_bootstrap, max_flops):
     side (SIDE_BY_SIDE_MIN_FLOPS); otherwise the threads as they are."""
     if (
         flops is not None
-        and flops >= _problems.SIDE_BY_SIDE_MIN_FLOPS
+        and flops >= _replicates.SIDE_BY_SIDE_MIN_FLOPS
         and flops / n_bootstrap <= max_flops
     ):
         return _backends.get("numpy").one_thread()

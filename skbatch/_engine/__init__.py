@@ -21,7 +21,7 @@ Every heavy loop of skbatch goes through this package.
   batch of columns at a time, in memory, on disk or in a dask array.
 
 :func:`run_problem`, here, runs a problem object
-(``skbatch/_ridge/problems.py``) through :func:`run_batched`, or, when a
+(``skbatch/_ridge/problems/``) through :func:`run_batched`, or, when a
 dask client is active, through :func:`run_on_cluster`.
 
 Reducers always receive results in item order, whatever the batch size, OOM

@@ -42,7 +42,7 @@ def _replicates(samples):
     """A batch of replicates as the accumulators read it: float32 as it is,
     anything else as float64. A float64 copy of a float32 batch would double
     what the batched paths charge per replicate for it
-    (BootstrapRidgeProblem.nbytes in skbatch/_ridge/problems.py)."""
+    (BootstrapRidgeProblem.nbytes in skbatch/_ridge/problems/replicates.py)."""
     samples = np.asarray(samples)
     if samples.dtype != np.float32:
         samples = np.asarray(samples, dtype=np.float64)
