@@ -6,7 +6,7 @@ targets, 10 candidates (the equal one and Dirichlet draws) and 6 alphas,
 
 - the batched path (``attributes="auto"``): the targets of each chosen
   candidate solved together as row weights
-  (:class:`skbatch._ridge.banded_bootstrap.BandedBootstrapProblem`);
+  (:class:`skbatch._ridge.banded.bootstrap.BandedBootstrapProblem`);
 - the generic path (a callable ``attributes`` returning the same
   ``coef_`` / ``intercept_``): ``HeldBandedRidge`` refit per replicate,
   one ``Ridge`` per chosen candidate, in one joblib worker.

@@ -25,7 +25,7 @@ from ._ridge.banded import (
     check_concentration,
     n_candidates,
 )
-from ._ridge.banded_fit import fit_banded_ridge
+from ._ridge.banded.fit import fit_banded_ridge
 from ._ridge.cv import cv_scheme
 from ._ridge.problems import fit_flops
 from ._ridge.spec import batched_ridge_spec, check_alphas, resolve_dtype

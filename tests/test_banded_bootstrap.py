@@ -17,7 +17,7 @@ from sklearn.linear_model import Ridge
 from threadpoolctl import threadpool_limits
 
 from skbatch import BandedRidge, BootstrapEstimator
-from skbatch._ridge.banded_bootstrap import BandedBootstrapProblem, HeldBands
+from skbatch._ridge.banded.bootstrap import BandedBootstrapProblem, HeldBands
 from skbatch._ridge.problems import BootstrapRidgeProblem
 from skbatch.backend import resolve_backend
 from skbatch.banded import HeldBandedRidge

@@ -13,7 +13,7 @@ from sklearn.model_selection import GroupKFold
 from test_ridge import _ar1_runs
 
 import skbatch._ridge.banded
-import skbatch._ridge.banded_fit
+import skbatch._ridge.banded.fit
 from skbatch import AutocorrelationWarning, BandedRidge, BatchedRidge, PermutationScorer
 
 # Warnings of the fits that these tests do not read.
@@ -81,7 +81,7 @@ def no_draw(monkeypatch):
     def draw(*args, **kwargs):
         raise AssertionError("candidates drawn before the count was checked")
 
-    for module in (skbatch._ridge.banded, skbatch._ridge.banded_fit):
+    for module in (skbatch._ridge.banded.permuted, skbatch._ridge.banded.fit):
         monkeypatch.setattr(module, "band_candidates", draw)
 
 

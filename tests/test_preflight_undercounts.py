@@ -15,7 +15,7 @@ import pytest
 from skbatch import BatchedRidge, BootstrapEstimator
 from skbatch._engine.preflight import bca_summary_bytes, linear_jackknife_bytes
 from skbatch._ridge import RidgeSolver, cv_scheme
-from skbatch._ridge.banded_bootstrap import HeldBands
+from skbatch._ridge.banded.bootstrap import HeldBands
 from skbatch.backend import Backend
 from skbatch.bootstrap import _banded_jackknife_sums, _linear_jackknife_sums
 from skbatch.memory import GB
@@ -314,13 +314,13 @@ def test_banded_search_charge_covers_its_shared_factors_and_candidates(
     scheme = cv_scheme(cv).split(X, X[:, :1])
     backend = Backend("numpy")
     charged = {}
-    check = banded.check_held_memory
+    check = banded.factors.check_held_memory
 
     def spy(name, device, host, *args, **kwargs):
         charged["device"] = device
         return check(name, device, host, *args, **kwargs)
 
-    monkeypatch.setattr(banded, "check_held_memory", spy)
+    monkeypatch.setattr(banded.factors, "check_held_memory", spy)
     banded.check_search_memory(
         design,
         n,

@@ -164,15 +164,16 @@ def test_permutation_fast_path_scores_float32_data_in_float64(monkeypatch):
     X, Y = make_data(40, 3, 1, seed=6)
     X, y = X.astype(np.float32), Y[:, 0].astype(np.float32)
     dtypes = []
-    real = skbatch._ridge.banded.PermutedRidgeProblem
+    real = skbatch._ridge.banded.permuted.PermutedRidgeProblem
 
     class Spy(real):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             dtypes.append(self.dtype)
 
-    # The class the fast path builds (skbatch._ridge.banded.permuted_problem).
-    monkeypatch.setattr(skbatch._ridge.banded, "PermutedRidgeProblem", Spy)
+    # The class the fast path builds
+    # (skbatch._ridge.banded.permuted.permuted_problem).
+    monkeypatch.setattr(skbatch._ridge.banded.permuted, "PermutedRidgeProblem", Spy)
     perm = PermutationScorer(Ridge(alpha=1.0), n_permutations=9, cv=KFold(4))
     perm.fit(X, y)
     assert dtypes == [np.float64]

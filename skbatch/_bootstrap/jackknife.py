@@ -24,7 +24,7 @@ from sklearn.utils.validation import _check_method_params
 
 from .._engine.preflight import check_jackknife, linear_jackknife_bytes, refit_window
 from .._estimators.base import refit_params
-from .._ridge.banded_bootstrap import HeldBands
+from .._ridge.banded.bootstrap import HeldBands
 from ..streaming import bca_acceleration
 from .attributes import statistic, unwrap_search
 from .refit import windowed_refits

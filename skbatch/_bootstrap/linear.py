@@ -5,7 +5,7 @@ at its choices) whose ``coef_`` / ``intercept_`` are bootstrapped takes this
 path: a resample is the count of each row as its weight, and a batch of
 replicates is a batch of weighted Gram matrices and solves
 (:class:`~skbatch._ridge.problems.BootstrapRidgeProblem`,
-:class:`~skbatch._ridge.banded_bootstrap.BandedBootstrapProblem`) that the
+:class:`~skbatch._ridge.banded.bootstrap.BandedBootstrapProblem`) that the
 engine runs under the memory budget.
 """
 
@@ -22,7 +22,7 @@ from sklearn.utils.validation import _check_sample_weight
 
 from .. import _backends
 from .._engine.preflight import batched_budget
-from .._ridge.banded_bootstrap import (
+from .._ridge.banded.bootstrap import (
     BandedBootstrapProblem,
     HeldBands,
     banded_bootstrap_nbytes,

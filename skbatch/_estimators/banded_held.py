@@ -13,7 +13,7 @@ from sklearn.linear_model import Ridge
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._ridge.banded import check_band_weights, check_bands
-from .._ridge.banded_bootstrap import HeldBands
+from .._ridge.banded.bootstrap import HeldBands
 from .._ridge.spec import check_alphas
 
 __all__ = ["HeldBandedRidge", "held_banded_ridge"]
@@ -68,7 +68,7 @@ class HeldBandedRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
     def __skbatch_held_bands__(self, n_features, n_targets):
         """The fixed problem ``fit`` solves on X of ``n_features`` columns and
         ``n_targets`` targets, for the bootstrap's batched path
-        (:class:`skbatch._ridge.banded_bootstrap.HeldBands`), checked: bands a
+        (:class:`skbatch._ridge.banded.bootstrap.HeldBands`), checked: bands a
         partition of the columns (:func:`check_bands`), a row of band weights
         (:func:`check_band_weights`, none all zero) and a positive alpha per
         target."""

@@ -12,7 +12,7 @@
   represent, refused before any work;
 - :mod:`~skbatch._ridge.batched`: every target of a ``BatchedRidge`` fit,
   checked, solved and warned about;
-- :mod:`~skbatch._ridge.banded_fit`: every target of a ``BandedRidge`` fit,
+- :mod:`~skbatch._ridge.banded.fit`: every target of a ``BandedRidge`` fit,
   checked, searched and warned about;
 - :mod:`~skbatch._ridge.partition` and
   :mod:`~skbatch._ridge.partition_inference`: Venn regions of subset

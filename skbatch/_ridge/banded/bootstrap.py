@@ -20,16 +20,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._backends.side_by_side import cpu_workers
-from .._engine import Portable
-from ..backend import to_numpy
-from .banded import BandedDesign
-from .problems import (
+from ..._backends.side_by_side import cpu_workers
+from ..._engine import Portable
+from ...backend import to_numpy
+from ..problems import (
     MAX_BOOTSTRAP_BATCH_BYTES,
     SIDE_BY_SIDE_MIN_FLOPS,
     BootstrapRidgeProblem,
     bootstrap_flops_per_replicate,
 )
+from .factors import BandedDesign
 
 __all__ = ["BandedBootstrapProblem", "HeldBands", "banded_bootstrap_nbytes"]
 

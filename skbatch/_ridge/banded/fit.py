@@ -14,22 +14,17 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._engine.planner import _say
-from .banded import (
-    BandedDesign,
-    band_candidates,
-    check_candidate_count,
-    check_candidate_scales,
-    check_search_memory,
-    search_bands,
-)
-from .fit_warnings import (
+from ..._engine.planner import _say
+from ..fit_warnings import (
     no_model_scores,
     warn_at_grid_edges,
     warn_if_autocorrelated,
     warn_undefined_best_scores,
 )
-from .magnitudes import checked_targets
+from ..magnitudes import checked_targets
+from .bands import band_candidates, check_candidate_scales
+from .factors import BandedDesign, check_candidate_count, check_search_memory
+from .search import search_bands
 
 __all__ = ["BandedFit", "fit_banded_ridge"]
 
