@@ -337,3 +337,19 @@ def auto_n_jobs(n_tasks=None, bytes_per_worker=0, *, max_memory_gb=None, n_jobs=
     if n_tasks is not None:
         wanted = min(wanted, max(n_tasks, 1))
     return max(wanted, 1)
+
+
+def side_by_side_within(
+    n_workers, budget_gb, device_bytes_per_item, host_bytes_per_item, fixed_bytes, hold
+):
+    """Batches side by side, at most ``n_workers``, whose items fit the budget.
+
+    One item per batch and, with ``hold``, a finished batch's host result
+    besides, beside ``fixed_bytes``: an item bigger than its share of the
+    budget runs alone rather than several side by side past the budget.
+    """
+    room = budget_gb * GB - fixed_bytes
+    item = device_bytes_per_item + host_bytes_per_item
+    while n_workers > 1 and n_workers * item + hold * host_bytes_per_item > room:
+        n_workers -= 1
+    return n_workers

@@ -19,7 +19,13 @@ from tqdm.auto import tqdm
 from .. import _backends
 from .._backends.side_by_side import cpu_workers
 from ..backend import to_numpy
-from ..memory import GB, _check_n_items, auto_batch_size, memory_budget
+from ..memory import (
+    GB,
+    _check_n_items,
+    auto_batch_size,
+    memory_budget,
+    side_by_side_within,
+)
 from ..oom import _SIMULATED_OOM_LIMIT, ChunkRunner
 from .report import FitStage, Progress, loop_started, record_stage, stage_finished
 from .targets import chunk_aligned
@@ -183,22 +189,6 @@ def _one_item_refusal(item_bytes, fixed_bytes, budget_gb, max_memory_gb):
         f"is {budget_gb:.3g} GB ({given}); raise max_memory_gb or reduce the size "
         f"of an item (fewer samples or features)."
     )
-
-
-def side_by_side_within(
-    n_workers, budget_gb, device_bytes_per_item, host_bytes_per_item, fixed_bytes, hold
-):
-    """Batches side by side, at most ``n_workers``, whose items fit the budget.
-
-    One item per batch and, with ``hold``, a finished batch's host result
-    besides, beside ``fixed_bytes``: an item bigger than its share of the
-    budget runs alone rather than several side by side past the budget.
-    """
-    room = budget_gb * GB - fixed_bytes
-    item = device_bytes_per_item + host_bytes_per_item
-    while n_workers > 1 and n_workers * item + hold * host_bytes_per_item > room:
-        n_workers -= 1
-    return n_workers
 
 
 def _batch_size(n_items, bytes_per_item, budget_gb, batching_gb):
