@@ -57,9 +57,15 @@ the full and the reduced model at the target's candidate of r kept columns
 (2 n_test r), at the rate of one core; printed as its share of the held
 null's CPU seconds.
 
+With one size the figures are scaled in proportion to the targets (an
+upper bound: per-permutation overheads are counted as if they grew with
+them), the decompositions added once. ``--skip-searches`` times the held
+null alone: a band-row permutation is then one ``BandedRidge`` search per
+outer fold, which the first part of this script times at full size.
+
 Run: ``python benchmarks/bench_encoding.py [--n-targets 20000] [--repeats 1]``;
-the nulls alone: ``python benchmarks/bench_encoding.py --partition-nulls 250
-1000``.
+the nulls alone: ``python benchmarks/bench_encoding.py --partition-nulls 500
+2000``, or the held one: ``--partition-nulls 2000 --skip-searches``.
 """
 
 import argparse
@@ -220,12 +226,18 @@ def main():
     parser.add_argument(
         "--partition-nulls",
         type=int,
-        nargs=2,
-        metavar=("T1", "T2"),
-        help="time variance_partitioning's nulls at T1 and T2 targets alone",
+        nargs="+",
+        metavar="T",
+        help="time variance_partitioning's nulls at these targets alone (two "
+        "sizes: a line through them; one: in proportion)",
     )
     parser.add_argument("--null-permutations", type=int, default=1000)
     parser.add_argument("--held-permutations", type=int, default=8)
+    parser.add_argument(
+        "--skip-searches",
+        action="store_true",
+        help="time the held null alone (the searched nulls take a search a fold)",
+    )
     args = parser.parse_args()
     if args.partition_nulls:
         partition_nulls(args)
@@ -342,7 +354,7 @@ def main():
     )
 
 
-def null_tasks(X, Y, labels, runs, candidates, held_permutations, seed=0):
+def null_tasks(X, Y, labels, runs, candidates, held_permutations, searches, seed=0):
     """Per band, the seconds of one permutation of each null at these
     targets, the held null's setup seconds and floor flops per permutation.
 
@@ -382,14 +394,15 @@ def null_tasks(X, Y, labels, runs, candidates, held_permutations, seed=0):
         return weights[rows], rng.choice(ALPHAS, size=n_targets)
 
     everything = np.arange(X.shape[1])
-    full_search = searched_fold(estimator(bands), everything)
+    full_search = searched_fold(estimator(bands), everything) if searches else None
     rows = {}
     for b in range(len(BANDS)):
         keep = bands[1 - b]
-        rows[f"band rows, band {b}"] = full_search
-        rows[f"searched, band {b}"] = full_search + searched_fold(
-            estimator([np.arange(keep.size)]), keep
-        )
+        if searches:
+            rows[f"band rows, band {b}"] = full_search
+            rows[f"searched, band {b}"] = full_search + searched_fold(
+                estimator([np.arange(keep.size)]), keep
+            )
         start = time.perf_counter()
         models = [
             [
@@ -462,7 +475,15 @@ def partition_nulls(args):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             measured.append(
-                null_tasks(X, Y, labels, runs, candidates, args.held_permutations)
+                null_tasks(
+                    X,
+                    Y,
+                    labels,
+                    runs,
+                    candidates,
+                    args.held_permutations,
+                    not args.skip_searches,
+                )
             )
         print(
             f"{n_targets} targets: "
@@ -481,21 +502,30 @@ def partition_nulls(args):
     )
 
     def line(name):
-        (t1, t2), (v1, v2) = sizes, [m[name] for m in measured]
+        # One size: in proportion to the targets (an upper bound for a cost
+        # with a part that does not grow with them).
+        if len(sizes) == 1:
+            return measured[0][name] * target / sizes[0]
+        (t1, t2), (v1, v2) = sizes[-2:], [m[name] for m in measured[-2:]]
         slope = (v2 - v1) / (t2 - t1)
         return v2 + slope * (target - t2)
 
     total = {}
-    for null in ("band rows", "searched", "held"):
+    nulls = ("held",) if args.skip_searches else ("band rows", "searched", "held")
+    for null in nulls:
         seconds = sum(line(f"{null}, band {b}") for b in range(len(BANDS))) * P
         if null == "held":
-            seconds += sum(line(f"held setup, band {b}") for b in range(len(BANDS)))
+            # Every fold's decompositions, once per band: not per target.
+            seconds += sum(
+                measured[-1][f"held setup, band {b}"] for b in range(len(BANDS))
+            )
         total[null] = seconds
         print(f"| {null} | {seconds:,.0f} s ({seconds / 3600:.2f} h) |")
-    print(
-        f"\nband rows / held {total['band rows'] / total['held']:.0f}x, searched / "
-        f"held {total['searched'] / total['held']:.1f}x"
-    )
+    if not args.skip_searches:
+        print(
+            f"\nband rows / held {total['band rows'] / total['held']:.0f}x, "
+            f"searched / held {total['searched'] / total['held']:.1f}x"
+        )
     for b in range(len(BANDS)):
         per = [m[f"held flops, band {b}"] / t for m, t in zip(measured, sizes)]
         cpu = measured[-1][f"held CPU, band {b}"]

@@ -19,6 +19,7 @@ from skbatch._ridge.freedman_lane import (
     band_null_task,
     permuted_targets,
     reduced_fit,
+    searched_null_scores,
     task_bytes,
 )
 from skbatch._ridge.partition_inference import held_out_scores
@@ -471,3 +472,33 @@ def test_same_result_for_any_n_jobs():
             )
         assert_allclose(serial.null_mean, workers.null_mean, rtol=0, atol=1e-12)
         assert_allclose(serial.pvalue, workers.pvalue, rtol=0, atol=0)
+
+
+def test_searched_one_permutation_at_a_time_equals_all_together():
+    # The path of a search whose one choice is shared by its targets
+    # (local_alpha=False) fits the permutations one by one; with per-target
+    # choices both paths give the same statistics.
+    X, Y, labels, runs, weights = _data(seed=9)
+    splits = list(GroupKFold(2).split(X, groups=runs))
+    bands = [np.flatnonzero(labels == b) for b in (0, 1)]
+    fitted, residuals = reduced_fit(
+        _model(bands=[np.arange(3)]), X[:, bands[1]], Y, groups=runs
+    )
+    kwargs = dict(
+        full=_model(bands=bands),
+        reduced=_model(bands=[np.arange(3)]),
+        columns=bands[1],
+        X=X,
+        fitted=fitted,
+        residuals=residuals,
+        splits=splits,
+        sample_weight=weights,
+        groups=runs,
+        entropy=SEED,
+        permutation=dict(permutation_type="circular_shift", exact=False),
+        quiet=(UserWarning,),
+    )
+    together = searched_null_scores(np.arange(3), **kwargs)
+    apart = searched_null_scores(np.arange(3), per_permutation=True, **kwargs)
+    assert_allclose(apart, together, rtol=0, atol=1e-10)
+    assert np.ptp(together, axis=0).min() > 0

@@ -17,7 +17,10 @@
 - :mod:`~skbatch._ridge.partition` and
   :mod:`~skbatch._ridge.partition_inference`: Venn regions of subset
   scores, and the refits of permuted and resampled designs for their
-  p-values and intervals.
+  p-values and intervals;
+- :mod:`~skbatch._ridge.freedman_lane`: the Freedman–Lane nulls of a
+  band's unique variance, the reduced model's permuted residuals as extra
+  targets (choices held, or searched again).
 
 The estimators (``ridge.py``, ``permutation.py``, ``bootstrap.py``) import
 from here and never from each other's private names. The kernels are pure
