@@ -251,10 +251,9 @@ default=None
         ``r2_score(y, cross_val_predict(...))``); ``"folds"``, the mean of
         each fold's R^2 on its own test rows (as
         ``cross_val_score(...).mean()``). Each short test run centred on its
-        own mean misses the slow part of an autocorrelated series: with 20
-        runs of 15-25 rows ``"folds"`` overstated the unique variance by
-        0.042 and its 90% intervals covered 80%, ``"rows"`` -0.005 and 88%
-        (benchmarks/calibration_partitioning.py).
+        own mean misses the slow part of an autocorrelated series, which
+        ``"folds"`` then counts as unique variance; the user guide's page on
+        variance partitioning gives the calibration of both.
     groups : array-like of shape (n_samples,), default=None
         Run (group) of each sample, given to the outer splitter when it
         uses groups and, on each training fold, to the inner fit.
@@ -417,11 +416,8 @@ default=None
     distinct runs than the data's, so they explain less: the replicates sit
     below the estimate, and a percentile interval (``(q_lo, q_hi)``)
     inherits that shift, while the basic interval reflects it. They
-    include the variability of the searches. Measured coverage of a 90%
-    interval of the unique variance, on the simulation of
-    benchmarks/calibration_partitioning.py: 86% with 5 runs, 91% with 10
-    and 88% with 20 (the percentile interval 77%, 90% and 91%; the user
-    guide's page on variance partitioning gives the calibration). With fewer than
+    include the variability of the searches; the user guide's page on
+    variance partitioning gives their measured coverage. With fewer than
     ``MIN_CALIBRATED_RUNS`` (5) runs a UserWarning says so: every
     scorable replicate draws nearly every run, and the interval comes out
     too narrow (with 3 runs and leave-one-run-out, every scorable replicate
