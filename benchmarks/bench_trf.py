@@ -10,7 +10,9 @@ same run, each tool in a fresh process:
 
 - ``BatchedRidge(cv=LeaveOneGroupOut(), scoring="correlation")`` on the
   delayed design (built by ``Delayer`` before the clock starts), and
-  ``Pipeline(Delayer, BatchedRidge)`` on the undelayed stimulus;
+  ``Pipeline(Delayer, BatchedRidge)`` on the undelayed stimulus; with
+  ``--tools svd``, also ``BatchedRidge(solver="svd")`` (the decomposition
+  of every fit before the covariance path);
 - a hand-written numpy loop on the delayed design: per-trial X'X, X'Y and
   sums, each fold's statistics as the total less its trial, one ``eigh`` per
   fold, every alpha's coefficients and held-out correlation, the refit;
@@ -28,7 +30,7 @@ the peak resident memory over the process's memory just before the fit
 the share of channels whose alpha equals BatchedRidge's.
 
 Run: ``python benchmarks/bench_trf.py [--seconds 10 30 60] [--repeats 3]
-[--tools batched pipeline loop mtrf mne]``
+[--tools batched pipeline loop mtrf mne svd]``
 """
 
 import argparse
@@ -55,13 +57,14 @@ AR_COEF = 0.9
 NOISE = 3.0
 # Seconds between samples of the resident memory.
 SAMPLE_SECONDS = 0.005
-TOOLS = ("batched", "pipeline", "loop", "mtrf", "mne")
+TOOLS = ("batched", "pipeline", "loop", "mtrf", "mne", "svd")
 NAMES = {
     "batched": "BatchedRidge (delayed X)",
     "pipeline": "Delayer + BatchedRidge",
     "loop": "hand-written loop",
     "mtrf": "mTRFpy TRF.train",
     "mne": "MNE ReceptiveField",
+    "svd": "BatchedRidge solver='svd'",
 }
 
 
@@ -134,7 +137,7 @@ def hand_loop(X, Y, groups, alphas):
 def run_tool(tool, seconds):
     """Fit one tool in this process; (seconds, rise in bytes, alphas chosen)."""
     stimulus, response, groups, length = make_data(seconds)
-    X = delayed(stimulus, groups) if tool in ("batched", "loop") else None
+    X = delayed(stimulus, groups) if tool in ("batched", "loop", "svd") else None
     if tool == "mtrf":
         from mtrf.model import TRF
 
@@ -155,9 +158,14 @@ def run_tool(tool, seconds):
     from skbatch import BatchedRidge, Delayer
 
     def fit():
-        if tool in ("batched", "pipeline"):
-            ridge = BatchedRidge(ALPHAS, cv=LeaveOneGroupOut(), scoring="correlation")
-            if tool == "batched":
+        if tool in ("batched", "pipeline", "svd"):
+            ridge = BatchedRidge(
+                ALPHAS,
+                cv=LeaveOneGroupOut(),
+                scoring="correlation",
+                solver="svd" if tool == "svd" else "auto",
+            )
+            if tool != "pipeline":
                 return ridge.fit(X, response, groups=groups).alpha_
             model = make_pipeline(Delayer(delays=np.arange(N_LAGS)), ridge)
             model.fit(
@@ -253,7 +261,7 @@ def main():
     parser.add_argument("--seconds", type=float, nargs="+", default=[10, 30])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--peer-repeats", type=int, default=1)
-    parser.add_argument("--tools", nargs="+", default=list(TOOLS), choices=TOOLS)
+    parser.add_argument("--tools", nargs="+", default=list(TOOLS[:-1]), choices=TOOLS)
     parser.add_argument("--worker", choices=TOOLS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:

@@ -192,6 +192,16 @@ def _test_rows(A, selections, xp):
     return xp.concat([_linalg._block_rows(A, rows, xp) for rows in selections], axis=0)
 
 
+def _centred(rows, shift, offset, xp):
+    """``(rows - shift) - offset``, the second in place where possible."""
+    centred = rows - shift
+    library = _linalg._out_namespace(centred)
+    if library is None or isinstance(offset, float):
+        return centred - offset
+    library.subtract(centred, offset, out=centred)
+    return centred
+
+
 def _subtract(total, part):
     return tuple(a - b for a, b in zip(total, part))
 
@@ -431,15 +441,22 @@ class CovarianceSolver(Portable):
         )
         return xp.astype(xp.permute_dims(V_work, (1, 0)) @ centred, self.X.dtype)
 
-    def _means(self, moments, y_sums, y_shift):
-        """X's and the targets' (weighted) means over the rows of ``moments``,
-        in the compute dtype."""
+    def _offsets(self, moments, y_sums, y_shift):
+        """``(x_shift, x_offset), (y_shift, y_offset)`` in the compute dtype:
+        the (weighted) means over the rows of ``moments`` as a row of the data
+        (exact in its dtype) and the small mean of the deviations from it.
+
+        Rows are centred by subtracting both in turn: the first difference is
+        exact, so the mean's rounding in float32 (6e-5 on targets near 1e3)
+        does not shift every centred row.
+        """
         xp, dtype = self.xp, self.X.dtype
+        shifts = self.x_shift, xp.astype(y_shift, dtype)
         if not self.fit_intercept:
-            return self.x_shift, xp.astype(y_shift, dtype)
+            return (shifts[0], 0.0), (shifts[1], 0.0)
         weight, x_sums = moments
-        x_mean = self.x_shift + xp.astype(x_sums / weight, dtype)
-        return x_mean, xp.astype(y_shift + y_sums / weight, dtype)
+        x_offset = xp.astype(x_sums / weight, dtype)
+        return (shifts[0], x_offset), (shifts[1], xp.astype(y_sums / weight, dtype))
 
     def scores(self, Y, y_shift, tested, total):
         """Scores (n_alphas, m) of one batch of device targets, averaged over
@@ -453,15 +470,15 @@ class CovarianceSolver(Portable):
                 sums = self._cross(Y, fold.train, y_shift)
             moments = (fold.weight, fold.sums)
             VtXtY = self._projection(fold.V_work, moments, sums)
-            x_mean, y_mean = self._means(moments, sums[0], y_shift)
-            X_test = _test_rows(self.X, fold.test, xp)
-            y_true = _test_rows(Y, fold.test, xp)
+            x_means, y_means = self._offsets(moments, sums[0], y_shift)
+            X_test = _centred(_test_rows(self.X, fold.test, xp), *x_means, xp)
+            y_true = _centred(_test_rows(Y, fold.test, xp), *y_means, xp)
             result = result + _linalg.covariance_holdout_scores(
-                X_test - x_mean,
+                X_test,
                 fold.V,
                 fold.eigenvalues,
                 VtXtY,
-                y_true - y_mean,
+                y_true,
                 self.alphas,
                 scoring=self.scoring or "r2",
                 sample_weight=fold.test_weight,
@@ -475,8 +492,10 @@ class CovarianceSolver(Portable):
         xp = self.xp
         VtXtY = self._projection(self.V_work, self.total, total)
         coef = _linalg.covariance_coef(self.V, self.eigenvalues, VtXtY, alpha, xp=xp)
-        x_mean, y_mean = self._means(self.total, total[0], y_shift)
-        intercept = y_mean - x_mean @ coef
+        (x_shift, x_offset), (y_shift, y_offset) = self._offsets(
+            self.total, total[0], y_shift
+        )
+        intercept = (y_shift + y_offset) - (x_shift + x_offset) @ coef
         return xp.permute_dims(coef, (1, 0)), intercept
 
     def select_and_fit(self, Y):

@@ -33,6 +33,7 @@ names the solver layer and the estimators call:
 from ._arrays import (
     _criterion_dtype,
     _first_weighed_row,
+    _out_namespace,
     center,
     column_sq_norms,
     decomposition_dtype,
@@ -98,6 +99,7 @@ __all__ = [
     "_block_rows",
     "_criterion_dtype",
     "_first_weighed_row",
+    "_out_namespace",
     "center",
     "centred_cross",
     "centred_gram",

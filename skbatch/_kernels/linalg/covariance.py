@@ -10,8 +10,12 @@ from array_api_compat import is_numpy_array
 from ._arrays import (
     _as_float_array,
     _criterion_dtype,
+    _matmul,
+    _multiply,
     _namespace,
     _out_namespace,
+    _scratch,
+    _subtract,
     one_thread,
 )
 from .scores import _check_scoring, _score_errors, holdout_spread
@@ -236,20 +240,33 @@ def covariance_holdout_scores(
     spread = holdout_spread(y_true, scoring, weight, xp=xp)
     in_basis = n_test < alphas.shape[0] * n_targets
     left = X_test @ V if in_basis else X_test
+    y_score = y_true
+    if scoring == "correlation":
+        y_score = xp.astype(y_true, dtype, copy=False)
+    # Buffers reused from alpha to alpha, as holdout_scores reuses them.
+    filtered_buffer = _scratch(VtXtY.shape, VtXtY.dtype, VtXtY, xp)
+    error_buffer = _scratch(y_true.shape, y_true.dtype, y_true, xp)
+    square_buffer = (
+        error_buffer
+        if dtype == y_true.dtype
+        else _scratch(y_true.shape, dtype, y_true, xp)
+    )
     scores = []
     for k in range(alphas.shape[0]):
-        filtered = VtXtY / (eigenvalues + alphas[k])[:, None]
+        factors = 1.0 / (eigenvalues + alphas[k])
+        filtered = _multiply(VtXtY, factors[:, None], filtered_buffer)
         right = filtered if in_basis else V @ filtered
-        errors = y_true - left @ right
+        errors = _subtract(y_true, _matmul(left, right, error_buffer))
         scores.append(
             _score_errors(
                 errors,
-                y_true,
+                y_score,
                 scoring,
                 weight,
                 xp,
                 spread=spread,
                 y_dtype=y_true.dtype if y_dtype is None else y_dtype,
+                out=square_buffer,
             )
         )
     return xp.stack(scores)
