@@ -39,7 +39,7 @@ from sklearn.base import clone
 from .._kernels import linalg as _linalg
 from .._resampling.signed import signed_rows
 from .banded import BandedDesign, check_bands
-from .partition_inference import held_out_scores
+from .partition_inference import held_out_r2, held_out_scores
 
 __all__ = [
     "HYPERPARAMETERS",
@@ -355,13 +355,17 @@ class HeldNullProblem:
                 if self.average == "rows":
                     predicted[k][at] = prediction
                 else:
-                    scores[k][fold] = _score(Y, test, prediction, self.sample_weight)
+                    scores[k][fold] = held_out_r2(
+                        Y, test, prediction, self.sample_weight, warn=False
+                    )
         f = []
         for k, models in enumerate((self.full, self.reduced)):
             if models is None:
                 f.append(0.0)
             elif self.average == "rows":
-                f.append(_score(Y, rows, predicted[k], self.sample_weight))
+                f.append(
+                    held_out_r2(Y, rows, predicted[k], self.sample_weight, warn=False)
+                )
             else:
                 f.append(scores[k].mean(axis=0))
         return (f[0] - f[1]).reshape(len(ids), n_targets)
@@ -390,18 +394,6 @@ class _FoldProducts(NamedTuple):
     total: float
     outside_weighted: np.ndarray
     train_weighted: np.ndarray
-
-
-def _score(Y, rows, prediction, sample_weight):
-    """R^2 per target of ``prediction`` of ``Y[rows]``, as held_out_scores."""
-    return _linalg.score_per_target(
-        Y[rows],
-        prediction,
-        "r2",
-        sample_weight=None if sample_weight is None else sample_weight[rows],
-        warn=False,
-        xp=np,
-    )
 
 
 def searched_null_scores(

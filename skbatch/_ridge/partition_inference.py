@@ -45,6 +45,7 @@ __all__ = [
     "band_shares",
     "bootstrap_statistics",
     "check_replicable",
+    "held_out_r2",
     "held_out_scores",
     "permuted_band",
     "replicate",
@@ -149,19 +150,21 @@ def held_out_scores(
         if average == "rows":
             predicted[ends[fold] - len(test) : ends[fold]] = prediction
         else:
-            scores[fold] = _score(Y, test, prediction, sample_weight)
+            scores[fold] = held_out_r2(Y, test, prediction, sample_weight)
     if average == "rows":
-        return _score(Y, rows, predicted, sample_weight)
+        return held_out_r2(Y, rows, predicted, sample_weight)
     return scores.mean(axis=0)
 
 
-def _score(Y, rows, prediction, sample_weight):
-    """R^2 per target of ``prediction`` of ``Y[rows]``, rows weighted."""
+def held_out_r2(Y, rows, prediction, sample_weight, *, warn=True):
+    """R^2 per target of ``prediction`` of ``Y[rows]``, rows weighted;
+    ``warn=False`` leaves undefined scores to the caller's warning."""
     return _linalg.score_per_target(
         Y[rows],
         prediction,
         "r2",
         sample_weight=None if sample_weight is None else sample_weight[rows],
+        warn=warn,
         xp=np,
     )
 
