@@ -45,6 +45,11 @@ from ._estimators.base import (
     refit_params,
 )
 from ._kernels.rules import check_alternative
+from ._permutation.confounds import (
+    check_confounded_memory,
+    confounded_inputs,
+    run_confounded_paths,
+)
 from ._permutation.cv import _check_scoring, _metrics, _split_rows
 from ._permutation.inputs import FitInputs, Paths, Resamples, Settings
 from ._permutation.paths import run_paths, warn_if_undefined
@@ -320,7 +325,7 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
         check_verbose(self.verbose)
 
     @atomic_fit
-    def fit(self, X, y, groups=None, **fit_params):
+    def fit(self, X, y, groups=None, confounds=None, **fit_params):
         """Score the estimator and its permutation null distribution.
 
         Parameters
@@ -339,6 +344,19 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
             every fit of an estimator that takes ``groups`` (under metadata
             routing, one that requests them), sliced to its rows: nested
             leave-one-run-out, on both paths.
+        confounds : array-like of shape (n_samples, n_confounds), default=None
+            Nuisance variables (nilearn's ``confounding_vars``): test the
+            score of X beyond them, by Freedman and Lane's scheme. The
+            statistic is the cross-validated score of the estimator on X
+            with the confounds as its last columns, less that of least
+            squares on the confounds with an intercept, on the same folds;
+            the null permutes (or sign-flips, within ``groups``) the
+            residuals of the least-squares fit of ``y`` on the confounds
+            (all rows, weighted by a ``sample_weight`` fit parameter) and
+            adds them back to its fitted values. ``score_`` and every
+            p-value and null are then of that gain; ``estimator_`` is fit
+            on ``np.column_stack([X, confounds])``, which ``predict`` and
+            ``score`` take. See the :ref:`User Guide <permutation-confounds>`.
         **fit_params : dict
             Passed to ``estimator.fit`` (sliced to the training rows of each
             fold); any of them sends the work to the generic path. Under
@@ -354,11 +372,18 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
         settings = Settings.of(self)
         estimator = self._get_estimator()
         inputs = self._fit_inputs(estimator, X, y, groups, fit_params)
+        nuisance = None
+        if confounds is not None:
+            inputs, nuisance = confounded_inputs(estimator, inputs, confounds)
         metrics = _metrics(self.scoring)
         n_stats = len(metrics) * (inputs.n_targets if settings.raw else 1)
         _check_host_memory(settings, n_stats)
+        # With confounds, the reduced model's residuals are what moves.
         permutation, n_items = _plan_resamples(
-            settings, estimator, inputs.y, inputs.groups
+            settings,
+            estimator,
+            inputs.y if nuisance is None else nuisance.residuals,
+            inputs.groups,
         )
         entropy = resolve_entropy(self.random_state)
         resamples = Resamples(entropy, permutation, n_items)
@@ -366,10 +391,17 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
         paths = self._choose_paths(
             settings, estimator, inputs, metrics, n_items, n_stats
         )
+        if nuisance is not None:
+            check_confounded_memory(settings, paths, nuisance, n_items)
         self.estimator_ = fit_under_budget(estimator, settings.max_memory_gb).fit(
             inputs.X_fit, inputs.y_fit, **paths.refits
         )
-        backend, counters = run_paths(settings, estimator, inputs, resamples, paths)
+        if nuisance is None:
+            backend, counters = run_paths(settings, estimator, inputs, resamples, paths)
+        else:
+            backend, counters = run_confounded_paths(
+                settings, estimator, inputs, resamples, paths, nuisance
+            )
         warn_if_undefined(counters)
         self._set_results(settings, counters, resamples)
         self.backend_ = backend
