@@ -10,7 +10,10 @@ rules in :mod:`skbatch._kernels.rules`); when the scheme has at most
 ``n_permutations`` distinct permutations, each is scored once and
 ``p = C / (their number)``, exact. ``permutation_type="sign_flip"`` is the
 one-sample test instead: the rows of ``y`` (or whole groups of rows) are
-multiplied by random signs, with the same scores and p-value rules.
+multiplied by random signs, with the same scores and p-value rules. With
+``confounds``, the statistic is the score beyond them and the null moves
+the residuals of ``y`` on them (Freedman and Lane;
+:mod:`skbatch._permutation.confounds`).
 
 Two paths compute the null with the same permutations (one seed stream per
 permutation, see :mod:`skbatch.random`): the ridge family
@@ -87,7 +90,11 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
     estimators take a fast path on ``device`` (one decomposition per fold
     serves every permutation), others are refit through joblib, on the
     same permutations. The :ref:`User Guide <permutation>` gives the fast
-    path's rules, how ties count, and when each scheme is valid.
+    path's rules, how ties count, and when each scheme is valid. With
+    ``fit(X, y, confounds=Z)``, the score tested is that of X beyond the
+    nuisance variables ``Z``, against Freedman and Lane's null (the
+    residuals of ``y`` on ``Z`` permuted), as nilearn's
+    ``permuted_ols(confounding_vars=...)`` tests it.
 
     Parameters
     ----------
@@ -252,6 +259,16 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
     ... ).fit(X, signal, groups=runs)
     >>> flips.exact_, flips.n_permutations_  # 2**3 sign vectors of 3 runs
     (True, 8)
+
+    Beyond a confound: ``signal`` depends on X's first column, which a
+    nuisance variable cannot explain.
+
+    >>> motion = rng.standard_normal((60, 1))
+    >>> beyond = PermutationScorer(Ridge(alpha=1.0), n_permutations=99).fit(
+    ...     X, signal + motion[:, 0], confounds=motion
+    ... )
+    >>> float(beyond.pvalue_), bool(beyond.score_ > 0.1)
+    (0.01, True)
     """
 
     def __init__(

@@ -323,3 +323,55 @@ def test_sparse_X_takes_the_generic_path_with_the_same_gains():
     # scikit-learn's Ridge solves sparse X iteratively (to its tol).
     assert_allclose(dense.permutation_scores_, sparse.permutation_scores_, atol=1e-4)
     assert dense.permutation_scores_.std() > 1e-2
+
+
+def test_batched_ridge_with_search_equals_generic_refits():
+    """The default estimator, its own search per permuted target, on the
+    fast path, against refits of it on every fold (the generic path)."""
+    from skbatch import BatchedRidge
+
+    X, Y, Z, runs = _data(phi=0.0)
+    params = dict(
+        n_permutations=12,
+        cv=GroupKFold(5),
+        permutation_type="circular_shift",
+        multioutput="raw_values",
+        return_null=True,
+        random_state=SEED,
+    )
+    model = BatchedRidge(alphas=np.logspace(-2, 3, 6))
+    fast = PermutationScorer(model, **params).fit(X, Y, groups=runs, confounds=Z)
+    slow = PermutationScorer(model, **params).fit(
+        X, Y, groups=runs, confounds=Z, sample_weight=np.ones(len(X))
+    )
+    assert_allclose(fast.permutation_scores_, slow.permutation_scores_, atol=1e-10)
+    assert_array_equal(fast.pvalue_, slow.pvalue_)
+
+
+@pytest.mark.parametrize("device", ["torch", "jax"])
+@pytest.mark.slow
+def test_other_array_libraries_match_numpy(device):
+    pytest.importorskip(device)
+    from skbatch import BatchedRidge
+
+    X, Y, Z, runs = _data(phi=0.0)
+    params = dict(
+        n_permutations=10,
+        cv=GroupKFold(5),
+        permutation_type="circular_shift",
+        multioutput="raw_values",
+        return_null=True,
+    )
+    model = BatchedRidge(alphas=np.logspace(-2, 3, 6), dtype="float64")
+    reference = PermutationScorer(model, device="cpu", **params).fit(
+        X, Y, groups=runs, confounds=Z
+    )
+    result = PermutationScorer(model, device=device, **params).fit(
+        X, Y, groups=runs, confounds=Z
+    )
+    assert result.backend_.library == device
+    assert_allclose(result.score_, reference.score_, atol=1e-10)
+    assert_allclose(
+        result.permutation_scores_, reference.permutation_scores_, atol=1e-10
+    )
+    assert_array_equal(result.pvalue_, reference.pvalue_)
