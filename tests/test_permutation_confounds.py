@@ -273,6 +273,7 @@ def test_confound_explains_a_naive_positive():
     [
         (np.zeros((5, 1)), ValueError, "one row per sample of X \\(160\\), got 5"),
         (np.zeros((160, 0)), ValueError, "at least one column"),
+        (np.ones((160, 159)), ValueError, "fewer columns than n_samples - 1"),
         (np.zeros((160, 1, 1)), ValueError, "1-D or 2-D"),
         (np.where(np.arange(160) == 7, np.nan, 1.0), ValueError, "row 7"),
         (np.full(160, "a"), TypeError, "confounds must hold numbers"),
@@ -375,3 +376,40 @@ def test_other_array_libraries_match_numpy(device):
         result.permutation_scores_, reference.permutation_scores_, atol=1e-10
     )
     assert_array_equal(result.pvalue_, reference.pvalue_)
+
+
+def test_preflight_counts_what_both_models_hold():
+    """The refusal's figure for the data is what the problem of both models
+    holds once built (every rank at its bound here); the full model's data
+    and one item (9.4e-05 GB) fit this budget."""
+    from skbatch._ridge.confounds import ConfoundedPermutedProblem, reduced_scheme
+    from skbatch._ridge.cv import cv_scheme
+    from skbatch._ridge.spec import ridge_spec
+    from skbatch.backend import Backend
+
+    X, Y, Z, _ = _data(phi=0.0)
+    with pytest.raises(ValueError, match="the data and decompositions hold") as error:
+        PermutationScorer(Ridge(), n_permutations=50, max_memory_gb=1e-4).fit(
+            X, Y, confounds=Z
+        )
+    design = np.hstack([X, Z])
+    fitted, residuals = confound_fit(Z, Y)
+    problem = ConfoundedPermutedProblem(
+        design,
+        Z,
+        fitted,
+        residuals,
+        list(KFold(5).split(X)),
+        ridge_spec(Ridge()),
+        lambda X_train, Y_train, train: cv_scheme(None).split(X_train, Y_train),
+        Backend("numpy"),
+        np.float64,
+        None,
+        n_permutations=50,
+        permutation=dict(
+            entropy=0, groups=None, permutation_type="shuffle", block_size=None
+        ),
+    )
+    assert f"{problem.fixed_bytes / 1e9:.3g}" in str(error.value)
+    assert problem.reduced.Y is problem.Y
+    assert reduced_scheme(Z, Y, np.arange(len(Z))) is not None

@@ -58,8 +58,9 @@ def check_confounds(confounds, n_samples):
     TypeError
         For a sparse matrix or values that are not numbers.
     ValueError
-        For another number of rows than ``X`` has, no column, more than 2
-        dimensions, or missing or infinite values.
+        For another number of rows than ``X`` has, no column, as many
+        columns as rows less one or more, more than 2 dimensions, or missing
+        or infinite values.
 
     Examples
     --------
@@ -96,6 +97,13 @@ def check_confounds(confounds, n_samples):
         raise ValueError(
             "confounds must have at least one column; pass confounds=None for "
             "no confounds"
+        )
+    if values.shape[1] + 1 >= n_samples:
+        raise ValueError(
+            f"confounds must have fewer columns than n_samples - 1 "
+            f"({n_samples - 1}), got {values.shape[1]}: least squares on them "
+            f"and an intercept would fit y exactly, leaving no residuals to "
+            f"permute"
         )
     values = values.astype(np.float64)
     bad = ~np.isfinite(values)

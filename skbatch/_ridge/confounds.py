@@ -196,11 +196,12 @@ n_permutations, permutation :
             n_permutations=n_permutations,
             permutation=permutation,
         )
-        # Both problems' data and decompositions, and both batches' work;
-        # the reduced model's fitted values are the full model's.
+        # One copy of the targets' fitted values and residuals serves both;
+        # both problems' decompositions and both batches' work are held.
+        self.reduced.Y, self.reduced.fitted = self.Y, self.fitted
         itemsize = np.dtype(dtype).itemsize
         self.fixed_bytes += (
-            self.reduced.fixed_bytes - itemsize * self.n_samples * self.n_targets
+            self.reduced.fixed_bytes - 2 * itemsize * self.n_samples * self.n_targets
         )
         self.device_bytes_per_item += self.reduced.device_bytes_per_item
 
