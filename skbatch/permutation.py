@@ -260,8 +260,8 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
     >>> flips.exact_, flips.n_permutations_  # 2**3 sign vectors of 3 runs
     (True, 8)
 
-    Beyond a confound: ``signal`` depends on X's first column, which a
-    nuisance variable cannot explain.
+    Beyond a confound: the target adds a nuisance variable (``motion``) to
+    ``signal``; X still predicts it beyond that variable.
 
     >>> motion = rng.standard_normal((60, 1))
     >>> beyond = PermutationScorer(Ridge(alpha=1.0), n_permutations=99).fit(
