@@ -413,3 +413,18 @@ def test_preflight_counts_what_both_models_hold():
     assert f"{problem.fixed_bytes / 1e9:.3g}" in str(error.value)
     assert problem.reduced.Y is problem.Y
     assert reduced_scheme(Z, Y, np.arange(len(Z))) is not None
+
+
+def test_float32_X_keeps_its_precision():
+    from skbatch import BatchedRidge
+
+    X, Y, Z, _ = _data(phi=0.0)
+    params = dict(n_permutations=5, multioutput="raw_values", return_null=True)
+    single = PermutationScorer(BatchedRidge(), **params).fit(
+        X.astype(np.float32), Y, confounds=Z
+    )
+    double = PermutationScorer(BatchedRidge(), **params).fit(X, Y, confounds=Z)
+    assert single.estimator_.coef_.dtype == np.float32
+    assert single.estimator_.n_features_in_ == 6
+    assert_allclose(single.score_, double.score_, atol=1e-4)
+    assert_allclose(single.permutation_scores_, double.permutation_scores_, atol=1e-4)

@@ -121,8 +121,8 @@ def confounded_inputs(estimator, inputs, confounds):
     before any work, and the reduced model fit on all rows.
 
     The returned :class:`~skbatch._permutation.inputs.FitInputs` hold the
-    full design ``[X, Z]`` (float64, sparse if X is) as ``X``, what every
-    fit of the estimator gets.
+    full design ``[X, Z]`` (in X's float dtype, float64 for any other;
+    sparse if X is) as ``X``, what every fit of the estimator gets.
     """
     kind = type(estimator).__name__
     if is_classifier(estimator):
@@ -144,12 +144,15 @@ def confounded_inputs(estimator, inputs, confounds):
         )
     X = inputs.X
     values = check_confounds(confounds, X.shape[0])
+    # X's float precision is kept (float32 X stays float32, the confounds
+    # rounded to it), as the estimator would compute on X alone.
+    dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.float64
     if sp.issparse(X):
         design = sp.hstack([X, sp.csr_matrix(values)], format=X.format)
-        design = design.astype(np.float64)
+        design = design.astype(dtype)
     else:
         try:
-            design = np.hstack([np.asarray(X, dtype=np.float64), values])
+            design = np.hstack([np.asarray(X, dtype=dtype), values.astype(dtype)])
         except (TypeError, ValueError) as error:
             raise TypeError(
                 f"With confounds, X and the confounds reach the estimator as "
