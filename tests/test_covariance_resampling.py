@@ -242,6 +242,57 @@ def test_group_folds_and_float32(monkeypatch):
     )
 
 
+@pytest.mark.parametrize(
+    "library", ["torch", pytest.param("jax", marks=pytest.mark.slow)]
+)
+def test_backends_equal_numpy(monkeypatch, library):
+    pytest.importorskip(library)
+    X, Y, groups = ar_runs(seed=7)
+    spy = PathSpy(monkeypatch)
+    params = dict(cv=LeaveOneGroupOut(), multioutput="raw_values")
+    ridge = BatchedRidge(alphas=ALPHAS, cv=LeaveOneGroupOut(), dtype="float64")
+    ref = _scorer(ridge.set_params(solver="svd"), **params).fit(X, Y, groups=groups)
+    out = _scorer(ridge.set_params(solver="covariance"), device=library, **params)
+    out.fit(X, Y, groups=groups)
+    assert spy.built == [PermutedRidgeProblem, CovariancePermutedProblem]
+    assert_allclose(
+        out.permutation_scores_, ref.permutation_scores_, rtol=1e-10, atol=1e-12
+    )
+
+
+def test_problem_pickles_for_cluster_tasks():
+    import pickle
+
+    from skbatch._ridge.cv import cv_scheme
+    from skbatch.backend import resolve_backend
+
+    X, Y, groups = ar_runs(seed=8)
+    splits = list(LeaveOneGroupOut().split(X, Y, groups))
+    ridge = BatchedRidge(alphas=ALPHAS, cv=LeaveOneGroupOut(), solver="covariance")
+    spec = ridge.__skbatch_ridge_spec__()
+
+    def inner(X_train, Y_train, train):
+        return cv_scheme(spec.cv).split(X_train, Y_train, groups=groups[train])
+
+    permutation = dict(
+        entropy=1, groups=groups, permutation_type="circular_shift", block_size=None
+    )
+    problem = CovariancePermutedProblem(
+        X,
+        Y,
+        splits,
+        spec,
+        inner,
+        resolve_backend("numpy"),
+        np.dtype(np.float64),
+        "r2",
+        n_permutations=5,
+        permutation=permutation,
+    )
+    again = pickle.loads(pickle.dumps(problem))
+    assert_array_equal(again(np.arange(5)), problem(np.arange(5)))
+
+
 def test_single_alpha_skips_inner_folds(monkeypatch):
     X, Y, groups = ar_runs(seed=3)
     spy = PathSpy(monkeypatch)

@@ -28,7 +28,7 @@ import numpy as np
 from array_api_compat import device as array_device
 
 from .._backends.side_by_side import cpu_workers, map_threads
-from .._engine import plan_batches
+from .._engine import Portable, plan_batches
 from .._kernels import linalg as _linalg
 from .covariance import (
     COVARIANCE_MAX_ERROR,
@@ -142,7 +142,7 @@ def permuted_problem(problem_class, *args, solver, fallback, **kwargs):
     return problem
 
 
-class _Basis:
+class _Basis(Portable):
     """One training set decomposed: its atoms, moments and eigenbasis, and
     the test rows it predicts."""
 
