@@ -169,7 +169,13 @@ def main():
         results = {variant: [] for variant in VARIANTS[what]}
         for _ in range(args.repeats):
             for variant in VARIANTS[what]:
-                results[variant].append(measure(what, variant, args.seconds, n_items))
+                result = measure(what, variant, args.seconds, n_items)
+                results[variant].append(result)
+                print(
+                    f"  {variant}: {result['seconds']:.1f} s, rise "
+                    f"{result['rise'] / 1e6:.0f} MB",
+                    flush=True,
+                )
         first = next(iter(results.values()))
         ref_seconds = np.median([r["seconds"] for r in first])
         ref_rise = np.median([r["rise"] for r in first])
