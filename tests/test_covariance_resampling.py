@@ -62,14 +62,14 @@ class PathSpy:
 
     def __init__(self, monkeypatch):
         self.built = []
-        original = covariance_resampling.permuted_problem
+        original = covariance_resampling.build_permuted_problem
 
         def spy(*args, **kwargs):
             problem = original(*args, **kwargs)
             self.built.append(type(problem))
             return problem
 
-        monkeypatch.setattr(permutation_paths, "permuted_ridge_problem", spy)
+        monkeypatch.setattr(permutation_paths, "build_permuted_problem", spy)
 
 
 def _scorer(estimator, **params):

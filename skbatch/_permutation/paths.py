@@ -40,8 +40,10 @@ from .. import _backends
 from .._engine import run_parallel, run_problem
 from .._resampling.sign_flip import split_signed_rows
 from .._resampling.signed import signed_rows
-from .._ridge.covariance_resampling import CovariancePermutedProblem
-from .._ridge.covariance_resampling import permuted_problem as permuted_ridge_problem
+from .._ridge.covariance_resampling import (
+    CovariancePermutedProblem,
+    build_permuted_problem,
+)
 from .._ridge.problems import PermutedRidgeProblem
 from ..backend import to_numpy
 from ..ridge import AlphaEdgeWarning, AutocorrelationWarning
@@ -169,7 +171,7 @@ def _fit_ridge(
     else:
         passes = [[name] for name in metrics]
     problem = functools.partial(
-        permuted_ridge_problem,
+        build_permuted_problem,
         problem_class,
         X,
         Y,

@@ -298,6 +298,6 @@ def _plan_ridge(settings, inputs, splits, spec, n_items, inner_groups):
         inner_scheme=inner_scheme,
         problem_class=problem_class,
         # The SVD's memory, checked before "auto" turns to it
-        # (skbatch._ridge.covariance_resampling.permuted_problem).
+        # (skbatch._ridge.covariance_resampling.build_permuted_problem).
         fallback=functools.partial(PermutedRidgeProblem.check_memory, *check, **memory),
     )

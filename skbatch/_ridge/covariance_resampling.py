@@ -19,7 +19,7 @@ settled by :func:`~skbatch._ridge.covariance.choose_decomposition` on each
 outer fold's training rows and inner scheme, as ``BatchedRidge`` settles it
 on those rows; with "auto", :meth:`CovariancePermutedProblem.accurate` then
 says whether the conditioning keeps the covariance
-(:func:`permuted_problem`).
+(:func:`build_permuted_problem`).
 """
 
 import math
@@ -47,7 +47,7 @@ from .spec import RidgeSpec
 __all__ = [
     "CovariancePermutedProblem",
     "permuted_decomposition",
-    "permuted_problem",
+    "build_permuted_problem",
     "row_atoms",
 ]
 
@@ -124,7 +124,7 @@ def permuted_decomposition(spec, X, splits, schemes):
     return "covariance" if chosen == {"covariance"} else "svd"
 
 
-def permuted_problem(problem_class, *args, solver, fallback, **kwargs):
+def build_permuted_problem(problem_class, *args, solver, fallback, **kwargs):
     """The fast path's problem: ``problem_class(*args, **kwargs)``, or, for a
     :class:`CovariancePermutedProblem` that ``solver="auto"`` does not keep
     (:meth:`~CovariancePermutedProblem.accurate`), the SVD's
