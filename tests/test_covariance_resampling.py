@@ -512,3 +512,45 @@ def test_run_products_only_where_they_are_smaller_than_x():
     # The runs' products held, no weighted copy of X per replicate.
     assert fixed_runs - fixed_rows >= 8 * 8 * 100 * (100 + 5)
     assert per_rows - per_runs >= 1.5 * 8 * (2 * 99 * 800 - 8)
+
+
+def test_planned_bytes_cover_the_traced_peak():
+    import tracemalloc
+
+    from skbatch._ridge.cv import cv_scheme
+    from skbatch.backend import resolve_backend
+
+    X, Y, groups = ar_runs(
+        seed=9, lengths=(600, 450, 520, 580, 610, 470), p=40, n_targets=4
+    )
+    splits = list(LeaveOneGroupOut().split(X, Y, groups))
+    spec = BatchedRidge(
+        alphas=ALPHAS, cv=LeaveOneGroupOut(), solver="covariance"
+    ).__skbatch_ridge_spec__()
+
+    def inner(X_train, Y_train, train):
+        return cv_scheme(spec.cv).split(X_train, Y_train, groups=groups[train])
+
+    permutation = dict(
+        entropy=1, groups=groups, permutation_type="circular_shift", block_size=None
+    )
+    tracemalloc.start()
+    problem = CovariancePermutedProblem(
+        X,
+        Y,
+        splits,
+        spec,
+        inner,
+        resolve_backend("numpy"),
+        np.dtype(np.float64),
+        "r2",
+        n_permutations=16,
+        permutation=permutation,
+    )
+    problem(np.arange(16))
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    planned = problem.fixed_bytes + 16 * problem.device_bytes_per_item
+    assert peak <= planned
+    # Not a gross overcount either: the moments and bases are most of it.
+    assert peak >= 0.2 * planned
