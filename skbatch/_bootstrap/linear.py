@@ -3,7 +3,9 @@
 A linear model (ridge or least squares at fixed alphas, a banded ridge held
 at its choices) whose ``coef_`` / ``intercept_`` are bootstrapped takes this
 path: a resample is the count of each row as its weight, and a batch of
-replicates is a batch of weighted Gram matrices and solves
+replicates is a batch of weighted Gram matrices and solves (for a bootstrap
+of whole runs, each replicate's Gram matrix is its counts of the runs times
+the runs' own, formed once)
 (:class:`~skbatch._ridge.problems.BootstrapRidgeProblem`,
 :class:`~skbatch._ridge.banded.bootstrap.BandedBootstrapProblem`) that the
 engine runs under the memory budget.
@@ -35,6 +37,14 @@ from ..memory import GB
 from .attributes import LINEAR_ATTRIBUTES
 from .jackknife import check_linear_jackknife
 from .summaries import accumulator_bytes, refuse_replicates
+
+
+def _n_runs(n_samples, n_columns, groups, block_size):
+    """Runs whose products the replicates sum
+    (:meth:`BootstrapRidgeProblem.moment_runs`), 0 when they are formed
+    from the rows."""
+    runs = BootstrapRidgeProblem.moment_runs(n_samples, n_columns, groups, block_size)
+    return 0 if runs is None else len(runs)
 
 
 def linear_shapes(estimator, attributes, tune_per_replicate, X, y):
@@ -138,6 +148,7 @@ def check_linear_budget(settings, estimator, inputs, shapes, backend):
     else:
         spec = ridge_spec(estimator)
         fit_intercept, alphas = spec.fit_intercept, spec.alphas
+        runs = _n_runs(n_samples, n_features + 1, groups, settings.block_size)
         planned = BootstrapRidgeProblem.nbytes(
             n_samples,
             n_features,
@@ -145,8 +156,9 @@ def check_linear_budget(settings, estimator, inputs, shapes, backend):
             8,
             copies_y=True,
             gather_buffers=BootstrapRidgeProblem.gather_buffers(
-                backend, n_samples, n_features + 1, n_targets
+                backend, n_samples, n_features + 1, n_targets, runs=runs
             ),
+            runs=runs,
         )
     summaries = accumulator_bytes(settings, shapes)
     batched_budget(
@@ -218,14 +230,17 @@ def run_linear(settings, linear, inputs, entropy, backend, run, accumulators):
             X, y, spec, backend, dtype, settings.n_bootstrap
         )
     else:
+        n_columns = X.shape[1] + spec.fit_intercept
+        runs = _n_runs(X.shape[0], n_columns, groups, settings.block_size)
         planned = BootstrapRidgeProblem.nbytes(
             *X.shape,
             n_targets,
             dtype.itemsize,
             copies_y=backend.library != "numpy" or y.dtype != dtype,
             gather_buffers=BootstrapRidgeProblem.gather_buffers(
-                backend, X.shape[0], X.shape[1] + spec.fit_intercept, n_targets
+                backend, X.shape[0], n_columns, n_targets, runs=runs
             ),
+            runs=runs,
         )
     batch_gb, max_items = batched_budget(
         backend,

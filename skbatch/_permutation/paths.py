@@ -40,7 +40,10 @@ from .. import _backends
 from .._engine import run_parallel, run_problem
 from .._resampling.sign_flip import split_signed_rows
 from .._resampling.signed import signed_rows
-from .._ridge.banded import permuted_problem
+from .._ridge.covariance_resampling import (
+    CovariancePermutedProblem,
+    build_permuted_problem,
+)
 from .._ridge.problems import PermutedRidgeProblem
 from ..backend import to_numpy
 from ..ridge import AlphaEdgeWarning, AutocorrelationWarning
@@ -148,7 +151,8 @@ def _null_scores_task(
 def _fit_ridge(
     settings, X, y, groups, splits, ridge, entropy, raw, permutation, n_items, metrics
 ):
-    """Fast path: permutations as extra targets through one SVD per fold.
+    """Fast path: permutations as extra targets through one decomposition
+    (an SVD, or an ``eigh`` of the covariance) per training set.
 
     ``ridge`` is what :func:`~skbatch._permutation.plan._plan_ridge`
     planned; ``metrics`` (name -> scoring) are among
@@ -157,15 +161,27 @@ def _fit_ridge(
     X, Y, spec = ridge["X"], ridge["Y"], ridge["spec"]
     backend, dtype = ridge["backend"], ridge["dtype"]
     flops, inner_scheme = ridge["flops"], ridge["inner_scheme"]
-    problem_class = permuted_problem(spec)
+    problem_class = ridge["problem_class"]
     # The problem scores every metric on the same predictions where its
-    # scores() is PermutedRidgeProblem's; otherwise one pass per metric.
-    if len(metrics) > 1 and problem_class.scores is PermutedRidgeProblem.scores:
+    # scores() is PermutedRidgeProblem's or the covariance's; otherwise one
+    # pass per metric.
+    shared = (PermutedRidgeProblem.scores, CovariancePermutedProblem.scores)
+    if len(metrics) > 1 and problem_class.scores in shared:
         passes = [list(metrics)]
     else:
         passes = [[name] for name in metrics]
     problem = functools.partial(
-        problem_class, X, Y, splits, spec, inner_scheme, backend, dtype
+        build_permuted_problem,
+        problem_class,
+        X,
+        Y,
+        splits,
+        spec,
+        inner_scheme,
+        backend,
+        dtype,
+        solver=getattr(spec, "solver", "svd"),
+        fallback=ridge["fallback"],
     )
     counters = {}
     for names in passes:

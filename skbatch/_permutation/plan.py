@@ -24,8 +24,12 @@ from .._kernels.timeseries import autocorrelation_warning
 from .._resampling.sign_flip import SIGN_FLIP
 from .._resampling.signed import count_resamples, signed_rows
 from .._ridge.banded import banded_spec, permuted_problem
+from .._ridge.covariance_resampling import (
+    CovariancePermutedProblem,
+    permuted_decomposition,
+)
 from .._ridge.cv import cv_scheme
-from .._ridge.problems import DEVICE_SCORINGS
+from .._ridge.problems import DEVICE_SCORINGS, PermutedRidgeProblem
 from .._ridge.spec import check_column_scales, refit_reason, resolve_dtype, ridge_spec
 from ..backend import resolve_backend
 from ..memory import GB, memory_budget
@@ -249,7 +253,9 @@ def _plan_ridge(settings, inputs, splits, spec, n_items, inner_groups):
     -------
     ridge : dict
         ``X`` and ``Y`` in float64, ``spec``, ``backend``, ``dtype``,
-        ``flops`` and ``inner_scheme``, for
+        ``flops``, ``inner_scheme``, ``problem_class`` (the decomposition
+        :func:`~skbatch._ridge.covariance_resampling.permuted_decomposition`
+        chose) and ``fallback`` (the SVD's memory check), for
         :func:`skbatch._permutation.paths._fit_ridge`.
     """
     input_dtype = np.asarray(inputs.X).dtype
@@ -275,17 +281,13 @@ def _plan_ridge(settings, inputs, splits, spec, n_items, inner_groups):
         groups = None if inner_groups is None else inner_groups[train]
         return cv_scheme(spec.cv, spec.scoring).split(X_train, Y_train, groups=groups)
 
-    permuted_problem(spec).check_memory(
-        X,
-        Y,
-        splits,
-        spec,
-        [inner_scheme(X[train], Y[train], train) for train, _ in splits],
-        backend,
-        dtype,
-        n_permutations=n_items,
-        max_memory_gb=settings.max_memory_gb,
-    )
+    schemes = [inner_scheme(X[train], Y[train], train) for train, _ in splits]
+    memory = dict(n_permutations=n_items, max_memory_gb=settings.max_memory_gb)
+    check = (X, Y, splits, spec, schemes, backend, dtype)
+    problem_class = permuted_problem(spec)
+    if permuted_decomposition(spec, X, splits, schemes) == "covariance":
+        problem_class = CovariancePermutedProblem
+    problem_class.check_memory(*check, **memory)
     return dict(
         X=X,
         Y=Y,
@@ -294,4 +296,8 @@ def _plan_ridge(settings, inputs, splits, spec, n_items, inner_groups):
         dtype=dtype,
         flops=flops,
         inner_scheme=inner_scheme,
+        problem_class=problem_class,
+        # The SVD's memory, checked before "auto" turns to it
+        # (skbatch._ridge.covariance_resampling.build_permuted_problem).
+        fallback=functools.partial(PermutedRidgeProblem.check_memory, *check, **memory),
     )

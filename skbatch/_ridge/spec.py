@@ -16,6 +16,7 @@ from sklearn.linear_model import LinearRegression, Ridge, RidgeCV
 from sklearn.pipeline import Pipeline
 
 from .._kernels import linalg as _linalg
+from .covariance import DECOMPOSITIONS
 from .cv import cv_scheme
 
 __all__ = ["RidgeSpec", "check_alphas", "refit_reason", "resolve_dtype", "ridge_spec"]
@@ -60,6 +61,10 @@ class RidgeSpec:
         for float32 input), or a dtype.
     fixed_per_target : bool
         ``alphas`` holds one fixed alpha per target (``Ridge(alpha=array)``).
+    solver : {"svd", "auto", "covariance"}
+        The decomposition asked for (``BatchedRidge(solver=...)``), which
+        :func:`skbatch._ridge.covariance.choose_decomposition` settles;
+        "svd" for scikit-learn's estimators.
     """
 
     alphas: np.ndarray
@@ -69,6 +74,7 @@ class RidgeSpec:
     fit_intercept: bool = True
     dtype: object = "input"
     fixed_per_target: bool = False
+    solver: str = "svd"
 
     @property
     def tunes(self):
@@ -299,6 +305,9 @@ def batched_ridge_spec(params):
     scoring = params["scoring"]
     if alphas is None or scoring not in SCORINGS:
         return None
+    solver = params.get("solver", "svd")
+    if not isinstance(solver, str) or solver not in DECOMPOSITIONS:
+        return None
     try:
         cv_scheme(params["cv"], scoring)
     except (TypeError, ValueError):
@@ -310,6 +319,7 @@ def batched_ridge_spec(params):
         params["alpha_per_target"],
         params["fit_intercept"],
         params["dtype"],
+        solver=solver,
     )
 
 

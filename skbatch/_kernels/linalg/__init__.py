@@ -85,6 +85,8 @@ from .weighted import (
     ResultPool,
     Scratch,
     gathers_drawn_rows,
+    run_products,
+    run_weighted_products,
     weighted_dual_coef,
     weighted_primal_coef,
 )
@@ -128,6 +130,8 @@ __all__ = [
     "qr_factor",
     "residual_sq_norm",
     "ridge_coef",
+    "run_products",
+    "run_weighted_products",
     "score_per_target",
     "select_alpha",
     "shrinking_alpha",

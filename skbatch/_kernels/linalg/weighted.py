@@ -32,7 +32,17 @@ SPD_COND_EPS_POWER = 0.5
 
 
 def weighted_primal_coef(
-    X, Y, w, alpha, fixed_alpha, *, fit_intercept, xp, scratch=None, results=None
+    X,
+    Y,
+    w,
+    alpha,
+    fixed_alpha,
+    *,
+    fit_intercept,
+    xp,
+    scratch=None,
+    results=None,
+    products=None,
 ):
     """Weighted ridge coefficients of a batch of replicates, p <= n.
 
@@ -55,6 +65,10 @@ def weighted_primal_coef(
     results : ResultPool, optional
         Where the coefficients of one alpha for all targets go, on the CPU:
         the caller gives them back once done with them.
+    products : tuple of arrays, optional
+        ``(X' W X, X' W Y)`` of every replicate, shapes (b, q, q) and
+        (b, q, t), when the caller has them (:func:`run_weighted_products`);
+        overwritten. Otherwise formed here from the rows.
 
     Returns
     -------
@@ -66,7 +80,9 @@ def weighted_primal_coef(
     """
     n = w.shape[1]
     q = X.shape[1]
-    gram, rhs = _weighted_products(X, Y, w, xp, scratch)
+    if products is None:
+        products = _weighted_products(X, Y, w, xp, scratch)
+    gram, rhs = products
     x_mean = y_mean = None
     p = q
     if fit_intercept:
@@ -113,6 +129,54 @@ def weighted_primal_coef(
         # (Q rotated)' computed as rotated' Q': BLAS transposes as it reads.
         coef = _transpose(rotated, xp) @ _transpose(vectors, xp)
         return coef, x_mean, y_mean
+
+
+def run_products(X, Y, runs, sample_weight, *, xp):
+    """``X_r' W_r X_r`` and ``X_r' W_r Y_r`` of each run of rows.
+
+    Parameters
+    ----------
+    X : array of shape (n, q)
+    Y : array of shape (n, t)
+    runs : list of index arrays
+        The rows of each run.
+    sample_weight : array of shape (n,) or None
+        ``W``'s diagonal; ones if None.
+
+    Returns
+    -------
+    gram, rhs : arrays of shapes (R, q, q) and (R, q, t)
+    """
+    grams, rhs = [], []
+    for rows in runs:
+        X_run, Y_run = xp.take(X, rows, axis=0), xp.take(Y, rows, axis=0)
+        weighted = X_run
+        if sample_weight is not None:
+            weighted = X_run * xp.take(sample_weight, rows)[:, None]
+        Xt = xp.permute_dims(weighted, (1, 0))
+        grams.append(Xt @ X_run)
+        rhs.append(Xt @ Y_run)
+    return xp.stack(grams), xp.stack(rhs)
+
+
+def run_weighted_products(counts, gram, rhs, xp):
+    """``(X' W X, X' W Y)`` of replicates that weight whole runs: the runs'
+    products (:func:`run_products`) summed with each replicate's count of
+    each run, one GEMM ``(b, R) @ (R, q * q)`` each, no pass over the rows.
+
+    Parameters
+    ----------
+    counts : array of shape (b, R)
+    gram, rhs : arrays of shapes (R, q, q) and (R, q, t)
+
+    Returns
+    -------
+    gram, rhs : arrays of shapes (b, q, q) and (b, q, t)
+    """
+    b, (R, q, t) = counts.shape[0], rhs.shape
+    summed_gram = counts @ xp.reshape(gram, (R, q * q))
+    summed_rhs = counts @ xp.reshape(rhs, (R, q * t))
+    return xp.reshape(summed_gram, (b, q, q)), xp.reshape(summed_rhs, (b, q, t))
 
 
 class Scratch:

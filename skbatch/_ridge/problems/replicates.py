@@ -109,6 +109,10 @@ class BootstrapRidgeProblem(Portable):
             self.n_samples, n_features, n_targets
         )
         self.threads = flops >= SIDE_BY_SIDE_MIN_FLOPS
+        self.runs = self.moment_runs(
+            self.n_samples, n_features + bool(fit_intercept), groups, block_size
+        )
+        n_runs = 0 if self.runs is None else len(self.runs)
         self.fixed_bytes, self.device_bytes_per_item, self.host_bytes_per_item = (
             self.nbytes(
                 self.n_samples,
@@ -122,7 +126,9 @@ class BootstrapRidgeProblem(Portable):
                     n_features + bool(fit_intercept),
                     n_targets,
                     threads=self.threads,
+                    runs=n_runs,
                 ),
+                runs=n_runs,
             )
         )
         alpha = np.array(
@@ -143,6 +149,22 @@ class BootstrapRidgeProblem(Portable):
                 # A column of ones makes the weighted sums of X and Y fall out
                 # of the two batch GEMMs as one more row.
                 X = np.hstack([X, np.ones((self.n_samples, 1))])
+        self.run_products = None
+        if self.runs is not None:
+            # Each run's X'WX and X'WY (the ones column included), in float64
+            # once: a replicate's products are then its counts of the runs
+            # times these, no pass over its rows.
+            self.run_products = tuple(
+                backend.asarray(product, dtype)
+                for product in _linalg.run_products(
+                    np.asarray(X, dtype=np.float64),
+                    np.asarray(Y, dtype=np.float64),
+                    self.runs,
+                    sample_weight,
+                    xp=np,
+                )
+            )
+            self.run_starts = np.array([rows[0] for rows in self.runs])
         library = _backends.get(backend.library)
         if not self.dual and not _linalg.gathers_drawn_rows(
             library, backend.device, self.n_samples, X.shape[1], n_targets
@@ -164,27 +186,59 @@ class BootstrapRidgeProblem(Portable):
         self.alpha = backend.asarray(alpha, dtype)
 
     @staticmethod
-    def gather_buffers(backend, n_samples, n_columns, n_targets, threads=True):
+    def moment_runs(n_samples, n_columns, groups, block_size):
+        """The rows of each run when replicates draw whole runs, for products
+        summed from the runs' own: a cluster bootstrap (``groups`` without
+        ``block_size``) of runs whose products (runs x ``n_columns``^2) take
+        no more memory than X (``n_samples`` x ``n_columns``); else None.
+
+        Forming a replicate's X'WX from its rows costs ``2 n q^2`` and from
+        its runs' ``2 R q^2``: with R runs of many rows, far less.
+        """
+        if groups is None or block_size is not None or n_columns > n_samples:
+            return None
+        _, labels = np.unique(np.asarray(groups), return_inverse=True)
+        labels = labels.reshape(-1)
+        n_runs = int(labels.max()) + 1
+        if n_runs * n_columns > n_samples:
+            return None
+        order = np.argsort(labels, kind="stable")
+        bounds = np.cumsum(np.bincount(labels, minlength=n_runs))[:-1]
+        return np.split(order, bounds)
+
+    @staticmethod
+    def gather_buffers(backend, n_samples, n_columns, n_targets, threads=True, runs=0):
         """Buffers of Y's drawn rows held at once, for :meth:`nbytes`.
 
         One per thread that runs batches
         (:func:`skbatch._backends.side_by_side.cpu_workers`
         when ``threads``, else one) where the kernel gathers drawn rows, none
         where it stacks its products (:func:`skbatch._kernels.linalg.
-        gathers_drawn_rows`; ``n_columns`` counts the ones column).
+        gathers_drawn_rows`; ``n_columns`` counts the ones column) or sums
+        those of ``runs`` runs (:meth:`moment_runs`).
         """
         library = _backends.get(backend.library)
-        if not _linalg.gathers_drawn_rows(
+        if runs or not _linalg.gathers_drawn_rows(
             library, backend.device, n_samples, n_columns, n_targets
         ):
             return 0
         return cpu_workers(backend) if threads else 1
 
     @staticmethod
-    def nbytes(n_samples, n_features, n_targets, itemsize, copies_y, gather_buffers=1):
+    def nbytes(
+        n_samples,
+        n_features,
+        n_targets,
+        itemsize,
+        copies_y,
+        gather_buffers=1,
+        runs=0,
+    ):
         """``(fixed, device per replicate, host per replicate)`` bytes.
 
-        ``gather_buffers``: see :meth:`gather_buffers`.
+        ``gather_buffers``: see :meth:`gather_buffers`. ``runs``: the runs
+        whose products the replicates sum (:meth:`moment_runs`), 0 when
+        they are formed from the rows.
         """
         n, p, t = n_samples, n_features, n_targets
         # X centred (with a ones column in the primal) on the device, and the
@@ -201,6 +255,14 @@ class BootstrapRidgeProblem(Portable):
             # CPU, into a buffer per thread (skbatch/_kernels/linalg/weighted.py,
             # _weighted_products).
             fixed += gather_buffers * min(itemsize * n * t, _linalg.MAX_GATHER_BYTES)
+            if runs:
+                # Every run's products held (and, while they are formed, in
+                # float64 beside one run's rows of X and Y), no replicate's
+                # weighted copy of X.
+                q = p + 1
+                products = runs * q * (q + t)
+                fixed += itemsize * products + 8 * (products + n * (q + t))
+                elements = 4 * p * p + 5 * p * t + 4 * n + 2 * t + runs
         device = BOOTSTRAP_WORKSPACE_OVERHEAD * itemsize * elements
         # Counts and weights of one replicate, and its result in the compute
         # dtype with what the accumulator makes of it: a float64 copy of a
@@ -210,6 +272,12 @@ class BootstrapRidgeProblem(Portable):
         return fixed, device, host
 
     def weights(self, ids):
+        """Row weights (len(ids), n_samples) of replicates ``ids``."""
+        return self._draw(ids)[0]
+
+    def _draw(self, ids):
+        """Row weights of replicates ``ids`` and, when the replicates sum
+        the runs' products, their count of each run (else None)."""
         counts = bootstrap_counts(
             self.entropy,
             ids,
@@ -222,17 +290,27 @@ class BootstrapRidgeProblem(Portable):
         if self.sample_weight is not None:
             weights *= self.sample_weight
             check_replicate_weights(ids, weights)
-        return self.backend.asarray(weights, self.dtype)
+        run_counts = None
+        if self.run_products is not None:
+            run_counts = self.backend.asarray(
+                np.ascontiguousarray(counts[:, self.run_starts]), self.dtype
+            )
+        return self.backend.asarray(weights, self.dtype), run_counts
 
     def __call__(self, ids):
         xp = self.xp
-        w = self.weights(ids)
+        w, run_counts = self._draw(ids)
         args = (w, self.alpha, self.fixed_alpha)
         if self.dual:
             coef, x_mean, y_mean = _linalg.weighted_dual_coef(
                 self.X, self.K0, self.Y, *args, fit_intercept=self.fit_intercept, xp=xp
             )
         else:
+            products = None
+            if run_counts is not None:
+                products = _linalg.run_weighted_products(
+                    run_counts, *self.run_products, xp
+                )
             coef, x_mean, y_mean = _linalg.weighted_primal_coef(
                 self.X,
                 self.Y,
@@ -241,6 +319,7 @@ class BootstrapRidgeProblem(Portable):
                 xp=xp,
                 scratch=self.scratch,
                 results=self.results,
+                products=products,
             )
         if self.fit_intercept:
             offset = x_mean + self.x_offset
