@@ -25,6 +25,7 @@ call (a batch of K permutations, t targets), in the layout ``(t, K, n)``
 from typing import NamedTuple
 
 import numpy as np
+from scipy.linalg import blas
 
 from .._kernels import linalg as _linalg
 from .._kernels.linalg.scores import CONSTANT_ULPS, TargetSpread, _r2
@@ -81,14 +82,30 @@ class HeldModel:
 
     def __init__(self, columns, s, Vt, test_basis, candidate, alpha):
         self.columns = columns
-        self.s, self.Vt, self.test_basis = s, Vt, test_basis
+        self.s, self.Vt = s, Vt
+        # Fortran order, as BLAS reads it (a copy per product otherwise).
+        self.test_basis = [np.asfortranarray(basis) for basis in test_basis]
         self.candidate = np.asarray(candidate, dtype=np.intp)
         self.alpha = np.asarray(alpha, dtype=np.float64)
-        self.order = np.argsort(self.candidate, kind="stable")
+        # By candidate, then alpha: each (candidate, alpha) is one run of
+        # rows, damped by one vector 1 / (s^2 + alpha) in place.
+        self.order = np.lexsort((self.alpha, self.candidate))
         self.bounds = np.searchsorted(
             self.candidate[self.order], np.arange(len(columns) + 1)
         )
         self._taken = [_as_slice(kept) for kept in columns]
+        sorted_alpha = self.alpha[self.order]
+        self._damping = []
+        for c in range(len(columns)):
+            start, stop = self.bounds[c], self.bounds[c + 1]
+            alphas, starts = np.unique(sorted_alpha[start:stop], return_index=True)
+            stops = np.append(starts[1:], stop - start)
+            self._damping.append(
+                [
+                    (int(a), int(b), 1.0 / (self.s[c] ** 2 + alpha))
+                    for a, b, alpha in zip(starts, stops, alphas)
+                ]
+            )
 
     def squared_errors(self, products, deviations, n_repeats, root_weight, buffers):
         """Each target's held-out sum of (weighted) squared errors.
@@ -117,16 +134,24 @@ class HeldModel:
         np.take(products, rows, axis=0, out=ordered, mode="clip")
         errors = _scratch(buffers, "errors", deviations.shape)
         np.take(deviations, rows, axis=0, out=errors, mode="clip")
-        predicted = _scratch(buffers, "predicted", deviations.shape)
-        alpha = np.repeat(self.alpha[self.order], n_repeats)
         for c, taken in enumerate(self._taken):
             start, stop = self.bounds[c] * n_repeats, self.bounds[c + 1] * n_repeats
             if start == stop:
                 continue
             coords = ordered[start:stop, taken] @ self.Vt[c].T
-            coords /= self.s[c] ** 2 + alpha[start:stop, None]
-            np.matmul(coords, self.test_basis[c].T, out=predicted[start:stop])
-        errors -= predicted
+            for a, b, damping in self._damping[c]:
+                coords[a * n_repeats : b * n_repeats] *= damping
+            # errors -= coords @ test_basis': the GEMM subtracts in place
+            # (BLAS's beta = 1), on the transposes, which are in Fortran
+            # order, without a buffer of predictions.
+            blas.dgemm(
+                -1.0,
+                self.test_basis[c],
+                coords.T,
+                beta=1.0,
+                c=errors[start:stop].T,
+                overwrite_c=True,
+            )
         ordered_sse = _sum_of_squares(errors, root_weight)
         out = np.empty(n_rows)
         out.reshape(n_targets, n_repeats)[self.order] = ordered_sse.reshape(
@@ -233,14 +258,22 @@ def _segments(rows):
     return list(zip(starts.tolist(), stops.tolist(), rows[starts].tolist()))
 
 
-def _gather_columns(A, rows, out):
-    """``out[:] = A[:, rows]``, by slices where ``rows`` runs in pieces."""
+def _gather_columns(A, rows, out, plus=None):
+    """``out[:] = A[:, rows] (+ plus)``, by slices where ``rows`` runs in
+    pieces."""
     segments = _segments(rows) if rows.size else []
     if segments is None:
-        out[...] = A[:, rows]
+        if plus is None:
+            out[...] = A[:, rows]
+        else:
+            np.add(A[:, rows], plus, out=out)
         return
     for start, stop, source in segments:
-        out[:, start:stop] = A[:, source : source + stop - start]
+        piece = A[:, source : source + stop - start]
+        if plus is None:
+            out[:, start:stop] = piece
+        else:
+            np.add(piece, plus[:, start:stop], out=out[:, start:stop])
 
 
 def _columns(A, rows):
@@ -362,7 +395,9 @@ class HeldNullProblem:
         n_samples = X.shape[0]
         self.w = _train_weights(sample_weight, np.arange(n_samples))
         X = X - _offset(X, self.w, fit_intercept)
-        self.weighted = X * self.w[:, None]
+        # The weights as one more column: the GEMM that makes the products
+        # makes the targets' weighted sums too (no pass of its own over y*).
+        self.weighted = np.column_stack([X * self.w[:, None], self.w])
         self.folds = []
         for train, test in splits:
             outside = np.setdiff1d(np.arange(n_samples), train)
@@ -384,14 +419,16 @@ class HeldNullProblem:
                     offset,
                     w.sum(),
                     self.weighted[outside] if subtract else None,
-                    None if subtract else (X[train] - offset) * w[:, None],
+                    None
+                    if subtract
+                    else np.column_stack([(X[train] - offset) * w[:, None], w]),
                 )
             )
 
     @property
     def shape(self):
         """(n_samples, n_features, n_targets)."""
-        return self.fitted.shape[1], self.weighted.shape[1], self.fitted.shape[0]
+        return self.fitted.shape[1], self.weighted.shape[1] - 1, self.fitted.shape[0]
 
     def targets(self, codes):
         """``fitted + P residuals`` of each resample's signed row codes, of
@@ -401,9 +438,11 @@ class HeldNullProblem:
         for k, code in enumerate(codes):
             flipped = code < 0
             rows = np.where(flipped, ~code, code)
+            if not flipped.any():
+                _gather_columns(self.residuals, rows, out[:, k], plus=self.fitted)
+                continue
             _gather_columns(self.residuals, rows, out[:, k])
-            if flipped.any():
-                out[:, k] *= np.where(flipped, -1.0, 1.0)
+            out[:, k] *= np.where(flipped, -1.0, 1.0)
             out[:, k] += self.fitted
         return out
 
@@ -424,7 +463,7 @@ class HeldNullProblem:
         totals = None
         for f, fold in enumerate(self.folds):
             if totals is None and fold.outside_weighted is not None:
-                totals = Y @ self.weighted, Y @ self.w
+                totals = Y @ self.weighted
             products, mean = self._products(fold, Y, totals, buffers)
             deviations = _scratch(buffers, "deviations", (Y.shape[0], fold.n_test))
             np.subtract(_columns(Y, fold.test), mean[:, None], out=deviations)
@@ -461,23 +500,20 @@ class HeldNullProblem:
     def _products(self, fold, Y, totals, buffers):
         """``((X_train - mean)' W Y_train, weighted mean of Y_train)``, the
         products as rows (one per row of ``Y``)."""
-        products = _scratch(buffers, "fold products", (Y.shape[0], self.shape[1]))
+        # The products and, in the last column, the weighted sums.
+        out = _scratch(buffers, "fold products", (Y.shape[0], self.shape[1] + 1))
         if fold.outside_weighted is None:
-            Y_train = np.take(Y, fold.train, axis=1)
-            w = self.w[fold.train]
-            mean = (
-                (Y_train @ w) / w.sum() if self.fit_intercept else np.zeros(Y.shape[0])
-            )
-            np.matmul(Y_train, fold.train_weighted, out=products)
-            return products, mean
-        Y_out = _columns(Y, fold.outside)
-        np.matmul(Y_out, fold.outside_weighted, out=products)
-        np.subtract(totals[0], products, out=products)
-        sums = totals[1] - Y_out @ self.w[fold.outside]
+            np.matmul(np.take(Y, fold.train, axis=1), fold.train_weighted, out=out)
+        else:
+            np.matmul(_columns(Y, fold.outside), fold.outside_weighted, out=out)
+            np.subtract(totals, out, out=out)
+        products, sums = out[:, :-1], out[:, -1]
         if not self.fit_intercept:
             return products, np.zeros(Y.shape[0])
-        products -= sums[:, None] * fold.offset
-        return products, sums / fold.total
+        mean = sums / fold.total
+        if fold.outside_weighted is not None:
+            products -= sums[:, None] * fold.offset
+        return products, mean
 
 
 def _weighted_mean(A, root_weight, total):
