@@ -76,6 +76,7 @@ import argparse
 import os
 import time
 
+import joblib
 import numpy as np
 from sklearn.model_selection import LeaveOneGroupOut
 from threadpoolctl import threadpool_info, threadpool_limits
@@ -478,6 +479,17 @@ def null_tasks(X, Y, labels, runs, candidates, args, seed=0):
             name = "1 thread" if threads == 1 else "all threads"
             rows[f"held {name}, band {b}"] = float(np.median(walls))
             rows[f"held {name} CPU, band {b}"] = float(np.median(cpus))
+        # Two worker processes of one thread each (variance_partitioning's
+        # n_jobs=2), after a first call that starts them and ships the task.
+        halves = np.array_split(ids, 2)
+        with joblib.parallel_config(backend="loky", inner_max_num_threads=1):
+            with joblib.Parallel(n_jobs=2) as parallel:
+                walls = []
+                for _ in range(args.held_repeats + 1):
+                    start = time.perf_counter()
+                    parallel(joblib.delayed(held)(half) for half in halves)
+                    walls.append((time.perf_counter() - start) / ids.size)
+        rows[f"held 2 processes, band {b}"] = float(np.median(walls[1:]))
         rows[f"held, band {b}"] = rows[f"held all threads, band {b}"]
         flops = 2.0 * X.shape[0] * X.shape[1] * n_targets
         for fold, (train, _) in enumerate(splits):
@@ -559,12 +571,15 @@ def partition_nulls(args):
         floor = measured[-1][f"held flops, band {b}"] / rate
         one = measured[-1][f"held 1 thread CPU, band {b}"]
         wall = measured[-1][f"held all threads, band {b}"]
+        two = measured[-1][f"held 2 processes, band {b}"]
         print(
             f"held, band {b} at {sizes[-1]} targets, per permutation: one "
             f"thread {one:.3g} CPU s against a GEMM floor of {floor:.3g} "
-            f"({floor / one:.0%}); {threads} threads {wall:.3g} s wall against "
-            f"{floor / threads:.3g} ({floor / threads / wall:.0%}); "
-            f"{per[-1] / N_RUNS / 1e6:.2f} MFLOP per permutation, target and fold"
+            f"({floor / one:.0%}); {threads} BLAS threads {wall:.3g} s wall "
+            f"against {floor / threads:.3g} ({floor / threads / wall:.0%}); 2 "
+            f"processes of one thread {two:.3g} s wall against {floor / 2:.3g} "
+            f"({floor / 2 / two:.0%}); {per[-1] / N_RUNS / 1e6:.2f} MFLOP per "
+            f"permutation, target and fold"
         )
 
 

@@ -80,9 +80,18 @@ class HeldModel:
     bounds : ndarray of shape (n_candidates + 1,)
     """
 
-    def __init__(self, columns, s, Vt, test_basis, candidate, alpha):
+    def __init__(self, columns, s, Vt, test_basis, candidate, alpha, shift=None):
         self.columns = columns
-        self.s, self.Vt = s, Vt
+        self.s = s
+        # V' and, in a last row, minus V' times the fold's training means
+        # (``shift``, of X less its overall mean): the products of training
+        # rows centred on X's overall mean, with their weighted sums in a last
+        # column, give the coordinates of the fold's own centring in one GEMM.
+        shift = [np.zeros(len(kept)) for kept in columns] if shift is None else shift
+        self._solve = [
+            np.vstack([V.T, -(V @ mean)[None, :]]) for V, mean in zip(Vt, shift)
+        ]
+        self.Vt = [solve[:-1].T for solve in self._solve]
         # Fortran order, as BLAS reads it (a copy per product otherwise).
         self.test_basis = [np.asfortranarray(basis) for basis in test_basis]
         self.candidate = np.asarray(candidate, dtype=np.intp)
@@ -112,8 +121,9 @@ class HeldModel:
 
         Parameters
         ----------
-        products : ndarray of shape (n_targets * n_repeats, n_features)
-            ``X'W y*`` of the fold's centred training rows, row
+        products : ndarray of shape (n_targets * n_repeats, n_features + 1)
+            ``X'W y*`` of the fold's training rows, X centred on its overall
+            mean, and in the last column the weighted sums of ``y*``; row
             ``target * n_repeats + k``.
         deviations : ndarray of shape (n_targets * n_repeats, n_test)
             The test rows of ``y*`` less their training means.
@@ -128,6 +138,7 @@ class HeldModel:
         """
         n_rows, n_test = deviations.shape
         n_targets = n_rows // n_repeats
+        n_features = products.shape[1] - 1
         rows = (self.order[:, None] * n_repeats + np.arange(n_repeats)).ravel()
         ordered = _scratch(buffers, "products", products.shape)
         # mode="clip": np.take buffers its out= under the default "raise".
@@ -138,7 +149,13 @@ class HeldModel:
             start, stop = self.bounds[c] * n_repeats, self.bounds[c + 1] * n_repeats
             if start == stop:
                 continue
-            coords = ordered[start:stop, taken] @ self.Vt[c].T
+            block, solve = ordered[start:stop], self._solve[c]
+            if isinstance(taken, slice) and taken.stop == n_features:
+                # The kept columns run to the sums: one GEMM centres too.
+                coords = block[:, taken.start :] @ solve
+            else:
+                coords = block[:, taken] @ solve[:-1]
+                coords += block[:, n_features:] * solve[-1]
             for a, b, damping in self._damping[c]:
                 coords[a * n_repeats : b * n_repeats] *= damping
             # errors -= coords @ test_basis': the GEMM subtracts in place
@@ -217,7 +234,14 @@ def held_fold(
     X_test = X[np.ix_(test, model_columns)]
     w = _train_weights(sample_weight, train)
     offset = _offset(X_train, w, fit_intercept)
-    columns, s_all, Vt_all, bases = [], [], [], []
+    # The training means of X less its overall mean (HeldNullProblem's
+    # products are of X so centred).
+    overall = _offset(
+        X[:, model_columns],
+        _train_weights(sample_weight, np.arange(X.shape[0])),
+        fit_intercept,
+    )
+    columns, s_all, Vt_all, bases, shift = [], [], [], [], []
     with _linalg.one_thread(X_train):
         R = np.linalg.qr(np.sqrt(w)[:, None] * (X_train - offset), mode="r")
         for c in range(len(candidates)):
@@ -227,8 +251,15 @@ def held_fold(
             s_all.append(s)
             Vt_all.append(Vt * scale)
             bases.append(((X_test[:, kept] - offset[kept]) * scale) @ Vt.T)
+            shift.append((offset - overall)[kept])
     return HeldModel(
-        columns, s_all, Vt_all, bases, chosen.ravel(), np.asarray(alpha, float)
+        columns,
+        s_all,
+        Vt_all,
+        bases,
+        chosen.ravel(),
+        np.asarray(alpha, float),
+        shift,
     )
 
 
@@ -290,7 +321,6 @@ class _Fold(NamedTuple):
     test_weight: float
     train: np.ndarray
     outside: object
-    offset: np.ndarray
     total: float
     outside_weighted: np.ndarray
     train_weighted: np.ndarray
@@ -390,8 +420,8 @@ class HeldNullProblem:
         # held-out runs): one product of every row per batch and one of each
         # fold's held-out rows, 2 n p (1 + 1 / (k - 1)) per target for k folds
         # instead of 2 n p over the training rows of each. X is centred on
-        # its overall mean first, so that the fold's centring subtracts a
-        # small correction (it leaves the centred products as they are).
+        # its overall mean; each fold's own centring is a small correction
+        # that the candidates' GEMMs apply (HeldModel's last row of V').
         n_samples = X.shape[0]
         self.w = _train_weights(sample_weight, np.arange(n_samples))
         X = X - _offset(X, self.w, fit_intercept)
@@ -401,8 +431,6 @@ class HeldNullProblem:
         self.folds = []
         for train, test in splits:
             outside = np.setdiff1d(np.arange(n_samples), train)
-            w = self.w[train]
-            offset = _offset(X[train], w, fit_intercept)
             # Repeated training rows, or more rows outside than in, take the
             # training rows' own products.
             subtract = len(train) + len(outside) == n_samples and len(outside) < len(
@@ -416,12 +444,9 @@ class HeldNullProblem:
                     float(self.w[test].sum()),
                     train,
                     _as_slice(outside),
-                    offset,
-                    w.sum(),
+                    self.w[train].sum(),
                     self.weighted[outside] if subtract else None,
-                    None
-                    if subtract
-                    else np.column_stack([(X[train] - offset) * w[:, None], w]),
+                    None if subtract else self.weighted[train],
                 )
             )
 
@@ -467,12 +492,15 @@ class HeldNullProblem:
             products, mean = self._products(fold, Y, totals, buffers)
             deviations = _scratch(buffers, "deviations", (Y.shape[0], fold.n_test))
             np.subtract(_columns(Y, fold.test), mean[:, None], out=deviations)
-            fold_sse = [
-                model[f].squared_errors(
-                    products, deviations, n_repeats, fold.root_weight, buffers
-                )
-                for model in models
-            ]
+            # Each candidate's products are small (its targets by its
+            # columns): on one thread, as _linalg.one_thread says why.
+            with _linalg.one_thread(Y):
+                fold_sse = [
+                    model[f].squared_errors(
+                        products, deviations, n_repeats, fold.root_weight, buffers
+                    )
+                    for model in models
+                ]
             # The test rows' own moments: deviations from their mean.
             shift = _weighted_mean(deviations, fold.root_weight, fold.test_weight)
             deviations -= shift[:, None]
@@ -498,7 +526,8 @@ class HeldNullProblem:
         return unique.reshape(n_targets, n_repeats).T
 
     def _products(self, fold, Y, totals, buffers):
-        """``((X_train - mean)' W Y_train, weighted mean of Y_train)``, the
+        """``(X_train' W Y_train`` with ``1' W Y_train`` in a last column,
+        weighted mean of Y_train)``, X centred on its overall mean, the
         products as rows (one per row of ``Y``)."""
         # The products and, in the last column, the weighted sums.
         out = _scratch(buffers, "fold products", (Y.shape[0], self.shape[1] + 1))
@@ -507,13 +536,9 @@ class HeldNullProblem:
         else:
             np.matmul(_columns(Y, fold.outside), fold.outside_weighted, out=out)
             np.subtract(totals, out, out=out)
-        products, sums = out[:, :-1], out[:, -1]
         if not self.fit_intercept:
-            return products, np.zeros(Y.shape[0])
-        mean = sums / fold.total
-        if fold.outside_weighted is not None:
-            products -= sums[:, None] * fold.offset
-        return products, mean
+            return out, np.zeros(Y.shape[0])
+        return out, out[:, -1] / fold.total
 
 
 def _weighted_mean(A, root_weight, total):
