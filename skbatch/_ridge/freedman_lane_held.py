@@ -413,6 +413,7 @@ class HeldNullProblem:
         self.residuals = np.ascontiguousarray(np.asarray(residuals, dtype=np.float64).T)
         self.splits, self.sample_weight, self.groups = splits, sample_weight, groups
         self.full, self.reduced = full, reduced
+        self._buffers = {}
         self.entropy, self.permutation = entropy, permutation
         self.fit_intercept, self.average = fit_intercept, average
         # A fold's products X'Wy* are the products of all rows less those of
@@ -455,11 +456,18 @@ class HeldNullProblem:
         """(n_samples, n_features, n_targets)."""
         return self.fitted.shape[1], self.weighted.shape[1] - 1, self.fitted.shape[0]
 
-    def targets(self, codes):
+    def __getstate__(self):
+        # A worker gets the problem, not this process's scratch arrays.
+        state = dict(self.__dict__)
+        state["_buffers"] = {}
+        return state
+
+    def targets(self, codes, buffers=None):
         """``fitted + P residuals`` of each resample's signed row codes, of
         shape (n_targets, len(codes), n_samples)."""
         n_targets, n_samples = self.fitted.shape
-        out = np.empty((n_targets, len(codes), n_samples))
+        shape = (n_targets, len(codes), n_samples)
+        out = np.empty(shape) if buffers is None else _scratch(buffers, "y*", shape)
         for k, code in enumerate(codes):
             flipped = code < 0
             rows = np.where(flipped, ~code, code)
@@ -479,16 +487,22 @@ class HeldNullProblem:
             self.entropy, ids, n_samples, self.groups, **self.permutation
         )
         n_repeats = len(codes)
-        Y = self.targets(codes).reshape(n_targets * n_repeats, n_samples)
+        # Scratch arrays kept from call to call: a batch's megabytes are not
+        # mapped (and faulted in) anew for every batch.
+        buffers = self._buffers
+        Y = self.targets(codes, buffers).reshape(n_targets * n_repeats, n_samples)
         models = [m for m in (self.full, self.reduced) if m is not None]
         sse = np.zeros((len(models), Y.shape[0]))
         scores = np.zeros((len(models), Y.shape[0]))
         pooled = _Moments(Y.shape[0])
-        buffers = {}
         totals = None
         for f, fold in enumerate(self.folds):
             if totals is None and fold.outside_weighted is not None:
-                totals = Y @ self.weighted
+                totals = np.matmul(
+                    Y,
+                    self.weighted,
+                    out=_scratch(buffers, "totals", (Y.shape[0], self.shape[1] + 1)),
+                )
             products, mean = self._products(fold, Y, totals, buffers)
             deviations = _scratch(buffers, "deviations", (Y.shape[0], fold.n_test))
             np.subtract(_columns(Y, fold.test), mean[:, None], out=deviations)
