@@ -505,17 +505,65 @@ def test_searched_one_permutation_at_a_time_equals_all_together():
     assert np.ptp(together, axis=0).min() > 0
 
 
+def _held_unique(X, Y, labels, band, splits, weights, held, average, fit_intercept):
+    """Band ``band``'s unique variance at the choices ``held`` by one
+    scikit-learn Ridge per target, fold and model, scored by r2_score."""
+    rest = labels != band
+    scores = []
+    for m, columns in enumerate((np.ones(labels.size, bool), rest)):
+        bands = np.unique(labels[columns], return_inverse=True)[1]
+        tested, predicted, folds = [], [], []
+        for k, (train, test) in enumerate(splits):
+            gammas, alphas = held[m][k]
+            prediction = np.empty((len(test), Y.shape[1]))
+            for t in range(Y.shape[1]):
+                scale = np.sqrt(gammas[t][bands])
+                keep = scale > 0
+                ridge = Ridge(alphas[t], fit_intercept=fit_intercept, solver="svd")
+                ridge.fit(
+                    X[train][:, columns][:, keep] * scale[keep],
+                    Y[train, t],
+                    sample_weight=weights[train],
+                )
+                prediction[:, t] = ridge.predict(
+                    X[test][:, columns][:, keep] * scale[keep]
+                )
+            tested.append(test)
+            predicted.append(prediction)
+            folds.append(
+                r2_score(
+                    Y[test],
+                    prediction,
+                    sample_weight=weights[test],
+                    multioutput="raw_values",
+                )
+            )
+        rows = np.concatenate(tested)
+        scores.append(
+            np.mean(folds, axis=0)
+            if average == "folds"
+            else r2_score(
+                Y[rows],
+                np.concatenate(predicted),
+                sample_weight=weights[rows],
+                multioutput="raw_values",
+            )
+        )
+    return scores[0] - scores[1]
+
+
 @pytest.mark.parametrize(
-    "cv, average, permutation_type, by_element",
+    "cv, average, permutation_type, by_element, fit_intercept",
     [
-        (LeaveOneGroupOut(), "rows", "circular_shift", False),
-        (GroupKFold(2), "rows", "block_shuffle", True),
-        (GroupKFold(3), "folds", "sign_flip", False),
-        (LeaveOneGroupOut(), "folds", "shuffle", True),
+        (LeaveOneGroupOut(), "rows", "circular_shift", False, True),
+        (GroupKFold(2), "rows", "block_shuffle", True, True),
+        (GroupKFold(3), "folds", "sign_flip", False, True),
+        (LeaveOneGroupOut(), "folds", "shuffle", True, True),
+        (GroupKFold(2), "rows", "circular_shift", False, False),
     ],
 )
 def test_held_candidates_interleaved_equal_per_target_ridge(
-    cv, average, permutation_type, by_element, monkeypatch
+    cv, average, permutation_type, by_element, fit_intercept, monkeypatch
 ):
     # The held null sorts each fold's targets by candidate and scores from
     # moments accumulated fold by fold: with candidates that interleave
@@ -547,7 +595,14 @@ def test_held_candidates_interleaved_equal_per_target_ridge(
     models = [
         [
             freedman_lane_held.held_fold(
-                X, train, test, weights, columns, bands, choice, fit_intercept=True
+                X,
+                train,
+                test,
+                weights,
+                columns,
+                bands,
+                choice,
+                fit_intercept=fit_intercept,
             )
             for (train, test), choice in zip(splits, choices)
         ]
@@ -571,22 +626,22 @@ def test_held_candidates_interleaved_equal_per_target_ridge(
         groups=runs,
         entropy=SEED,
         permutation=permutation,
-        fit_intercept=True,
+        fit_intercept=fit_intercept,
         average=average,
     )
     null = task(np.arange(3))
     codes = signed_rows(SEED, np.arange(3), len(X), runs, **permutation)
     expected = [
-        _cv_unique(
+        _held_unique(
             X,
             permuted_targets(fitted, residuals, code[None]),
             labels,
             band,
             splits,
-            runs,
             weights,
             held,
             average,
+            fit_intercept,
         )
         for code in codes
     ]
