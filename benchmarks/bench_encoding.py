@@ -39,39 +39,46 @@ null has a part that does not grow with the targets, the decompositions)
 and to ``--null-permutations`` (1,000) per band:
 
 - the band-row null (``null="band_rows"``): band b's rows shifted, the full
-  model refit with its search on every fold (one search timed, counted per
-  fold);
-- Freedman–Lane with held hyperparameters (``null="freedman_lane"``):
-  every fold's decompositions (once per band), then ``--held-permutations``
-  permutations per band timed in one call of the null's task (at choices
+  model refit with its search on every fold: ``band_null_scores`` itself,
+  timed on ``--band-row-permutations`` permutations (2) of band 0 (the
+  full model's searches cost the same whichever band moves);
+- Freedman–Lane with held hyperparameters (``null="freedman_lane"``): the
+  full model's decompositions on every fold (once, shared by both bands),
+  the reduced model's (once per band), then ``--held-permutations``
+  permutations per band in one call of the null's task, ``--held-repeats``
+  calls (the median), on one BLAS thread and on all of them (at choices
   drawn from the grid; the reduced model's one fit on all rows, a search,
   is not counted);
 - Freedman–Lane with the searches redone (``null_hyperparameters=
-  "searched"``): a search of the full and of the reduced model per fold.
+  "searched"``): the band-row null's searches of the full model and a
+  search of the reduced model per fold (timed on the first fold).
 
 The held null's GEMM floor, per permutation and target: the product
 ``X'Wy*`` of all rows (2 n p) and per fold that of its held-out rows (2
 n_test p: a fold's products are the total less them), and per fold, for
 the full and the reduced model at the target's candidate of r kept columns
 (r <= n_train here), ``V'(X'Wy*)`` (2 r^2) and the test rows' predictions
-(2 n_test r), at the rate of one core; printed as its share of the held
-null's CPU seconds.
+(2 n_test r), at the rate of one core (a GEMM of the script's shape, timed
+after the nulls); printed as its share of the held null's CPU seconds on
+one thread and of its wall seconds on all threads (the floor divided by
+the threads).
 
 With one size the figures are scaled in proportion to the targets (an
 upper bound: per-permutation overheads are counted as if they grew with
 them), the decompositions added once. ``--skip-searches`` times the held
-null alone: a band-row permutation is then one ``BandedRidge`` search per
-outer fold, which the first part of this script times at full size.
+null alone.
 
 Run: ``python benchmarks/bench_encoding.py [--n-targets 20000] [--repeats 1]``;
-the nulls alone: ``python benchmarks/bench_encoding.py --partition-nulls 500
-2000``, or the held one: ``--partition-nulls 2000 --skip-searches``.
+the nulls alone: ``python benchmarks/bench_encoding.py --partition-nulls 2000
+--held-permutations 4 --band-row-permutations 1``, or the held one:
+``--partition-nulls 2000 --skip-searches``.
 """
 
 import argparse
 import os
 import time
 
+import joblib
 import numpy as np
 from sklearn.model_selection import LeaveOneGroupOut
 from threadpoolctl import threadpool_info, threadpool_limits
@@ -234,6 +241,18 @@ def main():
     parser.add_argument("--null-permutations", type=int, default=1000)
     parser.add_argument("--held-permutations", type=int, default=8)
     parser.add_argument(
+        "--held-repeats",
+        type=int,
+        default=3,
+        help="calls of the held null timed (the median is kept)",
+    )
+    parser.add_argument(
+        "--band-row-permutations",
+        type=int,
+        default=2,
+        help="permutations of the band-row null timed",
+    )
+    parser.add_argument(
         "--skip-searches",
         action="store_true",
         help="time the held null alone (the searched nulls take a search a fold)",
@@ -354,27 +373,32 @@ def main():
     )
 
 
-def null_tasks(X, Y, labels, runs, candidates, held_permutations, searches, seed=0):
-    """Per band, the seconds of one permutation of each null at these
-    targets, the held null's setup seconds and floor flops per permutation.
+def null_tasks(X, Y, labels, runs, candidates, args, seed=0):
+    """Per band, the seconds of each null at these targets (docstring),
+    the held null's setup seconds and floor flops per permutation.
 
-    A permutation of the band-row null is one search of the full model per
-    outer fold (``band_null_scores``); of the searched Freedman–Lane null,
-    one search of the full and one of the reduced model per fold on the
-    permuted targets: both are timed on the first outer fold and counted
-    once per fold. The held null runs as ``variance_partitioning`` runs it
-    (:class:`~skbatch._ridge.freedman_lane.HeldNullProblem`) at choices drawn
-    from the candidates and alphas: its cost depends on the candidates'
-    kept columns, not on which target holds which.
+    A permutation of the band-row null is ``band_null_scores`` itself (band
+    b's rows shifted within runs, the full model's search on every outer
+    fold), timed on ``--band-row-permutations`` permutations; of the searched
+    Freedman–Lane null, one search of the full and one of the reduced model
+    per fold on the permuted targets, timed on the first outer fold and
+    counted once per fold. The held null runs as ``variance_partitioning``
+    runs it (:func:`~skbatch._ridge.freedman_lane.band_null_task`'s
+    :class:`~skbatch._ridge.freedman_lane_held.HeldNullProblem`, the full
+    model's decompositions shared by both bands) at choices drawn from the
+    candidates and alphas: its cost depends on the candidates' kept columns
+    and the grouping of the targets, not on which target holds which.
     """
     from sklearn.base import clone
 
-    from skbatch._ridge.freedman_lane import HeldNullProblem, held_fold
+    from skbatch._ridge.freedman_lane_held import HeldNullProblem, held_fold
+    from skbatch._ridge.partition_inference import band_null_scores
 
     rng = np.random.default_rng(seed)
     splits = list(LeaveOneGroupOut().split(X, Y, runs))
     bands = [np.flatnonzero(labels == b) for b in range(len(BANDS))]
     n_targets = Y.shape[1]
+    permutation = dict(permutation_type="circular_shift", exact=False)
 
     def estimator(model_bands):
         # One band has one candidate, as variance_partitioning restricts them.
@@ -393,56 +417,90 @@ def null_tasks(X, Y, labels, runs, candidates, held_permutations, searches, seed
         rows = rng.integers(len(weights), size=n_targets)
         return weights[rows], rng.choice(ALPHAS, size=n_targets)
 
+    def held_models(columns, model_bands, weights):
+        choices = [drawn(weights) for _ in splits]
+        return [
+            held_fold(
+                X, train, test, None, columns, model_bands, choice, fit_intercept=True
+            )
+            for (train, test), choice in zip(splits, choices)
+        ]
+
     everything = np.arange(X.shape[1])
-    full_search = searched_fold(estimator(bands), everything) if searches else None
     rows = {}
+    start = time.perf_counter()
+    full = held_models(everything, bands, candidates)
+    rows["held setup, full model"] = time.perf_counter() - start
     for b in range(len(BANDS)):
         keep = bands[1 - b]
-        if searches:
-            rows[f"band rows, band {b}"] = full_search
-            rows[f"searched, band {b}"] = full_search + searched_fold(
+        if not args.skip_searches and b > 0:
+            # The full model's searches cost the same whichever band moves.
+            rows[f"band rows, band {b}"] = rows["band rows, band 0"]
+            rows[f"searched, band {b}"] = rows["band rows, band 0"] + searched_fold(
+                estimator([np.arange(keep.size)]), keep
+            )
+        elif not args.skip_searches:
+            ids = np.arange(args.band_row_permutations)
+            start = time.perf_counter()
+            band_null_scores(
+                ids,
+                model=estimator(bands),
+                X=X,
+                Y=Y,
+                columns=bands[b],
+                splits=splits,
+                sample_weight=None,
+                groups=runs,
+                entropy=seed,
+                permutation=permutation,
+            )
+            rows[f"band rows, band {b}"] = (time.perf_counter() - start) / ids.size
+            # The searched null refits the full model as the band-row null
+            # does, and the reduced model besides.
+            rows[f"searched, band {b}"] = rows[f"band rows, band {b}"] + searched_fold(
                 estimator([np.arange(keep.size)]), keep
             )
         start = time.perf_counter()
-        models = [
-            [
-                held_fold(
-                    X,
-                    train,
-                    test,
-                    None,
-                    columns,
-                    model_bands,
-                    drawn(weights),
-                    fit_intercept=True,
-                )
-                for train, test in splits
-            ]
-            for columns, model_bands, weights in (
-                (everything, bands, candidates),
-                (keep, [np.arange(keep.size)], np.ones((1, 1))),
-            )
-        ]
+        reduced = held_models(keep, [np.arange(keep.size)], np.ones((1, 1)))
         held = HeldNullProblem(
             X,
-            *models,
+            full,
+            reduced,
             fitted=np.zeros_like(Y),
             residuals=Y,
             splits=splits,
             sample_weight=None,
             groups=runs,
             entropy=0,
-            permutation=dict(permutation_type="circular_shift", exact=False),
+            permutation=permutation,
             fit_intercept=True,
             average="rows",
         )
         rows[f"held setup, band {b}"] = time.perf_counter() - start
-        start, start_cpu = time.perf_counter(), time.process_time()
-        held(np.arange(held_permutations))
-        rows[f"held, band {b}"] = (time.perf_counter() - start) / held_permutations
-        rows[f"held CPU, band {b}"] = (
-            time.process_time() - start_cpu
-        ) / held_permutations
+        ids = np.arange(args.held_permutations)
+        for threads in (1, None):
+            walls, cpus = [], []
+            with threadpool_limits(limits=threads):
+                for _ in range(args.held_repeats):
+                    start, start_cpu = time.perf_counter(), time.process_time()
+                    held(ids)
+                    walls.append((time.perf_counter() - start) / ids.size)
+                    cpus.append((time.process_time() - start_cpu) / ids.size)
+            name = "1 thread" if threads == 1 else "all threads"
+            rows[f"held {name}, band {b}"] = float(np.median(walls))
+            rows[f"held {name} CPU, band {b}"] = float(np.median(cpus))
+        # Two worker processes of one thread each (variance_partitioning's
+        # n_jobs=2), after a first call that starts them and ships the task.
+        halves = np.array_split(ids, 2)
+        with joblib.parallel_config(backend="loky", inner_max_num_threads=1):
+            with joblib.Parallel(n_jobs=2) as parallel:
+                walls = []
+                for _ in range(args.held_repeats + 1):
+                    start = time.perf_counter()
+                    parallel(joblib.delayed(held)(half) for half in halves)
+                    walls.append((time.perf_counter() - start) / ids.size)
+        rows[f"held 2 processes, band {b}"] = float(np.median(walls[1:]))
+        rows[f"held, band {b}"] = rows[f"held all threads, band {b}"]
         flops = 2.0 * X.shape[0] * X.shape[1] * n_targets
         for fold, (train, _) in enumerate(splits):
             flops += 2.0 * (X.shape[0] - len(train)) * X.shape[1] * n_targets
@@ -456,8 +514,8 @@ def null_tasks(X, Y, labels, runs, candidates, held_permutations, searches, seed
 
 
 def partition_nulls(args):
-    """The seconds of each null of variance_partitioning at two target
-    counts, extrapolated (docstring)."""
+    """The seconds of each null of variance_partitioning at one or two
+    target counts, extrapolated (docstring)."""
     import warnings
 
     sizes = args.partition_nulls
@@ -474,17 +532,7 @@ def partition_nulls(args):
         candidates = band_candidates(drawn, len(BANDS), None, None)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            measured.append(
-                null_tasks(
-                    X,
-                    Y,
-                    labels,
-                    runs,
-                    candidates,
-                    args.held_permutations,
-                    not args.skip_searches,
-                )
-            )
+            measured.append(null_tasks(X, Y, labels, runs, candidates, args))
         print(
             f"{n_targets} targets: "
             + ", ".join(f"{k} {v:.3g}" for k, v in measured[-1].items()),
@@ -498,7 +546,7 @@ def partition_nulls(args):
         f"{ALPHAS.size} alphas, LeaveOneGroupOut outside and inside; GEMM rate "
         f"of one core {rate / 1e9:.1f} GFLOP/s; load average "
         f"{os.getloadavg()[0]:.2f}. Extrapolated to {target} targets x {P} "
-        f"permutations per band (2 bands):\n"
+        f"permutations per band (2 bands), wall seconds on every thread:\n"
     )
 
     def line(name):
@@ -515,8 +563,9 @@ def partition_nulls(args):
     for null in nulls:
         seconds = sum(line(f"{null}, band {b}") for b in range(len(BANDS))) * P
         if null == "held":
-            # Every fold's decompositions, once per band: not per target.
-            seconds += sum(
+            # The decompositions: the full model's once, the reduced
+            # model's once per band; neither per permutation.
+            seconds += measured[-1]["held setup, full model"] + sum(
                 measured[-1][f"held setup, band {b}"] for b in range(len(BANDS))
             )
         total[null] = seconds
@@ -526,15 +575,26 @@ def partition_nulls(args):
             f"\nband rows / held {total['band rows'] / total['held']:.0f}x, "
             f"searched / held {total['searched'] / total['held']:.1f}x"
         )
+    threads = max(n_threads for _, n_threads in _blas_threads())
     for b in range(len(BANDS)):
         per = [m[f"held flops, band {b}"] / t for m, t in zip(measured, sizes)]
-        cpu = measured[-1][f"held CPU, band {b}"]
         floor = measured[-1][f"held flops, band {b}"] / rate
+        one = measured[-1][f"held 1 thread CPU, band {b}"]
+        wall = measured[-1][f"held all threads, band {b}"]
+        two = measured[-1][f"held 2 processes, band {b}"]
         print(
-            f"held, band {b} at {sizes[-1]} targets: {cpu:.3g} CPU s per "
-            f"permutation, GEMM floor {floor:.3g} CPU s ({floor / cpu:.0%}); "
-            f"{per[-1] / N_RUNS / 1e6:.2f} MFLOP per permutation, target and fold"
+            f"held, band {b} at {sizes[-1]} targets, per permutation: one "
+            f"thread {one:.3g} CPU s against a GEMM floor of {floor:.3g} "
+            f"({floor / one:.0%}); {threads} BLAS threads {wall:.3g} s wall "
+            f"against {floor / threads:.3g} ({floor / threads / wall:.0%}); 2 "
+            f"processes of one thread {two:.3g} s wall against {floor / 2:.3g} "
+            f"({floor / 2 / two:.0%}); {per[-1] / N_RUNS / 1e6:.2f} MFLOP per "
+            f"permutation, target and fold"
         )
+
+
+def _blas_threads():
+    return {(i["internal_api"], i["num_threads"]) for i in threadpool_info()}
 
 
 if __name__ == "__main__":

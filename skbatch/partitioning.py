@@ -640,6 +640,7 @@ default=None
                 null_hyperparameters,
                 unique,
                 data,
+                {},
             )
         )
         inference.update(
@@ -894,11 +895,12 @@ def _band_rows_nulls(full, columns, reduced, data, b, permutation):
 
 
 def _freedman_lane_nulls(
-    models, keeps, chosen, hyperparameters, unique, data, b, permutation
+    models, keeps, chosen, hyperparameters, unique, data, cache, b, permutation
 ):
     """``(task, statistic, bytes per item)`` of band b's Freedman–Lane null:
     the full model and the model without b on the reduced model's permuted
-    residuals. The identity (item 0 of an exact enumeration) gives back the
+    residuals (the full model's decompositions kept in ``cache`` for the
+    next band). The identity (item 0 of an exact enumeration) gives back the
     data, ``y* = y``: its statistic is the observed one, not its round-off,
     so that it counts itself and no p-value falls below ``1 / n``."""
     n_bands = len(models[-1].bands)
@@ -912,6 +914,7 @@ def _freedman_lane_nulls(
         chosen=(chosen[-1], None if at is None else chosen[at]),
         hyperparameters=hyperparameters,
         permutation=permutation,
+        cache=cache,
         **data,
     )
 

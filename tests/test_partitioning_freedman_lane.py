@@ -15,6 +15,7 @@ from test_ridge import _ar1_runs
 
 from skbatch import BandedRidge, variance_partitioning
 from skbatch._resampling.signed import signed_rows
+from skbatch._ridge import freedman_lane_held
 from skbatch._ridge.freedman_lane import (
     band_null_task,
     permuted_targets,
@@ -502,3 +503,149 @@ def test_searched_one_permutation_at_a_time_equals_all_together():
     apart = searched_null_scores(np.arange(3), per_permutation=True, **kwargs)
     assert_allclose(apart, together, rtol=0, atol=1e-10)
     assert np.ptp(together, axis=0).min() > 0
+
+
+def _held_unique(X, Y, labels, band, splits, weights, held, average, fit_intercept):
+    """Band ``band``'s unique variance at the choices ``held`` by one
+    scikit-learn Ridge per target, fold and model, scored by r2_score."""
+    rest = labels != band
+    scores = []
+    for m, columns in enumerate((np.ones(labels.size, bool), rest)):
+        bands = np.unique(labels[columns], return_inverse=True)[1]
+        tested, predicted, folds = [], [], []
+        for k, (train, test) in enumerate(splits):
+            gammas, alphas = held[m][k]
+            prediction = np.empty((len(test), Y.shape[1]))
+            for t in range(Y.shape[1]):
+                scale = np.sqrt(gammas[t][bands])
+                keep = scale > 0
+                ridge = Ridge(alphas[t], fit_intercept=fit_intercept, solver="svd")
+                ridge.fit(
+                    X[train][:, columns][:, keep] * scale[keep],
+                    Y[train, t],
+                    sample_weight=weights[train],
+                )
+                prediction[:, t] = ridge.predict(
+                    X[test][:, columns][:, keep] * scale[keep]
+                )
+            tested.append(test)
+            predicted.append(prediction)
+            folds.append(
+                r2_score(
+                    Y[test],
+                    prediction,
+                    sample_weight=weights[test],
+                    multioutput="raw_values",
+                )
+            )
+        rows = np.concatenate(tested)
+        scores.append(
+            np.mean(folds, axis=0)
+            if average == "folds"
+            else r2_score(
+                Y[rows],
+                np.concatenate(predicted),
+                sample_weight=weights[rows],
+                multioutput="raw_values",
+            )
+        )
+    return scores[0] - scores[1]
+
+
+@pytest.mark.parametrize(
+    "cv, average, permutation_type, by_element, fit_intercept",
+    [
+        (LeaveOneGroupOut(), "rows", "circular_shift", False, True),
+        (GroupKFold(2), "rows", "block_shuffle", True, True),
+        (GroupKFold(3), "folds", "sign_flip", False, True),
+        (LeaveOneGroupOut(), "folds", "shuffle", True, True),
+        (GroupKFold(2), "rows", "circular_shift", False, False),
+    ],
+)
+def test_held_candidates_interleaved_equal_per_target_ridge(
+    cv, average, permutation_type, by_element, fit_intercept, monkeypatch
+):
+    # The held null sorts each fold's targets by candidate and scores from
+    # moments accumulated fold by fold: with candidates that interleave
+    # (drawn per target and fold, one of them dropping a band whose columns
+    # are not contiguous), targets far from 0, weights and AR runs of unequal
+    # length, every permutation's unique variance equals per-target Ridge
+    # refits scored by r2_score. by_element: gathers of rows element by
+    # element (no contiguous pieces).
+    if by_element:
+        monkeypatch.setattr(freedman_lane_held, "MAX_SEGMENTS", 0)
+    X, Y, _, runs, weights = _data(seed=12)
+    labels = np.array([0, 1, 0, 1, 0, 1])
+    rng = np.random.default_rng(12)
+    Y = np.repeat(Y, 4, axis=1) + 0.3 * rng.standard_normal((len(Y), 12))
+    Y[:, 5] += 1e4
+    splits = list(cv.split(X, groups=runs))
+    candidates = np.array([[1.0, 0.0], [0.0, 1.0], [0.3, 0.7], [0.8, 0.2]])
+    alphas = np.logspace(-1, 3, 5)
+    held = [
+        [
+            (candidates[rng.integers(4, size=12)], rng.choice(alphas, 12))
+            for _ in splits
+        ],
+        [(np.ones((12, 1)), rng.choice(alphas, 12)) for _ in splits],
+    ]
+    band, rest = 1, np.flatnonzero(labels != 1)
+    fitted = 0.5 * X[:, rest] @ rng.standard_normal((3, 12)) + 2.0
+    residuals, _ = _ar1_runs(RUN_LENGTHS, 12, 0.6, 13)
+    models = [
+        [
+            freedman_lane_held.held_fold(
+                X,
+                train,
+                test,
+                weights,
+                columns,
+                bands,
+                choice,
+                fit_intercept=fit_intercept,
+            )
+            for (train, test), choice in zip(splits, choices)
+        ]
+        for columns, bands, choices in (
+            (np.arange(6), [np.flatnonzero(labels == b) for b in (0, 1)], held[0]),
+            (rest, [np.arange(3)], held[1]),
+        )
+    ]
+    permutation = dict(
+        permutation_type=permutation_type,
+        block_size=5 if permutation_type == "block_shuffle" else None,
+        exact=False,
+    )
+    task = freedman_lane_held.HeldNullProblem(
+        X,
+        *models,
+        fitted=fitted,
+        residuals=residuals,
+        splits=splits,
+        sample_weight=weights,
+        groups=runs,
+        entropy=SEED,
+        permutation=permutation,
+        fit_intercept=fit_intercept,
+        average=average,
+    )
+    null = task(np.arange(3))
+    codes = signed_rows(SEED, np.arange(3), len(X), runs, **permutation)
+    expected = [
+        _held_unique(
+            X,
+            permuted_targets(fitted, residuals, code[None]),
+            labels,
+            band,
+            splits,
+            weights,
+            held,
+            average,
+            fit_intercept,
+        )
+        for code in codes
+    ]
+    assert_allclose(null, expected, rtol=0, atol=1e-10)
+    assert np.ptp(null, axis=0).min() > 1e-4
+    # Batches of one permutation give the same statistics.
+    assert_allclose(task(np.array([2])), null[2:], rtol=0, atol=1e-12)

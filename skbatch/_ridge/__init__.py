@@ -20,7 +20,8 @@
   p-values and intervals;
 - :mod:`~skbatch._ridge.freedman_lane`: the Freedman–Lane nulls of a
   band's unique variance, the reduced model's permuted residuals as extra
-  targets (choices held, or searched again).
+  targets (choices held, or searched again); the held null's GEMMs per
+  fold in :mod:`~skbatch._ridge.freedman_lane_held`.
 
 The estimators (``ridge.py``, ``permutation.py``, ``bootstrap.py``) import
 from here and never from each other's private names. The kernels are pure

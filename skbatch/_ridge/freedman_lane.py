@@ -14,12 +14,14 @@ observed fits already need, and band b's unique variance is recomputed on
 
 Two treatments of the hyperparameters:
 
-- ``"held"`` (:class:`HeldNullProblem`): every target keeps, on every outer
-  fold, the (band weights, alpha) that the full and the reduced models chose
-  there on the data. Predictions are then linear in ``y*``: per fold one
-  product ``X'Wy*`` serves both models and every candidate, and each
-  candidate's SVD gives its targets' predictions at their own alphas
-  (:func:`skbatch._kernels.linalg.held_ridge_predictions`).
+- ``"held"`` (:class:`~skbatch._ridge.freedman_lane_held.HeldNullProblem`):
+  every target keeps, on every outer fold, the (band weights, alpha) that
+  the full and the reduced models chose there on the data. Predictions are
+  then linear in ``y*``: per fold one product ``X'Wy*`` serves both models
+  and every candidate, and each candidate's decomposition, computed once
+  per fold (and for the full model once for every band), gives its
+  targets' predictions at their own alphas; the permutations are extra rows
+  of the same GEMMs (:mod:`skbatch._ridge.freedman_lane_held`).
 - ``"searched"`` (:func:`searched_null_scores`): the models are refit on
   ``y*`` with their searches, the permuted targets as extra targets of one
   fit per fold (per permutation with ``local_alpha=False``, whose one choice
@@ -31,15 +33,19 @@ item ids, numpy in and numpy out.
 
 import functools
 import warnings
-from typing import NamedTuple
 
 import numpy as np
 from sklearn.base import clone
 
-from .._kernels import linalg as _linalg
 from .._resampling.signed import signed_rows
-from .banded import BandedDesign, check_bands
-from .partition_inference import held_out_r2, held_out_scores
+from .banded import check_bands
+from .freedman_lane_held import (
+    HeldModel,
+    HeldNullProblem,
+    held_fold,
+    held_item_bytes,
+)
+from .partition_inference import held_out_scores
 
 __all__ = [
     "HYPERPARAMETERS",
@@ -66,14 +72,6 @@ HYPERPARAMETERS = ("held", "searched")
 # the search's own copies of a fold's targets (centred, projected, their
 # errors; BandedRidge's preflight bounds the search itself).
 SEARCHED_COPIES = 6
-# Copies of a resample's test rows that its held null holds at its peak: the
-# two models' predictions, a fold's prediction and its sum with the mean,
-# and the scoring's copy of the targets, their errors and squares
-# (tracemalloc: 8.1 copies of the targets' rows in all with 160 rows, all
-# tested once; HELD_TARGET_COPIES more of all rows: the targets and a fold's
-# training rows).
-HELD_COPIES = 7
-HELD_TARGET_COPIES = 2
 
 
 def reduced_fit(model, X, Y, *, sample_weight=None, groups=None, fit_intercept=True):
@@ -140,260 +138,6 @@ def permuted_targets(fitted, residuals, codes):
         out[flipped, k] *= -1.0
         out[:, k] += fitted
     return out.reshape(n_samples, -1)
-
-
-class HeldModel:
-    """One model on one outer fold at every target's held choice.
-
-    Candidate c (a distinct row of the targets' band weights) is ridge on
-    X's columns ``columns[c]`` times their scales ``sqrt(gamma_b)``: the
-    training rows' centred, weighted design has the SVD
-    ``U diag(s[c]) V_c'``; ``Vt[c]`` is ``V_c'`` times the scales (so that
-    it applies to X's own products), and ``test_basis[c]`` is the scaled
-    test rows (centred by the training means) times ``V_c``.
-
-    Attributes
-    ----------
-    columns, s, Vt, test_basis : list of ndarray, one per candidate
-    candidate : ndarray of shape (n_targets,)
-        Each target's candidate.
-    alpha : ndarray of shape (n_targets,)
-    """
-
-    def __init__(self, columns, s, Vt, test_basis, candidate, alpha):
-        self.columns = columns
-        self.s, self.Vt, self.test_basis = s, Vt, test_basis
-        self.candidate, self.alpha = candidate, alpha
-
-    def predict(self, XtWY, n_targets):
-        """Centred test predictions of ``XtWY`` (X's columns by the columns
-        ``k * n_targets + t`` of :func:`permuted_targets`), target t at its
-        choice."""
-        n_columns = XtWY.shape[1]
-        repeats = n_columns // n_targets
-        out = np.empty((self.test_basis[0].shape[0], n_columns))
-        alpha = np.tile(self.alpha, repeats)
-        for c, columns in enumerate(self.columns):
-            (mine,) = np.nonzero(np.tile(self.candidate == c, repeats))
-            if not mine.size:
-                continue
-            products = (
-                XtWY[columns] if mine.size == n_columns else XtWY[np.ix_(columns, mine)]
-            )
-            prediction = _linalg.held_ridge_predictions(
-                self.test_basis[c], self.Vt[c], self.s[c], products, alpha[mine], xp=np
-            )
-            if mine.size == n_columns:
-                out = prediction
-            else:
-                out[:, mine] = prediction
-        return out
-
-
-def held_fold(
-    X, train, test, sample_weight, model_columns, bands, choice, *, fit_intercept
-):
-    """The :class:`HeldModel` of a model on one outer fold.
-
-    Parameters
-    ----------
-    X : ndarray of shape (n_samples, n_features)
-    train, test : ndarray of int
-    sample_weight : ndarray of shape (n_samples,) or None
-    model_columns : ndarray of int
-        The model's columns of X.
-    bands : list of ndarray
-        The model's bands, as positions in ``model_columns``.
-    choice : (ndarray, ndarray)
-        Each target's band weights (n_targets, n_bands) and alpha, as the
-        model fit on ``train`` chose them (``band_weights_``, ``alpha_``).
-    fit_intercept : bool
-    """
-    weights, alpha = choice
-    candidates, chosen = np.unique(np.atleast_2d(weights), axis=0, return_inverse=True)
-    design = BandedDesign(X[:1, model_columns], bands, candidates)
-    X_train, X_test, w = X[train], X[test], _train_weights(sample_weight, train)
-    offset = _offset(X_train, w, fit_intercept)
-    root = np.sqrt(w)[:, None]
-    columns, s_all, Vt_all, bases = [], [], [], []
-    for c in range(len(candidates)):
-        kept = model_columns[design.kept[c]]
-        scale = design.scales[c]
-        _, s, Vt = np.linalg.svd(
-            root * (X_train[:, kept] - offset[kept]) * scale, full_matrices=False
-        )
-        columns.append(kept)
-        s_all.append(s)
-        Vt_all.append(Vt * scale)
-        bases.append(((X_test[:, kept] - offset[kept]) * scale) @ Vt.T)
-    return HeldModel(
-        columns, s_all, Vt_all, bases, chosen.ravel(), np.asarray(alpha, float)
-    )
-
-
-def _train_weights(sample_weight, train):
-    return (
-        np.ones(len(train))
-        if sample_weight is None
-        else np.asarray(sample_weight, dtype=np.float64)[train]
-    )
-
-
-def _offset(A, w, fit_intercept):
-    """Weighted column means of ``A`` (zeros without an intercept)."""
-    if not fit_intercept:
-        return np.zeros(A.shape[1])
-    return (w @ A) / w.sum()
-
-
-class HeldNullProblem:
-    """Band b's unique variance on Freedman–Lane targets, choices held.
-
-    Item ``i`` is resample ``i`` of :func:`signed_rows` (``entropy``,
-    ``groups`` and ``permutation``); its targets are
-    :func:`permuted_targets` of the reduced model's ``fitted`` values and
-    ``residuals``. On each outer fold the full and the reduced models
-    (:class:`HeldModel`, from :func:`held_fold`) predict the test rows from
-    one product ``X'W y*`` of the training rows (all rows less the fold's
-    held-out ones), and the held-out R^2 of
-    each is the one of
-    :func:`skbatch._ridge.partition_inference.held_out_scores` (``average``).
-
-    Parameters
-    ----------
-    X : ndarray of shape (n_samples, n_features)
-    fitted, residuals : ndarray of shape (n_samples, n_targets)
-    splits : list of (ndarray, ndarray)
-    sample_weight, groups : ndarray of shape (n_samples,) or None
-    full, reduced : list of HeldModel
-        One per fold; ``reduced`` None for the empty set of bands (score 0).
-    columns : ndarray of int
-        X's columns that either model reads.
-    entropy : int
-    permutation : dict
-        ``permutation_type``, ``block_size``, ``exact``.
-    fit_intercept : bool
-    average : {"rows", "folds"}
-    """
-
-    def __init__(
-        self,
-        X,
-        full,
-        reduced,
-        *,
-        fitted,
-        residuals,
-        splits,
-        sample_weight,
-        groups,
-        entropy,
-        permutation,
-        fit_intercept,
-        average,
-    ):
-        self.fitted, self.residuals = fitted, residuals
-        self.splits, self.sample_weight, self.groups = splits, sample_weight, groups
-        self.full, self.reduced = full, reduced
-        self.entropy, self.permutation = entropy, permutation
-        self.fit_intercept, self.average = fit_intercept, average
-        # A fold's products X'Wy* are the products of all rows less those of
-        # the rows it does not train on (the covariance path's total minus
-        # held-out runs): one product of every row per batch and one of each
-        # fold's held-out rows, 2 n p (1 + 1 / (k - 1)) per target for k folds
-        # instead of 2 n p over the training rows of each. X is centred on
-        # its overall mean first, so that the fold's centring subtracts a
-        # small correction (it leaves the centred products as they are).
-        n_samples = X.shape[0]
-        self.w = _train_weights(sample_weight, np.arange(n_samples))
-        X = X - _offset(X, self.w, fit_intercept)
-        self.weighted = (X * self.w[:, None]).T.copy()
-        self.folds = []
-        for train, _ in splits:
-            outside = np.setdiff1d(np.arange(n_samples), train)
-            w = self.w[train]
-            offset = _offset(X[train], w, fit_intercept)
-            # Repeated training rows, or more rows outside than in, take the
-            # training rows' own products.
-            subtract = len(train) + len(outside) == n_samples and len(outside) < len(
-                train
-            )
-            self.folds.append(
-                _FoldProducts(
-                    train,
-                    outside,
-                    offset,
-                    w.sum(),
-                    self.weighted[:, outside].copy() if subtract else None,
-                    None if subtract else ((X[train] - offset) * w[:, None]).T.copy(),
-                )
-            )
-
-    def __call__(self, ids):
-        """Unique variance of the band under resamples ``ids``: an ndarray
-        of shape (len(ids), n_targets)."""
-        n_samples, n_targets = self.fitted.shape
-        codes = signed_rows(
-            self.entropy, ids, n_samples, self.groups, **self.permutation
-        )
-        Y = permuted_targets(self.fitted, self.residuals, codes)
-        rows = np.concatenate([test for _, test in self.splits])
-        predicted = [np.empty((len(rows), Y.shape[1])) for _ in range(2)]
-        scores = [np.empty((len(self.splits), Y.shape[1])) for _ in range(2)]
-        end = 0
-        totals = None
-        for fold, (_, test) in enumerate(self.splits):
-            if totals is None and self.folds[fold].outside_weighted is not None:
-                totals = self.weighted @ Y, self.w @ Y
-            XtWY, mean = self._products(self.folds[fold], Y, totals)
-            at = slice(end, end + len(test))
-            end += len(test)
-            for k, models in enumerate((self.full, self.reduced)):
-                if models is None:
-                    continue
-                prediction = models[fold].predict(XtWY, n_targets) + mean
-                if self.average == "rows":
-                    predicted[k][at] = prediction
-                else:
-                    scores[k][fold] = held_out_r2(
-                        Y, test, prediction, self.sample_weight, warn=False
-                    )
-        f = []
-        for k, models in enumerate((self.full, self.reduced)):
-            if models is None:
-                f.append(0.0)
-            elif self.average == "rows":
-                f.append(
-                    held_out_r2(Y, rows, predicted[k], self.sample_weight, warn=False)
-                )
-            else:
-                f.append(scores[k].mean(axis=0))
-        return (f[0] - f[1]).reshape(len(ids), n_targets)
-
-    def _products(self, fold, Y, totals):
-        """``((X_train - mean)' W Y_train, weighted mean of Y_train)``."""
-        if fold.outside_weighted is None:
-            Y_train = Y[fold.train]
-            mean = _offset(Y_train, self.w[fold.train], self.fit_intercept)
-            return fold.train_weighted @ Y_train, mean
-        Y_out = Y[fold.outside]
-        XtWY = totals[0] - fold.outside_weighted @ Y_out
-        sums = totals[1] - self.w[fold.outside] @ Y_out
-        if not self.fit_intercept:
-            return XtWY, 0.0
-        XtWY -= np.outer(fold.offset, sums)
-        return XtWY, sums / fold.total
-
-
-class _FoldProducts(NamedTuple):
-    """What a fold's products ``X'Wy*`` need (:class:`HeldNullProblem`)."""
-
-    train: np.ndarray
-    outside: np.ndarray
-    offset: np.ndarray
-    total: float
-    outside_weighted: np.ndarray
-    train_weighted: np.ndarray
 
 
 def searched_null_scores(
@@ -467,6 +211,7 @@ def band_null_task(
     permutation,
     average="rows",
     quiet=(),
+    cache=None,
 ):
     """The task of band b's Freedman–Lane null: ``task(ids) -> unique``.
 
@@ -483,6 +228,10 @@ def band_null_task(
         Unfitted, with their bands; ``reduced`` None for the empty set.
     reduced_columns : ndarray of int or None
         X's columns of the reduced model.
+    cache : dict or None
+        Shared by the tasks of every band of one call: the full model's
+        :class:`HeldModel` of every fold, the same for every band, is
+        computed by the first held task and kept there.
     """
     fit_intercept = full.fit_intercept
     if reduced is None:
@@ -520,30 +269,35 @@ def band_null_task(
             **data,
         )
     X = np.asarray(X, dtype=np.float64)
+    cache = {} if cache is None else cache
     models = []
-    for model, columns, choices in (
-        (full, np.arange(X.shape[1]), chosen[0]),
-        (reduced, reduced_columns, chosen[1]),
+    for name, model, columns, choices in (
+        ("full", full, np.arange(X.shape[1]), chosen[0]),
+        (None, reduced, reduced_columns, chosen[1]),
     ):
         if model is None:
             models.append(None)
             continue
+        if name in cache:
+            models.append(cache[name])
+            continue
         bands, _ = check_bands(model.bands, columns.size)
-        models.append(
-            [
-                held_fold(
-                    X,
-                    train,
-                    test,
-                    sample_weight,
-                    columns,
-                    bands,
-                    choice,
-                    fit_intercept=fit_intercept,
-                )
-                for (train, test), choice in zip(splits, choices)
-            ]
-        )
+        folds = [
+            held_fold(
+                X,
+                train,
+                test,
+                sample_weight,
+                columns,
+                bands,
+                choice,
+                fit_intercept=fit_intercept,
+            )
+            for (train, test), choice in zip(splits, choices)
+        ]
+        if name is not None:
+            cache[name] = folds
+        models.append(folds)
     return HeldNullProblem(
         X, *models, fit_intercept=fit_intercept, average=average, **data
     )
@@ -552,45 +306,51 @@ def band_null_task(
 def item_bytes(n_samples, n_features, n_rows, n_targets, hyperparameters):
     """Host bytes one resample holds while its null is computed.
 
-    ``"held"``: :data:`HELD_TARGET_COPIES` copies of its targets, per fold
-    their products with X (and the candidate's rescaled copy), and
-    :data:`HELD_COPIES` copies of the ``n_rows`` test rows' (predictions,
-    scoring). ``"searched"``: its targets and :data:`SEARCHED_COPIES`
-    copies of the test rows'.
+    ``"held"``: :func:`~skbatch._ridge.freedman_lane_held.held_item_bytes`,
+    ``n_rows`` the rows of the largest test fold (the held null scores a
+    fold at a time). ``"searched"``: its targets and
+    :data:`SEARCHED_COPIES` copies of the ``n_rows`` test rows' of every
+    fold.
 
     Examples
     --------
     >>> from skbatch._ridge.freedman_lane import item_bytes
-    >>> item_bytes(100, 10, 100, 1, "held")
-    7360.0
+    >>> item_bytes(100, 10, 20, 1, "held")
+    2560.0
     """
     if hyperparameters == "held":
-        return (
-            8.0
-            * n_targets
-            * (HELD_TARGET_COPIES * n_samples + 2 * n_features + HELD_COPIES * n_rows)
-        )
+        return held_item_bytes(n_samples, n_features, n_rows, n_targets)
     return 8.0 * n_targets * (n_samples + SEARCHED_COPIES * n_rows)
+
+
+def _scored_rows(splits, hyperparameters):
+    """The ``n_rows`` of :func:`item_bytes`."""
+    if hyperparameters == "held":
+        return max((len(test) for _, test in splits), default=0)
+    return sum(len(test) for _, test in splits)
 
 
 def task_bytes(task, n_targets):
     """:func:`item_bytes` of a task of :func:`band_null_task`."""
     if isinstance(task, HeldNullProblem):
-        splits, fitted = task.splits, task.fitted
-        n_features, treatment = task.weighted.shape[0], "held"
+        (n_samples, n_features, _), treatment = task.shape, "held"
     else:
-        splits, fitted = task.keywords["splits"], task.keywords["fitted"]
+        n_samples = task.keywords["fitted"].shape[0]
         n_features, treatment = task.keywords["X"].shape[1], "searched"
-    n_rows = sum(len(test) for _, test in splits)
-    return item_bytes(fitted.shape[0], n_features, n_rows, n_targets, treatment)
+    n_rows = _scored_rows(
+        task.splits if treatment == "held" else task.keywords["splits"], treatment
+    )
+    return item_bytes(n_samples, n_features, n_rows, n_targets, treatment)
 
 
 def null_bytes(X, n_targets, splits, n_candidates, hyperparameters, n_workers):
     """Host bytes of a band's Freedman–Lane null beside the observed fits,
-    for the preflight: the reduced model's fitted values and residuals, one
-    :func:`item_bytes` per worker and, held, every fold's weighted training
-    rows and the decompositions of at most ``n_candidates`` candidates of
-    both models (singular vectors and the test rows in their basis).
+    for the preflight: the reduced model's fitted values and residuals (and,
+    held, their copy as rows while it is made), one :func:`item_bytes` per
+    worker and, held, every fold's weighted rows that it does not train on
+    and the decompositions of at most ``n_candidates`` candidates of both
+    models (singular vectors, the test rows in their basis, and the
+    triangular factor they come from).
 
     Examples
     --------
@@ -601,15 +361,19 @@ def null_bytes(X, n_targets, splits, n_candidates, hyperparameters, n_workers):
     4800.0
     """
     n_samples, n_features = X.shape
-    n_rows = sum(len(test) for _, test in splits)
     total = 16.0 * n_samples * n_targets + n_workers * item_bytes(
-        n_samples, n_features, n_rows, n_targets, hyperparameters
+        n_samples,
+        n_features,
+        _scored_rows(splits, hyperparameters),
+        n_targets,
+        hyperparameters,
     )
     if hyperparameters != "held":
         return total
+    total += 8.0 * n_samples * n_targets + 8.0 * n_features * (n_samples + n_features)
     for train, test in splits:
         rank = min(len(train), n_features)
-        total += 8.0 * n_features * len(train)
+        total += 8.0 * n_features * max(n_samples - len(train), len(train))
         total += (
             2 * 8.0 * min(n_candidates, n_targets) * rank * (n_features + len(test) + 1)
         )

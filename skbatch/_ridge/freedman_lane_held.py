@@ -1,0 +1,587 @@
+"""The Freedman–Lane null with the hyperparameters held: permuted residuals
+as extra rows of a few GEMMs per fold.
+
+With every target's choices held (:mod:`skbatch._ridge.freedman_lane`),
+each model's held-out predictions are linear in the targets ``y*``. Per
+call (a batch of K permutations, t targets), in the layout ``(t, K, n)``
+(one row per target and permutation, its rows of the data contiguous):
+
+- ``y*`` is built by slices of the reduced model's residuals: a circular
+  shift or a block shuffle within runs is a few contiguous runs of rows,
+  sign flips one (:func:`_segments`);
+- ``X'Wy*`` of all rows is one GEMM, and a fold's training products are it
+  less the product of the rows the fold does not train on;
+- per fold and model the targets are taken in the order of their held
+  candidate (:class:`HeldModel`, sorted once), so that each candidate's
+  targets are one slice: two GEMMs per candidate, ``V'(X'Wy*)`` and the test
+  rows' predictions, from the candidate's decomposition, computed once per
+  fold and shared by every permutation (and, by the caller, by every band:
+  the full model is the same for all of them);
+- the held-out squared errors and the moments of ``y*`` that R^2 needs (the
+  weight, mean and centred sum of squares of each fold's test rows) are
+  accumulated fold by fold: no prediction outlives its fold.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+from scipy.linalg import blas
+
+from .._kernels import linalg as _linalg
+from .._kernels.linalg.scores import CONSTANT_ULPS, TargetSpread, _r2
+from .._resampling.signed import signed_rows
+from .banded import BandedDesign
+
+__all__ = [
+    "HELD_COPIES",
+    "HELD_TARGET_COPIES",
+    "HeldModel",
+    "HeldNullProblem",
+    "held_fold",
+    "held_item_bytes",
+]
+
+# What one resample of the held null holds per target, at most: copies of
+# its n rows (the permuted targets; a fold's rows that it does not train
+# on, gathered when they are not one slice), of the p products with X (all
+# rows, a fold's, their copy in candidate order, the coordinates of a
+# candidate) and of the largest test fold's rows (their deviations from the
+# training mean, their copy in candidate order, the test rows gathered when
+# they are not one slice, the moments' temporaries). tracemalloc's peak was
+# 0.62-0.67 of this charge (160 rows, 300 targets, 1-8 resamples a call;
+# tests/test_partitioning_freedman_lane.py holds it between 0.5 and 1).
+HELD_TARGET_COPIES = 2
+HELD_PRODUCT_COPIES = 4
+HELD_COPIES = 4
+# Contiguous pieces of rows up to which a gather is done piece by piece (a
+# memory copy each) rather than element by element (np.take along rows is
+# several times slower per element).
+MAX_SEGMENTS = 256
+
+
+class HeldModel:
+    """One model on one outer fold at every target's held choice.
+
+    Candidate c (a distinct row of the targets' band weights) is ridge on
+    X's columns ``columns[c]`` times their scales ``sqrt(gamma_b)``: the
+    training rows' centred, weighted design has the SVD
+    ``U diag(s[c]) V_c'``; ``Vt[c]`` is ``V_c'`` times the scales (so that
+    it applies to X's own products), and ``test_basis[c]`` is the scaled
+    test rows (centred by the training means) times ``V_c``.
+
+    Attributes
+    ----------
+    columns, s, Vt, test_basis : list of ndarray, one per candidate
+    candidate : ndarray of shape (n_targets,)
+        Each target's candidate.
+    alpha : ndarray of shape (n_targets,)
+    order : ndarray of shape (n_targets,)
+        The targets by candidate (stable): candidate c's targets are
+        ``order[bounds[c]:bounds[c + 1]]``.
+    bounds : ndarray of shape (n_candidates + 1,)
+    """
+
+    def __init__(self, columns, s, Vt, test_basis, candidate, alpha, shift=None):
+        self.columns = columns
+        self.s = s
+        # V' and, in a last row, minus V' times the fold's training means
+        # (``shift``, of X less its overall mean): the products of training
+        # rows centred on X's overall mean, with their weighted sums in a last
+        # column, give the coordinates of the fold's own centring in one GEMM.
+        shift = [np.zeros(len(kept)) for kept in columns] if shift is None else shift
+        self._solve = [
+            np.vstack([V.T, -(V @ mean)[None, :]]) for V, mean in zip(Vt, shift)
+        ]
+        self.Vt = [solve[:-1].T for solve in self._solve]
+        # Fortran order, as BLAS reads it (a copy per product otherwise).
+        self.test_basis = [np.asfortranarray(basis) for basis in test_basis]
+        self.candidate = np.asarray(candidate, dtype=np.intp)
+        self.alpha = np.asarray(alpha, dtype=np.float64)
+        # By candidate, then alpha: each (candidate, alpha) is one run of
+        # rows, damped by one vector 1 / (s^2 + alpha) in place.
+        self.order = np.lexsort((self.alpha, self.candidate))
+        self.bounds = np.searchsorted(
+            self.candidate[self.order], np.arange(len(columns) + 1)
+        )
+        self._taken = [_as_slice(kept) for kept in columns]
+        sorted_alpha = self.alpha[self.order]
+        self._damping = []
+        for c in range(len(columns)):
+            start, stop = self.bounds[c], self.bounds[c + 1]
+            alphas, starts = np.unique(sorted_alpha[start:stop], return_index=True)
+            stops = np.append(starts[1:], stop - start)
+            self._damping.append(
+                [
+                    (int(a), int(b), 1.0 / (self.s[c] ** 2 + alpha))
+                    for a, b, alpha in zip(starts, stops, alphas)
+                ]
+            )
+
+    def squared_errors(self, products, deviations, n_repeats, root_weight, buffers):
+        """Each target's held-out sum of (weighted) squared errors.
+
+        Parameters
+        ----------
+        products : ndarray of shape (n_targets * n_repeats, n_features + 1)
+            ``X'W y*`` of the fold's training rows, X centred on its overall
+            mean, and in the last column the weighted sums of ``y*``; row
+            ``target * n_repeats + k``.
+        deviations : ndarray of shape (n_targets * n_repeats, n_test)
+            The test rows of ``y*`` less their training means.
+        n_repeats : int
+        root_weight : ndarray of shape (n_test,) or None
+        buffers : dict
+            Scratch arrays, reused from call to call.
+
+        Returns
+        -------
+        ndarray of shape (n_targets * n_repeats,)
+        """
+        n_rows, n_test = deviations.shape
+        n_targets = n_rows // n_repeats
+        n_features = products.shape[1] - 1
+        rows = (self.order[:, None] * n_repeats + np.arange(n_repeats)).ravel()
+        ordered = _scratch(buffers, "products", products.shape)
+        # mode="clip": np.take buffers its out= under the default "raise".
+        np.take(products, rows, axis=0, out=ordered, mode="clip")
+        errors = _scratch(buffers, "errors", deviations.shape)
+        np.take(deviations, rows, axis=0, out=errors, mode="clip")
+        for c, taken in enumerate(self._taken):
+            start, stop = self.bounds[c] * n_repeats, self.bounds[c + 1] * n_repeats
+            if start == stop:
+                continue
+            block, solve = ordered[start:stop], self._solve[c]
+            if isinstance(taken, slice) and taken.stop == n_features:
+                # The kept columns run to the sums: one GEMM centres too.
+                coords = block[:, taken.start :] @ solve
+            else:
+                coords = block[:, taken] @ solve[:-1]
+                coords += block[:, n_features:] * solve[-1]
+            for a, b, damping in self._damping[c]:
+                coords[a * n_repeats : b * n_repeats] *= damping
+            # errors -= coords @ test_basis': the GEMM subtracts in place
+            # (BLAS's beta = 1), on the transposes, which are in Fortran
+            # order, without a buffer of predictions.
+            blas.dgemm(
+                -1.0,
+                self.test_basis[c],
+                coords.T,
+                beta=1.0,
+                c=errors[start:stop].T,
+                overwrite_c=True,
+            )
+        ordered_sse = _sum_of_squares(errors, root_weight)
+        out = np.empty(n_rows)
+        out.reshape(n_targets, n_repeats)[self.order] = ordered_sse.reshape(
+            n_targets, n_repeats
+        )
+        return out
+
+
+def _scratch(buffers, name, shape):
+    """A buffer of ``shape`` kept in ``buffers`` under ``name`` (grown when
+    too small): each call reuses its fold's arrays instead of mapping new
+    megabytes for every fold and model."""
+    size = int(np.prod(shape))
+    held = buffers.get(name)
+    if held is None or held.size < size:
+        held = buffers[name] = np.empty(size)
+    return held[:size].reshape(shape)
+
+
+def _as_slice(index):
+    """``index`` (sorted int) as a slice when it is a range, else itself."""
+    index = np.asarray(index)
+    if index.size and np.array_equal(index, np.arange(index[0], index[0] + index.size)):
+        return slice(int(index[0]), int(index[0]) + index.size)
+    return index
+
+
+def _sum_of_squares(A, root_weight):
+    """Each row's sum of squares, its columns weighted; scales ``A``."""
+    if root_weight is not None:
+        A *= root_weight
+    return np.einsum("ij,ij->i", A, A)
+
+
+def held_fold(
+    X, train, test, sample_weight, model_columns, bands, choice, *, fit_intercept
+):
+    """The :class:`HeldModel` of a model on one outer fold.
+
+    The training rows' centred, weighted design is factored once, ``QR``;
+    candidate c's SVD is that of ``R``'s kept columns times their scales
+    (the same singular values and right vectors as the design's own, from
+    a p x p matrix).
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+    train, test : ndarray of int
+    sample_weight : ndarray of shape (n_samples,) or None
+    model_columns : ndarray of int
+        The model's columns of X.
+    bands : list of ndarray
+        The model's bands, as positions in ``model_columns``.
+    choice : (ndarray, ndarray)
+        Each target's band weights (n_targets, n_bands) and alpha, as the
+        model fit on ``train`` chose them (``band_weights_``, ``alpha_``).
+    fit_intercept : bool
+    """
+    weights, alpha = choice
+    candidates, chosen = np.unique(np.atleast_2d(weights), axis=0, return_inverse=True)
+    design = BandedDesign(X[:1, model_columns], bands, candidates)
+    X_train = X[np.ix_(train, model_columns)]
+    X_test = X[np.ix_(test, model_columns)]
+    w = _train_weights(sample_weight, train)
+    offset = _offset(X_train, w, fit_intercept)
+    # The training means of X less its overall mean (HeldNullProblem's
+    # products are of X so centred).
+    overall = _offset(
+        X[:, model_columns],
+        _train_weights(sample_weight, np.arange(X.shape[0])),
+        fit_intercept,
+    )
+    columns, s_all, Vt_all, bases, shift = [], [], [], [], []
+    with _linalg.one_thread(X_train):
+        R = np.linalg.qr(np.sqrt(w)[:, None] * (X_train - offset), mode="r")
+        for c in range(len(candidates)):
+            kept, scale = design.kept[c], design.scales[c]
+            _, s, Vt = np.linalg.svd(R[:, kept] * scale, full_matrices=False)
+            columns.append(model_columns[kept])
+            s_all.append(s)
+            Vt_all.append(Vt * scale)
+            bases.append(((X_test[:, kept] - offset[kept]) * scale) @ Vt.T)
+            shift.append((offset - overall)[kept])
+    return HeldModel(
+        columns,
+        s_all,
+        Vt_all,
+        bases,
+        chosen.ravel(),
+        np.asarray(alpha, float),
+        shift,
+    )
+
+
+def _train_weights(sample_weight, train):
+    return (
+        np.ones(len(train))
+        if sample_weight is None
+        else np.asarray(sample_weight, dtype=np.float64)[train]
+    )
+
+
+def _offset(A, w, fit_intercept):
+    """Weighted column means of ``A`` (zeros without an intercept)."""
+    if not fit_intercept:
+        return np.zeros(A.shape[1])
+    return (w @ A) / w.sum()
+
+
+def _segments(rows):
+    """``rows`` as ``(start, stop, source)`` runs of consecutive rows, or
+    None when there are more than :data:`MAX_SEGMENTS`."""
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    if breaks.size >= MAX_SEGMENTS:
+        return None
+    starts = np.concatenate([[0], breaks])
+    stops = np.concatenate([breaks, [rows.size]])
+    return list(zip(starts.tolist(), stops.tolist(), rows[starts].tolist()))
+
+
+def _gather_columns(A, rows, out, plus=None):
+    """``out[:] = A[:, rows] (+ plus)``, by slices where ``rows`` runs in
+    pieces."""
+    segments = _segments(rows) if rows.size else []
+    if segments is None:
+        if plus is None:
+            out[...] = A[:, rows]
+        else:
+            np.add(A[:, rows], plus, out=out)
+        return
+    for start, stop, source in segments:
+        piece = A[:, source : source + stop - start]
+        if plus is None:
+            out[:, start:stop] = piece
+        else:
+            np.add(piece, plus[:, start:stop], out=out[:, start:stop])
+
+
+def _columns(A, rows):
+    """``A[:, rows]``: a view where ``rows`` is a slice."""
+    return A[:, rows] if isinstance(rows, slice) else np.take(A, rows, axis=1)
+
+
+class _Fold(NamedTuple):
+    """What a fold of :class:`HeldNullProblem` needs."""
+
+    test: object
+    n_test: int
+    root_weight: np.ndarray
+    test_weight: float
+    train: np.ndarray
+    outside: object
+    total: float
+    outside_weighted: np.ndarray
+    train_weighted: np.ndarray
+
+
+class _Moments:
+    """Weight, mean and centred sum of squares of rows of ``y*``, pooled
+    fold by fold (Chan et al.'s update): the spread R^2 divides by, without
+    the rows."""
+
+    def __init__(self, size):
+        self.weight = 0.0
+        self.mean = np.zeros(size)
+        self.squares = np.zeros(size)
+        self.n_rows = 0
+
+    def add(self, weight, mean, squares, n_rows):
+        total = self.weight + weight
+        delta = mean - self.mean
+        if total > 0:
+            self.squares += squares + delta**2 * (self.weight * weight / total)
+            self.mean += delta * (weight / total)
+        else:
+            self.squares += squares
+        self.weight = total
+        self.n_rows += n_rows
+
+    def r2(self, sse):
+        """R^2 of errors of sum of squares ``sse``, as
+        :func:`skbatch._kernels.linalg.score_per_target` scores it
+        (``force_finite``; NaN for fewer than 2 rows)."""
+        if self.n_rows < _linalg.MIN_SCORED_ROWS:
+            return np.full(sse.shape, np.nan)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            variance = self.squares / self.weight
+            error_var = sse / self.weight
+        rounding = (CONSTANT_ULPS * np.finfo(np.float64).eps) ** 2 * (
+            variance + self.mean**2
+        )
+        spread = TargetSpread(None, variance, variance <= rounding, rounding)
+        return _r2(error_var, spread, np)
+
+
+class HeldNullProblem:
+    """Band b's unique variance on Freedman–Lane targets, choices held.
+
+    Item ``i`` is resample ``i`` of :func:`signed_rows` (``entropy``,
+    ``groups`` and ``permutation``); its targets are ``fitted + P_i
+    residuals``. On each outer fold the full and the reduced models
+    (:class:`HeldModel`, from :func:`held_fold`) predict the test rows from
+    one product ``X'W y*`` of the training rows (all rows less the fold's
+    held-out ones), and the held-out R^2 of each is the one of
+    :func:`skbatch._ridge.partition_inference.held_out_scores`
+    (``average``), from squared errors and moments accumulated fold by fold
+    (the module's docstring).
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+    full, reduced : list of HeldModel
+        One per fold; ``reduced`` None for the empty set of bands (score 0).
+    fitted, residuals : ndarray of shape (n_samples, n_targets)
+    splits : list of (ndarray, ndarray)
+    sample_weight, groups : ndarray of shape (n_samples,) or None
+    entropy : int
+    permutation : dict
+        ``permutation_type``, ``block_size``, ``exact``.
+    fit_intercept : bool
+    average : {"rows", "folds"}
+    """
+
+    def __init__(
+        self,
+        X,
+        full,
+        reduced,
+        *,
+        fitted,
+        residuals,
+        splits,
+        sample_weight,
+        groups,
+        entropy,
+        permutation,
+        fit_intercept,
+        average,
+    ):
+        # The targets travel as rows (the layout of the module's docstring).
+        self.fitted = np.ascontiguousarray(np.asarray(fitted, dtype=np.float64).T)
+        self.residuals = np.ascontiguousarray(np.asarray(residuals, dtype=np.float64).T)
+        self.splits, self.sample_weight, self.groups = splits, sample_weight, groups
+        self.full, self.reduced = full, reduced
+        self._buffers = {}
+        self.entropy, self.permutation = entropy, permutation
+        self.fit_intercept, self.average = fit_intercept, average
+        # A fold's products X'Wy* are the products of all rows less those of
+        # the rows it does not train on (the covariance path's total minus
+        # held-out runs): one product of every row per batch and one of each
+        # fold's held-out rows, 2 n p (1 + 1 / (k - 1)) per target for k folds
+        # instead of 2 n p over the training rows of each. X is centred on
+        # its overall mean; each fold's own centring is a small correction
+        # that the candidates' GEMMs apply (HeldModel's last row of V').
+        n_samples = X.shape[0]
+        self.w = _train_weights(sample_weight, np.arange(n_samples))
+        X = X - _offset(X, self.w, fit_intercept)
+        # The weights as one more column: the GEMM that makes the products
+        # makes the targets' weighted sums too (no pass of its own over y*).
+        self.weighted = np.column_stack([X * self.w[:, None], self.w])
+        self.folds = []
+        for train, test in splits:
+            outside = np.setdiff1d(np.arange(n_samples), train)
+            # Repeated training rows, or more rows outside than in, take the
+            # training rows' own products.
+            subtract = len(train) + len(outside) == n_samples and len(outside) < len(
+                train
+            )
+            self.folds.append(
+                _Fold(
+                    _as_slice(test),
+                    len(test),
+                    None if sample_weight is None else np.sqrt(self.w[test]),
+                    float(self.w[test].sum()),
+                    train,
+                    _as_slice(outside),
+                    self.w[train].sum(),
+                    self.weighted[outside] if subtract else None,
+                    None if subtract else self.weighted[train],
+                )
+            )
+
+    @property
+    def shape(self):
+        """(n_samples, n_features, n_targets)."""
+        return self.fitted.shape[1], self.weighted.shape[1] - 1, self.fitted.shape[0]
+
+    def __getstate__(self):
+        # A worker gets the problem, not this process's scratch arrays.
+        state = dict(self.__dict__)
+        state["_buffers"] = {}
+        return state
+
+    def targets(self, codes, buffers=None):
+        """``fitted + P residuals`` of each resample's signed row codes, of
+        shape (n_targets, len(codes), n_samples)."""
+        n_targets, n_samples = self.fitted.shape
+        shape = (n_targets, len(codes), n_samples)
+        out = np.empty(shape) if buffers is None else _scratch(buffers, "y*", shape)
+        for k, code in enumerate(codes):
+            flipped = code < 0
+            rows = np.where(flipped, ~code, code)
+            if not flipped.any():
+                _gather_columns(self.residuals, rows, out[:, k], plus=self.fitted)
+                continue
+            _gather_columns(self.residuals, rows, out[:, k])
+            out[:, k] *= np.where(flipped, -1.0, 1.0)
+            out[:, k] += self.fitted
+        return out
+
+    def __call__(self, ids):
+        """Unique variance of the band under resamples ``ids``: an ndarray
+        of shape (len(ids), n_targets)."""
+        n_targets, n_samples = self.fitted.shape
+        codes = signed_rows(
+            self.entropy, ids, n_samples, self.groups, **self.permutation
+        )
+        n_repeats = len(codes)
+        # Scratch arrays kept from call to call: a batch's megabytes are not
+        # mapped (and faulted in) anew for every batch.
+        buffers = self._buffers
+        Y = self.targets(codes, buffers).reshape(n_targets * n_repeats, n_samples)
+        models = [m for m in (self.full, self.reduced) if m is not None]
+        sse = np.zeros((len(models), Y.shape[0]))
+        scores = np.zeros((len(models), Y.shape[0]))
+        pooled = _Moments(Y.shape[0])
+        totals = None
+        for f, fold in enumerate(self.folds):
+            if totals is None and fold.outside_weighted is not None:
+                totals = np.matmul(
+                    Y,
+                    self.weighted,
+                    out=_scratch(buffers, "totals", (Y.shape[0], self.shape[1] + 1)),
+                )
+            products, mean = self._products(fold, Y, totals, buffers)
+            deviations = _scratch(buffers, "deviations", (Y.shape[0], fold.n_test))
+            np.subtract(_columns(Y, fold.test), mean[:, None], out=deviations)
+            # Each candidate's products are small (its targets by its
+            # columns): on one thread, as _linalg.one_thread says why.
+            with _linalg.one_thread(Y):
+                fold_sse = [
+                    model[f].squared_errors(
+                        products, deviations, n_repeats, fold.root_weight, buffers
+                    )
+                    for model in models
+                ]
+            # The test rows' own moments: deviations from their mean.
+            shift = _weighted_mean(deviations, fold.root_weight, fold.test_weight)
+            deviations -= shift[:, None]
+            moments = _Moments(Y.shape[0])
+            moments.add(
+                fold.test_weight,
+                mean + shift,
+                _sum_of_squares(deviations, fold.root_weight),
+                fold.n_test,
+            )
+            if self.average == "rows":
+                pooled.add(moments.weight, moments.mean, moments.squares, fold.n_test)
+                for m, errors in enumerate(fold_sse):
+                    sse[m] += errors
+            else:
+                for m, errors in enumerate(fold_sse):
+                    scores[m] += moments.r2(errors)
+        if self.average == "rows":
+            f = [pooled.r2(errors) for errors in sse]
+        else:
+            f = list(scores / len(self.folds))
+        unique = f[0] - (f[1] if self.reduced is not None else 0.0)
+        return unique.reshape(n_targets, n_repeats).T
+
+    def _products(self, fold, Y, totals, buffers):
+        """``(X_train' W Y_train`` with ``1' W Y_train`` in a last column,
+        weighted mean of Y_train)``, X centred on its overall mean, the
+        products as rows (one per row of ``Y``)."""
+        # The products and, in the last column, the weighted sums.
+        out = _scratch(buffers, "fold products", (Y.shape[0], self.shape[1] + 1))
+        if fold.outside_weighted is None:
+            np.matmul(np.take(Y, fold.train, axis=1), fold.train_weighted, out=out)
+        else:
+            np.matmul(_columns(Y, fold.outside), fold.outside_weighted, out=out)
+            np.subtract(totals, out, out=out)
+        if not self.fit_intercept:
+            return out, np.zeros(Y.shape[0])
+        return out, out[:, -1] / fold.total
+
+
+def _weighted_mean(A, root_weight, total):
+    """Each row's mean over its columns, weighted by ``root_weight**2``."""
+    if root_weight is None:
+        return A.mean(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (A @ root_weight**2) / total
+
+
+def held_item_bytes(n_samples, n_features, n_test, n_targets):
+    """Host bytes of one resample of :class:`HeldNullProblem` at its peak
+    (:data:`HELD_TARGET_COPIES` copies of its rows, ``HELD_PRODUCT_COPIES``
+    of its products with X and :data:`HELD_COPIES` of its largest test
+    fold's rows).
+
+    Examples
+    --------
+    >>> from skbatch._ridge.freedman_lane_held import held_item_bytes
+    >>> held_item_bytes(100, 10, 20, 1)
+    2560.0
+    """
+    return (
+        8.0
+        * n_targets
+        * (
+            HELD_TARGET_COPIES * n_samples
+            + HELD_PRODUCT_COPIES * n_features
+            + HELD_COPIES * n_test
+        )
+    )
