@@ -53,7 +53,6 @@ from .covariance import (
 )
 from .cv import (
     gcv_scores,
-    held_ridge_predictions,
     holdout_scores,
     loo_scores,
     project,
@@ -120,7 +119,6 @@ __all__ = [
     "gathers_drawn_rows",
     "gcv_scores",
     "gram_moments",
-    "held_ridge_predictions",
     "holdout_scores",
     "holdout_spread",
     "loo_scores",

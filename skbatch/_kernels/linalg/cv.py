@@ -153,54 +153,6 @@ def ridge_coef(Vt, s, UtY, alpha, *, xp=None):
     )
 
 
-def held_ridge_predictions(test_basis, Vt, s, XtWY, alpha, *, xp=None):
-    """Centred held-out predictions of ridge at one alpha per target, from the
-    design's products with the targets.
-
-    With the training design's thin SVD ``X = U diag(s) V'`` (centred and
-    weighted rows), ridge's coefficients are ``V diag(1 / (s^2 + alpha))
-    V' X'Y``, so predictions need ``X'Y`` alone: one product that serves
-    every band weighting of the columns (a rescaling of its rows) and every
-    alpha. Components outside X's row space get no coefficient (``X'Y`` has
-    none there), as ridge gives them.
-
-    Parameters
-    ----------
-    test_basis : array of shape (n_test, rank)
-        The test rows, centred by the training means, times ``V``.
-    Vt : array of shape (rank, n_features)
-    s : array of shape (rank,)
-    XtWY : array of shape (n_features, n_targets)
-        ``X'Y`` of the centred, weighted training rows.
-    alpha : array of shape (n_targets,)
-        Positive.
-
-    Returns
-    -------
-    predictions : array of shape (n_test, n_targets)
-        Add the targets' training means for the predictions.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from sklearn.linear_model import Ridge
-    >>> rng = np.random.default_rng(0)
-    >>> X, Y = rng.standard_normal((20, 3)), rng.standard_normal((20, 2))
-    >>> X_new = rng.standard_normal((4, 3))
-    >>> _, s, Vt = np.linalg.svd(X, full_matrices=False)
-    >>> alphas = np.array([1.0, 5.0])
-    >>> pred = held_ridge_predictions(X_new @ Vt.T, Vt, s, X.T @ Y, alphas)
-    >>> ridge = Ridge(alpha=alphas, fit_intercept=False).fit(X, Y)
-    >>> bool(np.allclose(pred, ridge.predict(X_new)))
-    True
-    """
-    xp = _namespace(xp, test_basis, Vt, s, XtWY)
-    alpha = _as_float_array(alpha, s, xp)
-    coords = accumulated_matmul(Vt, XtWY, xp)
-    coords = coords / (s[:, None] * s[:, None] + alpha[None, :])
-    return accumulated_matmul(test_basis, coords, xp)
-
-
 def _ridge_factors(s, alpha, xp):
     """``alpha / (s^2 + alpha)``, ``s^2 / (s^2 + alpha)`` and ``s / (s^2 + alpha)``.
 
