@@ -307,6 +307,24 @@ class CovarianceSolver(Portable):
             for train, test in splits
         ]
         alpha = float(np.min(alphas))
+        # Held-out scores from the test rows' moments (float64 only: in
+        # float32 the rows are scored in the compute dtype, as the SVD path
+        # scores them).
+        self.moment_scoring = np.dtype(dtype) == np.float64 and (
+            self._work_numpy == np.float64
+        )
+
+        def test_moments(k, weight, sums):
+            # The fold's test moments about its training means, kept for
+            # the scores; None where the rows are scored.
+            if not self.moment_scoring or len(splits[k][1]) < _linalg.MIN_SCORED_ROWS:
+                return None
+            t_weight, t_sums, t_gram = tests[k]
+            if fit_intercept:
+                t_gram, t_sums = _linalg.moments_about(
+                    t_gram, t_sums, t_weight, sums / weight, xp=xp
+                )
+            return t_sums, t_gram
 
         def decompose(k):
             # A fold's moments formed here and its test fold's dropped once
@@ -315,11 +333,13 @@ class CovarianceSolver(Portable):
                 part = total
             elif complements[k]:
                 part = _subtract(total, tests[k])
-                tests[k] = None
             else:
                 part = moments(row_selections(splits[k][0], backend))
             weight, sums, gram = part
             del part
+            held = None if k is None else test_moments(k, weight, sums)
+            if k is not None:
+                tests[k] = None
             # The fold's own moments: overwritten by the centring and by eigh.
             own = k is not None
             covariance = (
@@ -340,17 +360,18 @@ class CovarianceSolver(Portable):
             # predictions and coefficients, amplified by nothing, run in the
             # compute dtype, as the SVD path's do.
             cast = [xp.astype(a, self.X.dtype, copy=False) for a in (eigenvalues, V)]
-            return condition, (weight, sums), (*cast, V)
+            return condition, (weight, sums), (*cast, V), held
 
         *fold_bases, full = map_threads(decompose, [*range(len(splits)), None], backend)
         self.condition = max(part[0] for part in [*fold_bases, full])
-        _, self.total, (self.eigenvalues, self.V, self.V_work) = full
+        _, self.total, (self.eigenvalues, self.V, self.V_work), _ = full
         self.folds = []
-        for (train, test), complement, (_, moments_k, basis) in zip(
+        for (train, test), complement, (_, moments_k, basis, held) in zip(
             splits, complements, fold_bases
         ):
             fold = _CovarianceFold(moments_k, train, test, complement, weight, backend)
             fold.eigenvalues, fold.V, fold.V_work = basis
+            fold.test_moments = held
             self.folds.append(fold)
         # The full eigenvalues, as the SVD's singular values, size the problem.
         self.s = self.eigenvalues
@@ -460,7 +481,13 @@ class CovarianceSolver(Portable):
 
     def scores(self, Y, y_shift, tested, total):
         """Scores (n_alphas, m) of one batch of device targets, averaged over
-        folds as :class:`~skbatch._ridge.cv.KFold` averages them."""
+        folds as :class:`~skbatch._ridge.cv.KFold` averages them.
+
+        In float64 each fold's test rows enter through their moments
+        (:func:`~skbatch._kernels.linalg.moment_scores`: the test targets
+        are read, X is not), and only the targets whose scores those
+        moments round too coarsely are scored from the rows.
+        """
         xp = self.xp
         result = 0.0
         for fold, test_sums in zip(self.folds, tested):
@@ -471,21 +498,66 @@ class CovarianceSolver(Portable):
             moments = (fold.weight, fold.sums)
             VtXtY = self._projection(fold.V_work, moments, sums)
             x_means, y_means = self._offsets(moments, sums[0], y_shift)
-            X_test = _centred(_test_rows(self.X, fold.test, xp), *x_means, xp)
             y_true = _centred(_test_rows(Y, fold.test, xp), *y_means, xp)
-            result = result + _linalg.covariance_holdout_scores(
-                X_test,
-                fold.V,
-                fold.eigenvalues,
-                VtXtY,
-                y_true,
-                self.alphas,
-                scoring=self.scoring or "r2",
-                sample_weight=fold.test_weight,
-                y_dtype=Y.dtype,
-                xp=xp,
+            arguments = (VtXtY, y_true, Y.dtype)
+            if fold.test_moments is None:
+                result = result + self._row_scores(fold, x_means, *arguments)
+                continue
+            fold_scores, rows_needed = self._moment_scores(
+                fold, moments, sums, test_sums, *arguments[:2]
             )
+            if bool(xp.any(rows_needed)):
+                rows = self._row_scores(fold, x_means, *arguments)
+                fold_scores = xp.where(rows_needed[None, :], rows, fold_scores)
+            result = result + fold_scores
         return result / len(self.folds)
+
+    def _moment_scores(self, fold, moments, sums, test_sums, VtXtY, y_true):
+        """A fold's scores from its test moments, and the targets to score
+        from the rows."""
+        xp = self.xp
+        x_sums, gram = fold.test_moments
+        y_sums, cross = test_sums
+        if self.fit_intercept:
+            # The test cross-moments about the training means of X and y.
+            weight, train_x_sums = moments
+            x_offset = train_x_sums / weight
+            y_offset = sums[0] / weight
+            cross = (
+                cross
+                - x_offset[:, None] * y_sums[None, :]
+                - x_sums[:, None] * y_offset[None, :]
+            )
+        return _linalg.moment_scores(
+            fold.V_work,
+            xp.astype(fold.eigenvalues, self.work_dtype),
+            xp.astype(VtXtY, self.work_dtype),
+            gram,
+            x_sums,
+            cross,
+            xp.astype(y_true, self.work_dtype),
+            self.alphas,
+            scoring=self.scoring or "r2",
+            sample_weight=fold.test_weight,
+            xp=xp,
+        )
+
+    def _row_scores(self, fold, x_means, VtXtY, y_true, y_dtype):
+        """A fold's scores from its test rows."""
+        xp = self.xp
+        X_test = _centred(_test_rows(self.X, fold.test, xp), *x_means, xp)
+        return _linalg.covariance_holdout_scores(
+            X_test,
+            fold.V,
+            fold.eigenvalues,
+            VtXtY,
+            y_true,
+            self.alphas,
+            scoring=self.scoring or "r2",
+            sample_weight=fold.test_weight,
+            y_dtype=y_dtype,
+            xp=xp,
+        )
 
     def refit(self, y_shift, total, alpha):
         """Coefficients (m, n_features) and intercepts (m,) on all rows."""
