@@ -27,7 +27,7 @@ covariances are decomposed, only where that error stays below
 import numpy as np
 from array_api_compat import device as array_device
 
-from .._backends.side_by_side import map_threads
+from .._backends.side_by_side import cpu_workers, map_threads
 from .._engine import Portable
 from .._kernels import linalg as _linalg
 from .cv import KFold
@@ -385,25 +385,33 @@ class CovarianceSolver(Portable):
     @staticmethod
     def nbytes(n_samples, n_features, scheme, itemsize, *, backend=None):
         """Device bytes at the solver's peak, from the shapes, before any
-        moment is formed: X in the compute dtype, the moments of every test
-        fold and of all rows and one eigenbasis per fold and of all rows
-        (p x p each, in float64), and two blocks of rows being multiplied."""
+        moment is formed: X in the compute dtype; in float64, the moments of
+        every test fold and of all rows and one eigenbasis per fold and of
+        all rows (p x p each); and for each fold decomposed side by side
+        (:func:`~skbatch._backends.side_by_side.cpu_workers`) its training
+        moments and ``eigh``'s workspace, or a temporary (3 p x p), and two
+        blocks of rows being multiplied."""
         n_folds = len(scheme.splits)
         p = n_features
-        square = 8 * (2 * (n_folds + 1) * (p * p + p) + 2)
+        workers = 1 if backend is None else cpu_workers(backend)
+        workers = min(workers, n_folds + 1)
+        square = 8 * (2 * (n_folds + 1) * (p * p + p) + 3 * workers * p * p + 2)
         block = 8 * 2 * min(n_samples, _linalg.COVARIANCE_ROW_BLOCK) * p
         return itemsize * n_samples * n_features + square + block
 
     @property
     def fixed_bytes(self):
-        """Device bytes held once decomposed: X, the eigenbases and moments,
-        and while a fold is scored its centred test rows and their
+        """Device bytes held once decomposed: X, the eigenbases and moments
+        (in float64, each test fold's p x p moments, which score it), and
+        while a fold is scored from its rows its centred test rows and their
         coordinates in V's basis."""
         n_folds = len(self.folds)
         p = self.n_features
         n_test = max(fold.n_test for fold in self.folds)
         itemsize = np.dtype(self.dtype).itemsize
         held = (n_folds + 1) * (p * p + 3 * p) + 2 * n_test * p
+        if self.moment_scoring:
+            held += n_folds * (p * p + p)
         return itemsize * (self.n_samples * p + held)
 
     def values_per_target(self):
@@ -411,14 +419,18 @@ class CovarianceSolver(Portable):
         centred copy, the cross-moments of every test fold and of all rows, a
         fold's training cross-moments in V's basis, one alpha's filtered
         coordinates and coefficients, the test targets, predictions and
-        errors, and the scores of every alpha."""
+        errors, and the scores of every alpha; in float64, every alpha's
+        coefficients and their product with the test moments."""
         n_test = max(fold.n_test for fold in self.folds)
-        return (
+        values = (
             2 * self.n_samples
             + (len(self.folds) + 5) * self.n_features
             + 4 * n_test
             + 2 * self.alphas.size
         )
+        if self.moment_scoring:
+            values += (2 * self.alphas.size + 2) * self.n_features
+        return values
 
     def _shift(self, Y):
         """The targets' shift (their first row of positive weight, or 0), in

@@ -386,17 +386,19 @@ def moment_scores(
     py = xp.permute_dims(factors, (1, 0)) @ (VtXtY * (Vt @ cross))
     sp = xp.permute_dims(factors, (1, 0)) @ (VtXtY * (Vt @ x_sums)[:, None])
     sse = yy - 2.0 * py + pp
-    # The rounding of y'y - 2 p'y + p'p: eps times the terms and the rows
-    # summed in them (pairwise and blocked sums err by far less than n eps).
-    eps = float(xp.finfo(y_true.dtype).eps)
-    rounding = eps * (4.0 + n_test**0.5) * (yy + 2.0 * xp.abs(py) + pp)
+    # The rounding of each sum over the rows and the features is eps times
+    # the sum of its terms' magnitudes (pairwise and blocked sums err by far
+    # less than n eps): at most sqrt(y'y p'p) for p'y (Cauchy-Schwarz).
+    eps = float(xp.finfo(y_true.dtype).eps) * (4.0 + n_test**0.5)
+    root = xp.sqrt(yy * pp)
     if scoring == "neg_mean_squared_error":
         scores = -sse / weight
-        coarse = rounding > precision * xp.abs(sse)
+        coarse = eps * (yy + 2.0 * root + pp) > precision * xp.abs(sse)
     elif scoring == "r2":
         variance = xp.where(spread.constant, 1.0, spread.variance)
         scores = 1.0 - (sse / weight) / variance
-        coarse = (rounding / weight > precision * variance) | spread.constant
+        rounding = eps * (yy + 2.0 * root + pp) / weight
+        coarse = (rounding > precision * variance) | spread.constant
     else:
         covariance = (py - sp * (sy / weight)) / weight
         p_variance = (pp - sp * (sp / weight)) / weight
@@ -405,10 +407,12 @@ def moment_scores(
         y_variance = xp.where(spread.constant, 1.0, spread.variance)
         scale = xp.sqrt(p_variance * y_variance)
         correlation = xp.clip(covariance / scale, -1.0, 1.0)
-        # The same rounding in the covariance and in the predictions' variance.
-        error = rounding / weight
+        covariance_rounding = eps * (root + xp.abs(sp * sy) / weight) / weight
+        variance_rounding = eps * (pp + sp * sp / weight) / weight
         coarse = (~positive) | (
-            error / scale + xp.abs(correlation) * error / p_variance > precision
+            covariance_rounding / scale
+            + xp.abs(correlation) * variance_rounding / p_variance
+            > precision
         )
         scores = xp.where(spread.constant, xp.nan, correlation)
         coarse = coarse & ~spread.constant
