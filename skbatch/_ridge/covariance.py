@@ -202,6 +202,14 @@ def _centred(rows, shift, offset, xp):
     return centred
 
 
+def _covers(n, *indices):
+    """Whether ``indices`` (of n rows, n of them in all) name every row."""
+    seen = np.zeros(n, dtype=bool)
+    for rows in indices:
+        seen[rows] = True
+    return bool(seen.all())
+
+
 def _subtract(total, part):
     return tuple(a - b for a, b in zip(total, part))
 
@@ -286,9 +294,7 @@ class CovarianceSolver(Portable):
         splits = scheme.splits
         tests = np.concatenate([test for _, test in splits])
         # Test folds that cover every row once: all rows' moments are their sum.
-        self.partition = tests.size == n and np.array_equal(
-            np.sort(tests), np.arange(n)
-        )
+        self.partition = tests.size == n and _covers(n, tests)
         self.all_rows = (
             None if self.partition else row_selections(np.arange(n), backend)
         )
@@ -303,7 +309,7 @@ class CovarianceSolver(Portable):
             else moments(self.all_rows)
         )
         complements = [
-            train.size + test.size == n and np.union1d(train, test).size == n
+            train.size + test.size == n and _covers(n, train, test)
             for train, test in splits
         ]
         alpha = float(np.min(alphas))

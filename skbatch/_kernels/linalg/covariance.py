@@ -35,8 +35,9 @@ def _block_rows(A, selection, xp):
 
 
 def _centred_block(A, selection, shift, root_weight, dtype, xp):
-    """``(A[selection] - shift) * sqrt(w)``, in ``dtype``."""
-    block = xp.astype(_block_rows(A, selection, xp), dtype) - shift
+    """``(A[selection] - shift) * sqrt(w)``, in ``dtype``: one copy of the
+    rows (the subtraction's)."""
+    block = xp.astype(_block_rows(A, selection, xp), dtype, copy=False) - shift
     if root_weight is not None:
         block = block * _block_rows(root_weight, selection, xp)[:, None]
     return block
