@@ -346,20 +346,13 @@ class CovarianceSolver(Portable):
             held = None if k is None else test_moments(k, weight, sums)
             if k is not None:
                 tests[k] = None
-            # The fold's own moments: overwritten by the centring and by eigh.
-            own = k is not None
-            covariance = (
-                _linalg.centred_gram(gram, sums, weight, fit_intercept=fit_intercept)
-                if own
-                else _linalg.centred_cross(
-                    gram, sums, sums, weight, fit_intercept=fit_intercept
-                )
+            # The fold's own moments (all rows' once every fold has read
+            # them): overwritten by the centring and by eigh.
+            covariance = _linalg.centred_gram(
+                gram, sums, weight, fit_intercept=fit_intercept
             )
             del gram
-            # Not all rows' own moments, which the folds read side by side.
-            eigenvalues, V = _linalg.covariance_eigh(
-                covariance, overwrite=own or fit_intercept, xp=xp
-            )
+            eigenvalues, V = _linalg.covariance_eigh(covariance, overwrite=True, xp=xp)
             condition = _linalg.covariance_condition(eigenvalues, alpha, xp=xp)
             # The targets' cross-moments meet V in the work dtype: their
             # rounding would be amplified by the squared condition number. The
@@ -368,7 +361,11 @@ class CovarianceSolver(Portable):
             cast = [xp.astype(a, self.X.dtype, copy=False) for a in (eigenvalues, V)]
             return condition, (weight, sums), (*cast, V), held
 
-        *fold_bases, full = map_threads(decompose, [*range(len(splits)), None], backend)
+        fold_bases = map_threads(decompose, range(len(splits)), backend)
+        # All rows last, in place of their moments: one p x p fewer at the
+        # peak (and with 8 folds on 2 threads, as many rounds of eigh).
+        full = decompose(None)
+        total = None
         self.condition = max(part[0] for part in [*fold_bases, full])
         _, self.total, (self.eigenvalues, self.V, self.V_work), _ = full
         self.folds = []

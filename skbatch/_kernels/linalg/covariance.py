@@ -25,6 +25,22 @@ from .scores import _check_scoring, _score_errors, holdout_spread
 # transient copy of a block stays bounded (2048 x 1105 float64: 18 MB) while
 # the product over it runs at the BLAS rate.
 COVARIANCE_ROW_BLOCK = 2048
+# Rows of X centred at once for the targets' cross-moments, whose product has
+# a batch's few columns: a quarter of the block above keeps the product at
+# the BLAS rate, and the copy (side by side with other batches) small.
+CROSS_ROW_BLOCK = 512
+
+
+def _split(selection, size):
+    """A block of rows (a slice or device indices) in parts of ``size``."""
+    if isinstance(selection, slice):
+        return [
+            slice(start, min(start + size, selection.stop))
+            for start in range(selection.start, selection.stop, size)
+        ]
+    return [
+        selection[start : start + size] for start in range(0, selection.shape[0], size)
+    ]
 
 
 def _block_rows(A, selection, xp):
@@ -98,7 +114,9 @@ def cross_moments(X, Y, selections, root_weight, x_shift, y_shift, dtype, *, xp=
     device = array_device(X)
     sums = xp.zeros(Y.shape[1], dtype=dtype, device=device)
     cross = xp.zeros((X.shape[1], Y.shape[1]), dtype=dtype, device=device)
-    for selection in selections:
+    for selection in (
+        part for rows in selections for part in _split(rows, CROSS_ROW_BLOCK)
+    ):
         x_block = _centred_block(X, selection, x_shift, root_weight, dtype, xp)
         y_block = _centred_block(Y, selection, y_shift, root_weight, dtype, xp)
         if root_weight is None:
