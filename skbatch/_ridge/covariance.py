@@ -92,6 +92,12 @@ def choose_decomposition(solver, scheme, X):
     :meth:`CovarianceSolver.accurate` then says whether its conditioning
     keeps it.
 
+    Leave-one-out and GCV keep the SVD: their hat diagonal from the
+    covariance's eigenbasis, ``sum_k (X V)_ik^2 / (s_k + alpha)``, needs
+    every row in V's basis (n p^2 products, in blocks of rows) and each
+    alpha's residuals of every row (n p per target and alpha), which the
+    covariance path does not compute; the SVD's factor gives both.
+
     Raises
     ------
     ValueError
@@ -322,8 +328,14 @@ class CovarianceSolver(Portable):
 
         def test_moments(k, weight, sums):
             # The fold's test moments about its training means, kept for
-            # the scores; None where the rows are scored.
-            if not self.moment_scoring or len(splits[k][1]) < _linalg.MIN_SCORED_ROWS:
+            # the scores; None where the rows are scored: they cost 2 p^2
+            # per target and alpha, the rows at least (n_test + p) p.
+            n_test = len(splits[k][1])
+            if (
+                not self.moment_scoring
+                or n_test < _linalg.MIN_SCORED_ROWS
+                or n_test <= p
+            ):
                 return None
             t_weight, t_sums, t_gram = tests[k]
             if fit_intercept:
@@ -405,7 +417,8 @@ class CovarianceSolver(Portable):
     @property
     def fixed_bytes(self):
         """Device bytes held once decomposed: X, the eigenbases and moments
-        (in float64, each test fold's p x p moments, which score it), and
+        (in float64, the p x p moments of each test fold of more rows than
+        features, which score it), and
         while a fold is scored from its rows its centred test rows and their
         coordinates in V's basis."""
         n_folds = len(self.folds)
@@ -413,8 +426,8 @@ class CovarianceSolver(Portable):
         n_test = max(fold.n_test for fold in self.folds)
         itemsize = np.dtype(self.dtype).itemsize
         held = (n_folds + 1) * (p * p + 3 * p) + 2 * n_test * p
-        if self.moment_scoring:
-            held += n_folds * (p * p + p)
+        # Test moments are kept in float64 (the compute dtype then).
+        held += sum(p * p + p for fold in self.folds if fold.test_moments is not None)
         return itemsize * (self.n_samples * p + held)
 
     def values_per_target(self):
@@ -431,7 +444,7 @@ class CovarianceSolver(Portable):
             + 4 * n_test
             + 2 * self.alphas.size
         )
-        if self.moment_scoring:
+        if any(fold.test_moments is not None for fold in self.folds):
             values += (2 * self.alphas.size + 2) * self.n_features
         return values
 
@@ -515,7 +528,7 @@ class CovarianceSolver(Portable):
             x_means, y_means = self._offsets(moments, sums[0], y_shift)
             y_true = _centred(_test_rows(Y, fold.test, xp), *y_means, xp)
             arguments = (VtXtY, y_true, Y.dtype)
-            if fold.test_moments is None:
+            if fold.test_moments is None or not self._moments_cheaper(fold, Y):
                 result = result + self._row_scores(fold, x_means, *arguments)
                 continue
             fold_scores, rows_needed = self._moment_scores(
@@ -526,6 +539,16 @@ class CovarianceSolver(Portable):
                 fold_scores = xp.where(rows_needed[None, :], rows, fold_scores)
             result = result + fold_scores
         return result / len(self.folds)
+
+    def _moments_cheaper(self, fold, Y):
+        """Whether a batch of targets ``Y`` costs fewer products scored from
+        the fold's test moments (2 p^2 per target and alpha) than from its
+        rows, in :func:`~skbatch._kernels.linalg.covariance_holdout_scores`'
+        cheaper order."""
+        p, n_test = self.n_features, fold.n_test
+        per_target = self.alphas.size * Y.shape[1]
+        rows = min(n_test * p * (p + per_target), per_target * p * (p + n_test))
+        return 2 * per_target * p * p < rows
 
     def _moment_scores(self, fold, moments, sums, test_sums, VtXtY, y_true):
         """A fold's scores from its test moments, and the targets to score
