@@ -169,7 +169,7 @@ def covariance_eigh(covariance, *, overwrite=False, xp=None):
     # in their last bits does not reach it.
     with one_thread(covariance):
         if is_numpy_array(covariance):
-            # Divide and conquer: 1.3-1.6x faster than the default (MRRR)
+            # Divide and conquer: 1.2-1.6x faster than the default (MRRR)
             # at p = 1,105 on one thread, at 2 p^2 of workspace.
             eigenvalues, V = scipy.linalg.eigh(
                 covariance, overwrite_a=overwrite, check_finite=False, driver="evd"
