@@ -7,10 +7,16 @@ test rows (``sum w``, ``sum w x``, ``sum w x x'``) are formed once, a fold's
 training moments are the total less its test rows' (when its training rows
 are the rest), and one ``eigh`` of each fold's training covariance serves
 every alpha. A batch of targets adds its cross-moments (``sum w y``,
-``sum w x y'``) the same way; the test rows are predicted from the
-coefficients of every alpha at once, and scored by the function that scores
-every path. No n x p factor is formed: the solver holds X as given, one p x p
-eigenbasis per fold and of all rows, and transient blocks of at most
+``sum w x y'``) the same way. In float64, a test fold of more rows than
+columns is scored from its moments, kept centred on the training means
+(every alpha's sums of squares and products of the predictions are quadratic
+forms in them: :func:`~skbatch._kernels.linalg.moment_scores`), where that
+costs fewer products than predicting its rows; otherwise, and for the
+targets whose scores those sums round too coarsely, the test rows are
+predicted from each alpha's coefficients and scored by the function that
+scores every path. No n x p factor is formed: the solver holds X as given,
+one p x p eigenbasis per fold and of all rows, the test moments it scores
+from, and transient blocks of at most
 :data:`~skbatch._kernels.linalg.COVARIANCE_ROW_BLOCK` rows.
 
 The covariance squares the condition number of the design: its coefficients
