@@ -7,11 +7,12 @@ test rows (``sum w``, ``sum w x``, ``sum w x x'``) are formed once, a fold's
 training moments are the total less its test rows' (when its training rows
 are the rest), and one ``eigh`` of each fold's training covariance serves
 every alpha. A batch of targets adds its cross-moments (``sum w y``,
-``sum w x y'``) the same way. In float64, a test fold of more rows than
-columns is scored from its moments, kept centred on the training means
-(every alpha's sums of squares and products of the predictions are quadratic
-forms in them: :func:`~skbatch._kernels.linalg.moment_scores`), where that
-costs fewer products than predicting its rows; otherwise, and for the
+``sum w x y'``) the same way. In float64, a test fold of at least
+``MOMENT_SCORING_ROWS_PER_FEATURE`` rows per column is scored from its
+moments, kept centred on the training means (every alpha's sums of squares
+and products of the predictions are quadratic forms in them:
+:func:`~skbatch._kernels.linalg.moment_scores`), where that costs fewer
+products than predicting its rows; otherwise, and for the
 targets whose scores those sums round too coarsely, the test rows are
 predicted from each alpha's coefficients and scored by the function that
 scores every path. No n x p factor is formed: the solver holds X as given,
@@ -65,6 +66,9 @@ COVARIANCE_MAX_ERROR = 1e-10
 # cross-moments) stay normal float64 numbers: 1e-140^2 keeps 1e-280 above the
 # subnormals (2.2e-308) with room for the weights, 1e140^2 stays below 1.8e308.
 COVARIANCE_NORM_RANGE = (1e-140, 1e140)
+# Test rows per feature from which a fold keeps its test moments and is
+# scored from them (CovarianceSolver._moments_cheaper decides per batch).
+MOMENT_SCORING_ROWS_PER_FEATURE = 2
 # Rows of X between breaks that make a fold's rows one slice each run rather
 # than gathered indices.
 MIN_RUN_ROWS = 64
@@ -334,13 +338,16 @@ class CovarianceSolver(Portable):
 
         def test_moments(k, weight, sums):
             # The fold's test moments about its training means, kept for
-            # the scores; None where the rows are scored: they cost 2 p^2
-            # per target and alpha, the rows at least (n_test + p) p.
+            # the scores; None where the rows are scored. The moments cost
+            # 2 p^2 per target and alpha, the rows at least (n_test + p) p:
+            # from n_test = 2p on, the p x p they hold saves a third or more
+            # (at 10 s trials of the TRF benchmark, n_test = 1.16 p, they
+            # saved 7% of the products and cost 78 MB).
             n_test = len(splits[k][1])
             if (
                 not self.moment_scoring
                 or n_test < _linalg.MIN_SCORED_ROWS
-                or n_test <= p
+                or n_test < MOMENT_SCORING_ROWS_PER_FEATURE * p
             ):
                 return None
             t_weight, t_sums, t_gram = tests[k]
@@ -423,8 +430,8 @@ class CovarianceSolver(Portable):
     @property
     def fixed_bytes(self):
         """Device bytes held once decomposed: X, the eigenbases and moments
-        (in float64, the p x p moments of each test fold of more rows than
-        features, which score it), and
+        (in float64, the p x p moments of each test fold scored from them),
+        and
         while a fold is scored from its rows its centred test rows and their
         coordinates in V's basis."""
         n_folds = len(self.folds)
