@@ -12,10 +12,16 @@ Run: ``python benchmarks/bench_covariance.py [--repeats 3]``
 """
 
 import argparse
+import sys
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
+
+# The package of this checkout (and of the workers started from this file),
+# not whichever one the environment installed.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sklearn.model_selection import LeaveOneGroupOut
 
 from skbatch import BatchedRidge

@@ -41,9 +41,14 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import psutil
+
+# The package of this checkout (and of the workers started from this file),
+# not whichever one the environment installed.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 N_TRIALS = 8
 SFREQ = 128

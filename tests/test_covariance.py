@@ -377,3 +377,138 @@ def test_preflight_counts_the_covariance_holdings():
     assert model.solver_ == "covariance"
     with pytest.raises(ValueError, match="memory budget"):
         BatchedRidge(solver="svd", **params).fit(X, Y, groups=groups)
+
+
+def _fold_moments(X_test, Y_test, x_mean, y_mean, weight):
+    """A test fold's moments about training means, naively."""
+    Xc, Yc = X_test - x_mean, Y_test - y_mean
+    w = np.ones(len(Xc)) if weight is None else weight
+    return (Xc * w[:, None]).T @ Xc, w @ Xc, (Xc * w[:, None]).T @ Yc, Xc, Yc
+
+
+@pytest.mark.parametrize("scoring", ["r2", "correlation", "neg_mean_squared_error"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_moment_scores_equal_scores_of_the_predictions(scoring, weighted):
+    """Every alpha's held-out scores from a test fold's moments equal
+    sklearn's metrics (Pearson's r by numpy) of the predictions of the rows."""
+    from sklearn.metrics import mean_squared_error, r2_score
+
+    from skbatch._kernels import linalg
+
+    X, Y, groups = runs_data(n_features=15, n_targets=5, seed=11)
+    train, test = groups != 2, groups == 2
+    rng = np.random.default_rng(11)
+    weight = rng.uniform(0.2, 2.0, X.shape[0]) if weighted else None
+    w_train = np.ones(train.sum()) if weight is None else weight[train]
+    x_mean = np.average(X[train], axis=0, weights=w_train)
+    y_mean = np.average(Y[train], axis=0, weights=w_train)
+    Xc, Yc = X[train] - x_mean, Y[train] - y_mean
+    eigenvalues, V = np.linalg.eigh((Xc * w_train[:, None]).T @ Xc)
+    VtXtY = V.T @ ((Xc * w_train[:, None]).T @ Yc)
+    w_test = None if weight is None else weight[test]
+    gram, sums, cross, X_test, y_true = _fold_moments(
+        X[test], Y[test], x_mean, y_mean, w_test
+    )
+    scores, rows_needed = linalg.moment_scores(
+        V, eigenvalues, VtXtY, gram, sums, cross, y_true, ALPHAS,
+        scoring=scoring, sample_weight=w_test,
+    )  # fmt: skip
+    assert not rows_needed.any()
+    for k, alpha in enumerate(ALPHAS):
+        pred = X_test @ (V @ (VtXtY / (eigenvalues[:, None] + alpha)))
+        for j in range(Y.shape[1]):
+            if scoring == "r2":
+                expected = r2_score(y_true[:, j], pred[:, j], sample_weight=w_test)
+            elif scoring == "neg_mean_squared_error":
+                expected = -mean_squared_error(
+                    y_true[:, j], pred[:, j], sample_weight=w_test
+                )
+            else:
+                cov = np.cov(y_true[:, j], pred[:, j], aweights=w_test)
+                expected = cov[0, 1] / np.sqrt(cov[0, 0] * cov[1, 1])
+            assert_allclose(scores[k, j], expected, rtol=1e-10, atol=1e-12)
+
+
+def test_covariance_scores_read_no_test_rows(monkeypatch):
+    """A TRF-shaped fit scores every fold from its moments: the rows'
+    scorer is never called, and the model is the SVD path's."""
+    from skbatch._kernels import linalg
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("test rows scored")
+
+    rng = np.random.default_rng(12)
+    lengths = (160, 120, 140, 100, 130)
+    stimulus = np.vstack([ar1(rng, n, 3, phi=0.9) for n in lengths])
+    groups = np.repeat(np.arange(len(lengths)), lengths)
+    X = Delayer(delays=np.arange(5)).fit_transform(stimulus, groups=groups)
+    Y = X @ rng.standard_normal((X.shape[1], 4)) + np.vstack(
+        [ar1(rng, n, 4, phi=0.6) for n in lengths]
+    )
+    svd = BatchedRidge(
+        ALPHAS, cv=LeaveOneGroupOut(), solver="svd", store_cv_results=True
+    ).fit(X, Y, groups=groups)
+    monkeypatch.setattr(linalg, "covariance_holdout_scores", refuse)
+    for scoring in ("r2", "correlation", "neg_mean_squared_error"):
+        cov = BatchedRidge(
+            ALPHAS, cv=LeaveOneGroupOut(), scoring=scoring, store_cv_results=True
+        ).fit(X, Y, groups=groups)
+        assert cov.solver_ == "covariance"
+        if scoring == "r2":
+            assert_same_model(svd, cov)
+
+
+@pytest.mark.parametrize("scoring", ["r2", "correlation", "neg_mean_squared_error"])
+def test_targets_the_moments_cannot_score_are_scored_from_rows(scoring, monkeypatch):
+    """A constant target and one predicted exactly (no noise), whose R^2 and
+    errors the moments round too coarsely, take the rows' scores, the others
+    the moments'; together the SVD path's model and scores."""
+    from skbatch._kernels import linalg
+
+    X, Y, groups = runs_data(seed=13)
+    Y[:, 0] = 7.0
+    Y[:, 1] = X @ np.linspace(-1, 1, X.shape[1]) + 3.0
+    Y[:, 2] = 0.0
+    rows_scored = []
+    scorer = linalg.covariance_holdout_scores
+
+    def counted(X_test, *args, **kwargs):
+        rows_scored.append(X_test.shape[0])
+        return scorer(X_test, *args, **kwargs)
+
+    monkeypatch.setattr(linalg, "covariance_holdout_scores", counted)
+    svd, cov = both(X, Y, dict(groups=groups), cv=LeaveOneGroupOut(), scoring=scoring)
+    # The correlation of a constant target is NaN from its spread alone.
+    assert bool(rows_scored) == (scoring != "correlation")
+    assert_array_equal(cov.alpha_, svd.alpha_)
+    scale = np.max(np.abs(svd.coef_))
+    assert_allclose(cov.coef_, svd.coef_, rtol=0, atol=RTOL * scale)
+    # Correlations of the constant target are NaN on both paths.
+    scores = svd.cv_results_["scores"]
+    atol = RTOL * np.nanmax(np.abs(scores))
+    assert_allclose(cov.cv_results_["scores"], scores, rtol=0, atol=atol)
+
+
+def test_preflight_counts_the_decompositions_peak():
+    """Where the p x p matrices dominate (many folds, p in the hundreds),
+    the fit's traced peak stays under CovarianceSolver.nbytes."""
+    from skbatch.backend import resolve_backend
+
+    rng = np.random.default_rng(14)
+    lengths = (140, 120, 130, 110, 125, 115)
+    X = np.vstack([ar1(rng, n, 300, phi=0.5) for n in lengths])
+    Y = X[:, :10] @ rng.standard_normal((10, 2)) + rng.standard_normal((len(X), 2))
+    groups = np.repeat(np.arange(len(lengths)), lengths)
+    model = BatchedRidge(ALPHAS, cv=LeaveOneGroupOut())
+    tracemalloc.start()
+    try:
+        model.fit(X, Y, groups=groups)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert model.solver_ == "covariance"
+    scheme = covariance.KFold(LeaveOneGroupOut()).split(X, Y, groups=groups)
+    held = covariance.CovarianceSolver.nbytes(
+        *X.shape, scheme, 8, backend=resolve_backend("numpy")
+    )
+    assert peak < held - X.nbytes + 40 * len(X) * Y.shape[1] * 8

@@ -7,10 +7,17 @@ test rows (``sum w``, ``sum w x``, ``sum w x x'``) are formed once, a fold's
 training moments are the total less its test rows' (when its training rows
 are the rest), and one ``eigh`` of each fold's training covariance serves
 every alpha. A batch of targets adds its cross-moments (``sum w y``,
-``sum w x y'``) the same way; the test rows are predicted from the
-coefficients of every alpha at once, and scored by the function that scores
-every path. No n x p factor is formed: the solver holds X as given, one p x p
-eigenbasis per fold and of all rows, and transient blocks of at most
+``sum w x y'``) the same way. In float64, a test fold of at least
+``MOMENT_SCORING_ROWS_PER_FEATURE`` rows per column is scored from its
+moments, kept centred on the training means (every alpha's sums of squares
+and products of the predictions are quadratic forms in them:
+:func:`~skbatch._kernels.linalg.moment_scores`), where that costs fewer
+products than predicting its rows; otherwise, and for the
+targets whose scores those sums round too coarsely, the test rows are
+predicted from each alpha's coefficients and scored by the function that
+scores every path. No n x p factor is formed: the solver holds X as given,
+one p x p eigenbasis per fold and of all rows, the test moments it scores
+from, and transient blocks of at most
 :data:`~skbatch._kernels.linalg.COVARIANCE_ROW_BLOCK` rows.
 
 The covariance squares the condition number of the design: its coefficients
@@ -27,7 +34,7 @@ covariances are decomposed, only where that error stays below
 import numpy as np
 from array_api_compat import device as array_device
 
-from .._backends.side_by_side import map_threads
+from .._backends.side_by_side import cpu_workers, map_threads
 from .._engine import Portable
 from .._kernels import linalg as _linalg
 from .cv import KFold
@@ -59,6 +66,9 @@ COVARIANCE_MAX_ERROR = 1e-10
 # cross-moments) stay normal float64 numbers: 1e-140^2 keeps 1e-280 above the
 # subnormals (2.2e-308) with room for the weights, 1e140^2 stays below 1.8e308.
 COVARIANCE_NORM_RANGE = (1e-140, 1e140)
+# Test rows per feature from which a fold keeps its test moments and is
+# scored from them (CovarianceSolver._moments_cheaper decides per batch).
+MOMENT_SCORING_ROWS_PER_FEATURE = 2
 # Rows of X between breaks that make a fold's rows one slice each run rather
 # than gathered indices.
 MIN_RUN_ROWS = 64
@@ -91,6 +101,12 @@ def choose_decomposition(solver, scheme, X):
     float64 range (:func:`squares_in_range`);
     :meth:`CovarianceSolver.accurate` then says whether its conditioning
     keeps it.
+
+    Leave-one-out and GCV keep the SVD: their hat diagonal from the
+    covariance's eigenbasis, ``sum_k (X V)_ik^2 / (s_k + alpha)``, needs
+    every row in V's basis (n p^2 products, in blocks of rows) and each
+    alpha's residuals of every row (n p per target and alpha), which the
+    covariance path does not compute; the SVD's factor gives both.
 
     Raises
     ------
@@ -202,6 +218,14 @@ def _centred(rows, shift, offset, xp):
     return centred
 
 
+def _covers(n, *indices):
+    """Whether ``indices`` (of n rows, n of them in all) name every row."""
+    seen = np.zeros(n, dtype=bool)
+    for rows in indices:
+        seen[rows] = True
+    return bool(seen.all())
+
+
 def _subtract(total, part):
     return tuple(a - b for a, b in zip(total, part))
 
@@ -286,9 +310,7 @@ class CovarianceSolver(Portable):
         splits = scheme.splits
         tests = np.concatenate([test for _, test in splits])
         # Test folds that cover every row once: all rows' moments are their sum.
-        self.partition = tests.size == n and np.array_equal(
-            np.sort(tests), np.arange(n)
-        )
+        self.partition = tests.size == n and _covers(n, tests)
         self.all_rows = (
             None if self.partition else row_selections(np.arange(n), backend)
         )
@@ -303,10 +325,37 @@ class CovarianceSolver(Portable):
             else moments(self.all_rows)
         )
         complements = [
-            train.size + test.size == n and np.union1d(train, test).size == n
+            train.size + test.size == n and _covers(n, train, test)
             for train, test in splits
         ]
         alpha = float(np.min(alphas))
+        # Held-out scores from the test rows' moments (float64 only: in
+        # float32 the rows are scored in the compute dtype, as the SVD path
+        # scores them).
+        self.moment_scoring = np.dtype(dtype) == np.float64 and (
+            self._work_numpy == np.float64
+        )
+
+        def test_moments(k, weight, sums):
+            # The fold's test moments about its training means, kept for
+            # the scores; None where the rows are scored. The moments cost
+            # 2 p^2 per target and alpha, the rows at least (n_test + p) p:
+            # from n_test = 2p on, the p x p they hold saves a third or more
+            # (at 10 s trials of the TRF benchmark, n_test = 1.16 p, they
+            # saved 7% of the products and cost 78 MB).
+            n_test = len(splits[k][1])
+            if (
+                not self.moment_scoring
+                or n_test < _linalg.MIN_SCORED_ROWS
+                or n_test < MOMENT_SCORING_ROWS_PER_FEATURE * p
+            ):
+                return None
+            t_weight, t_sums, t_gram = tests[k]
+            if fit_intercept:
+                t_gram, t_sums = _linalg.moments_about(
+                    t_gram, t_sums, t_weight, sums / weight, xp=xp
+                )
+            return t_sums, t_gram
 
         def decompose(k):
             # A fold's moments formed here and its test fold's dropped once
@@ -315,42 +364,42 @@ class CovarianceSolver(Portable):
                 part = total
             elif complements[k]:
                 part = _subtract(total, tests[k])
-                tests[k] = None
             else:
                 part = moments(row_selections(splits[k][0], backend))
             weight, sums, gram = part
             del part
-            # The fold's own moments: overwritten by the centring and by eigh.
-            own = k is not None
-            covariance = (
-                _linalg.centred_gram(gram, sums, weight, fit_intercept=fit_intercept)
-                if own
-                else _linalg.centred_cross(
-                    gram, sums, sums, weight, fit_intercept=fit_intercept
-                )
+            held = None if k is None else test_moments(k, weight, sums)
+            if k is not None:
+                tests[k] = None
+            # The fold's own moments (all rows' once every fold has read
+            # them): overwritten by the centring and by eigh.
+            covariance = _linalg.centred_gram(
+                gram, sums, weight, fit_intercept=fit_intercept
             )
             del gram
-            # Not all rows' own moments, which the folds read side by side.
-            eigenvalues, V = _linalg.covariance_eigh(
-                covariance, overwrite=own or fit_intercept, xp=xp
-            )
+            eigenvalues, V = _linalg.covariance_eigh(covariance, overwrite=True, xp=xp)
             condition = _linalg.covariance_condition(eigenvalues, alpha, xp=xp)
             # The targets' cross-moments meet V in the work dtype: their
             # rounding would be amplified by the squared condition number. The
             # predictions and coefficients, amplified by nothing, run in the
             # compute dtype, as the SVD path's do.
             cast = [xp.astype(a, self.X.dtype, copy=False) for a in (eigenvalues, V)]
-            return condition, (weight, sums), (*cast, V)
+            return condition, (weight, sums), (*cast, V), held
 
-        *fold_bases, full = map_threads(decompose, [*range(len(splits)), None], backend)
+        fold_bases = map_threads(decompose, range(len(splits)), backend)
+        # All rows last, in place of their moments: one p x p fewer at the
+        # peak (and with 8 folds on 2 threads, as many rounds of eigh).
+        full = decompose(None)
+        total = None
         self.condition = max(part[0] for part in [*fold_bases, full])
-        _, self.total, (self.eigenvalues, self.V, self.V_work) = full
+        _, self.total, (self.eigenvalues, self.V, self.V_work), _ = full
         self.folds = []
-        for (train, test), complement, (_, moments_k, basis) in zip(
+        for (train, test), complement, (_, moments_k, basis, held) in zip(
             splits, complements, fold_bases
         ):
             fold = _CovarianceFold(moments_k, train, test, complement, weight, backend)
             fold.eigenvalues, fold.V, fold.V_work = basis
+            fold.test_moments = held
             self.folds.append(fold)
         # The full eigenvalues, as the SVD's singular values, size the problem.
         self.s = self.eigenvalues
@@ -364,25 +413,34 @@ class CovarianceSolver(Portable):
     @staticmethod
     def nbytes(n_samples, n_features, scheme, itemsize, *, backend=None):
         """Device bytes at the solver's peak, from the shapes, before any
-        moment is formed: X in the compute dtype, the moments of every test
-        fold and of all rows and one eigenbasis per fold and of all rows
-        (p x p each, in float64), and two blocks of rows being multiplied."""
+        moment is formed: X in the compute dtype; in float64, the moments of
+        every test fold and of all rows and one eigenbasis per fold and of
+        all rows (p x p each); and for each fold decomposed side by side
+        (:func:`~skbatch._backends.side_by_side.cpu_workers`) its training
+        moments and ``eigh``'s workspace, or a temporary (3 p x p), and two
+        blocks of rows being multiplied."""
         n_folds = len(scheme.splits)
         p = n_features
-        square = 8 * (2 * (n_folds + 1) * (p * p + p) + 2)
+        workers = 1 if backend is None else cpu_workers(backend)
+        workers = min(workers, n_folds + 1)
+        square = 8 * (2 * (n_folds + 1) * (p * p + p) + 3 * workers * p * p + 2)
         block = 8 * 2 * min(n_samples, _linalg.COVARIANCE_ROW_BLOCK) * p
         return itemsize * n_samples * n_features + square + block
 
     @property
     def fixed_bytes(self):
-        """Device bytes held once decomposed: X, the eigenbases and moments,
-        and while a fold is scored its centred test rows and their
+        """Device bytes held once decomposed: X, the eigenbases and moments
+        (in float64, the p x p moments of each test fold scored from them),
+        and
+        while a fold is scored from its rows its centred test rows and their
         coordinates in V's basis."""
         n_folds = len(self.folds)
         p = self.n_features
         n_test = max(fold.n_test for fold in self.folds)
         itemsize = np.dtype(self.dtype).itemsize
         held = (n_folds + 1) * (p * p + 3 * p) + 2 * n_test * p
+        # Test moments are kept in float64 (the compute dtype then).
+        held += sum(p * p + p for fold in self.folds if fold.test_moments is not None)
         return itemsize * (self.n_samples * p + held)
 
     def values_per_target(self):
@@ -390,14 +448,18 @@ class CovarianceSolver(Portable):
         centred copy, the cross-moments of every test fold and of all rows, a
         fold's training cross-moments in V's basis, one alpha's filtered
         coordinates and coefficients, the test targets, predictions and
-        errors, and the scores of every alpha."""
+        errors, and the scores of every alpha; in float64, every alpha's
+        coefficients and their product with the test moments."""
         n_test = max(fold.n_test for fold in self.folds)
-        return (
+        values = (
             2 * self.n_samples
             + (len(self.folds) + 5) * self.n_features
             + 4 * n_test
             + 2 * self.alphas.size
         )
+        if any(fold.test_moments is not None for fold in self.folds):
+            values += (2 * self.alphas.size + 2) * self.n_features
+        return values
 
     def _shift(self, Y):
         """The targets' shift (their first row of positive weight, or 0), in
@@ -460,7 +522,13 @@ class CovarianceSolver(Portable):
 
     def scores(self, Y, y_shift, tested, total):
         """Scores (n_alphas, m) of one batch of device targets, averaged over
-        folds as :class:`~skbatch._ridge.cv.KFold` averages them."""
+        folds as :class:`~skbatch._ridge.cv.KFold` averages them.
+
+        In float64 each fold's test rows enter through their moments
+        (:func:`~skbatch._kernels.linalg.moment_scores`: the test targets
+        are read, X is not), and only the targets whose scores those
+        moments round too coarsely are scored from the rows.
+        """
         xp = self.xp
         result = 0.0
         for fold, test_sums in zip(self.folds, tested):
@@ -471,21 +539,76 @@ class CovarianceSolver(Portable):
             moments = (fold.weight, fold.sums)
             VtXtY = self._projection(fold.V_work, moments, sums)
             x_means, y_means = self._offsets(moments, sums[0], y_shift)
-            X_test = _centred(_test_rows(self.X, fold.test, xp), *x_means, xp)
             y_true = _centred(_test_rows(Y, fold.test, xp), *y_means, xp)
-            result = result + _linalg.covariance_holdout_scores(
-                X_test,
-                fold.V,
-                fold.eigenvalues,
-                VtXtY,
-                y_true,
-                self.alphas,
-                scoring=self.scoring or "r2",
-                sample_weight=fold.test_weight,
-                y_dtype=Y.dtype,
-                xp=xp,
+            arguments = (VtXtY, y_true, Y.dtype)
+            if fold.test_moments is None or not self._moments_cheaper(fold, Y):
+                result = result + self._row_scores(fold, x_means, *arguments)
+                continue
+            fold_scores, rows_needed = self._moment_scores(
+                fold, moments, sums, test_sums, *arguments[:2]
             )
+            if bool(xp.any(rows_needed)):
+                rows = self._row_scores(fold, x_means, *arguments)
+                fold_scores = xp.where(rows_needed[None, :], rows, fold_scores)
+            result = result + fold_scores
         return result / len(self.folds)
+
+    def _moments_cheaper(self, fold, Y):
+        """Whether a batch of targets ``Y`` costs fewer products scored from
+        the fold's test moments (2 p^2 per target and alpha) than from its
+        rows, in :func:`~skbatch._kernels.linalg.covariance_holdout_scores`'
+        cheaper order."""
+        p, n_test = self.n_features, fold.n_test
+        per_target = self.alphas.size * Y.shape[1]
+        rows = min(n_test * p * (p + per_target), per_target * p * (p + n_test))
+        return 2 * per_target * p * p < rows
+
+    def _moment_scores(self, fold, moments, sums, test_sums, VtXtY, y_true):
+        """A fold's scores from its test moments, and the targets to score
+        from the rows."""
+        xp = self.xp
+        x_sums, gram = fold.test_moments
+        y_sums, cross = test_sums
+        if self.fit_intercept:
+            # The test cross-moments about the training means of X and y.
+            weight, train_x_sums = moments
+            x_offset = train_x_sums / weight
+            y_offset = sums[0] / weight
+            cross = (
+                cross
+                - x_offset[:, None] * y_sums[None, :]
+                - x_sums[:, None] * y_offset[None, :]
+            )
+        return _linalg.moment_scores(
+            fold.V_work,
+            xp.astype(fold.eigenvalues, self.work_dtype),
+            xp.astype(VtXtY, self.work_dtype),
+            gram,
+            x_sums,
+            cross,
+            xp.astype(y_true, self.work_dtype),
+            self.alphas,
+            scoring=self.scoring or "r2",
+            sample_weight=fold.test_weight,
+            xp=xp,
+        )
+
+    def _row_scores(self, fold, x_means, VtXtY, y_true, y_dtype):
+        """A fold's scores from its test rows."""
+        xp = self.xp
+        X_test = _centred(_test_rows(self.X, fold.test, xp), *x_means, xp)
+        return _linalg.covariance_holdout_scores(
+            X_test,
+            fold.V,
+            fold.eigenvalues,
+            VtXtY,
+            y_true,
+            self.alphas,
+            scoring=self.scoring or "r2",
+            sample_weight=fold.test_weight,
+            y_dtype=y_dtype,
+            xp=xp,
+        )
 
     def refit(self, y_shift, total, alpha):
         """Coefficients (m, n_features) and intercepts (m,) on all rows."""

@@ -31,10 +31,9 @@ EXACT_RIDGE_SOLVERS = ("auto", "svd", "cholesky")
 # Scorings RidgeCV accepts that mean what the schemes compute.
 RIDGECV_SCORINGS = (None, "r2", "neg_mean_squared_error")
 _DTYPES = {"float32": np.float32, "float64": np.float64}
-# Columns centred at once by check_column_scales: a bounded temporary, at
-# most SCALE_CHECK_BYTES of float64 (tall designs of a thousand columns would
+# Rows centred at once by check_column_scales: a bounded temporary, at most
+# SCALE_CHECK_BYTES of float64 (tall designs of a thousand columns would
 # otherwise copy a quarter of X, more than the covariance path holds).
-SCALE_CHECK_COLUMNS = 256
 SCALE_CHECK_BYTES = 2**22
 
 
@@ -214,21 +213,49 @@ def decomposed_dtype(dtype, backend):
 
 def centred_column_norms(X, fit_intercept, sample_weight=None):
     """The norm of each column of host ``X``, centred (with the intercept)
-    and weight-scaled as the solvers decompose it, in float64, a block of
-    columns at a time; None where X holds NaN or inf."""
-    norms = np.empty(X.shape[1])
-    root = None if sample_weight is None else np.sqrt(sample_weight)[:, None]
-    width = max(1, min(SCALE_CHECK_COLUMNS, SCALE_CHECK_BYTES // (8 * X.shape[0])))
-    for start in range(0, X.shape[1], width):
-        block = np.asarray(X[:, start : start + width], np.float64)
-        if not np.isfinite(block).all():
-            return None
-        if fit_intercept:
-            block = block - np.average(block, axis=0, weights=sample_weight)
+    and weight-scaled as the solvers decompose it, in float64; None where X
+    holds NaN or inf.
+
+    Two passes over blocks of whole rows (the means, then the deviations
+    from them): a C-ordered X is read in order, where blocks of columns
+    walked its rows with a stride (4x slower on a 61,440 x 1,105 design).
+    """
+    n_samples, n_features = X.shape
+    rows = max(1, SCALE_CHECK_BYTES // (8 * max(n_features, 1)))
+    starts = range(0, n_samples, rows)
+    weight = None if sample_weight is None else np.asarray(sample_weight)
+
+    def block(start):
+        return np.asarray(X[start : start + rows], np.float64)
+
+    mean = None
+    if fit_intercept:
+        total = np.zeros(n_features)
+        for start in starts:
+            values = block(start)
+            if not np.isfinite(values).all():
+                return None
+            if weight is None:
+                total += values.sum(axis=0)
+            else:
+                total += weight[start : start + rows] @ values
+        mean = total / (n_samples if weight is None else weight.sum())
+    root = None if weight is None else np.sqrt(weight)[:, None]
+    # Each block's norms, then the norm of those: no overflow where the sum
+    # of squares of a column would pass the float64 range.
+    partial = np.empty((len(starts), n_features))
+    for i, start in enumerate(starts):
+        values = block(start)
+        if mean is None:
+            if not np.isfinite(values).all():
+                return None
+        else:
+            values = values - mean
         if root is not None:
-            block = block * root
-        norms[start : start + block.shape[1]] = _linalg.column_norms(block, np)
-    return norms
+            # A new array: without the centring, values may be X itself.
+            values = values * root[start : start + rows]
+        partial[i] = _linalg.column_norms(values, np)
+    return _linalg.column_norms(partial, np)
 
 
 def _valid_alphas(alphas):

@@ -50,6 +50,8 @@ from .covariance import (
     covariance_holdout_scores,
     cross_moments,
     gram_moments,
+    moment_scores,
+    moments_about,
 )
 from .cv import (
     gcv_scores,
@@ -112,6 +114,8 @@ __all__ = [
     "covariance_condition",
     "covariance_eigh",
     "covariance_holdout_scores",
+    "moment_scores",
+    "moments_about",
     "cross_moments",
     "decomposition_dtype",
     "fold_basis",
