@@ -381,6 +381,26 @@ class BandedCovariance(Portable):
         kept = self.kept[c]
         return A if kept is None else self.xp.take(A, kept, axis=axis)
 
+    def _test_columns(self, fold, c, x_shift, x_offset):
+        """A fold's test rows of candidate ``c``'s kept columns, centred on
+        the training means: one copy of them (the gathered columns are
+        centred in place)."""
+        xp = self.xp
+        rows = _test_rows(self.X, fold.test, xp)
+        if self.kept[c] is None:
+            return _centred(rows, x_shift, x_offset, xp)
+        rows = self._columns(rows, c, 1)
+        for part in (x_shift, x_offset):
+            if isinstance(part, float):
+                continue
+            part = self._columns(part, c, 0)
+            library = _linalg._out_namespace(rows)
+            if library is None:
+                rows = rows - part
+            else:
+                library.subtract(rows, part, out=rows)
+        return rows
+
     def basis(self, covariance, c):
         """``(eigenvalues, W, W_work)`` of candidate ``c``'s rescaled
         ``covariance``: ``W = D V`` for ``D C D = V diag(eigenvalues) V'``,
@@ -414,15 +434,8 @@ class BandedCovariance(Portable):
                 self.X.dtype,
             )
             del W_work
-            (x_shift, x_offset), y_means = self._offsets(
-                fold.weight, fold.sums, y_sums, y_shift
-            )
-            if self.kept[c] is not None:
-                x_shift = self._columns(x_shift, c, 0)
-                if not isinstance(x_offset, float):
-                    x_offset = self._columns(x_offset, c, 0)
-            rows = self._columns(_test_rows(self.X, fold.test, xp), c, 1)
-            X_test = _centred(rows, x_shift, x_offset, xp)
+            x_means, y_means = self._offsets(fold.weight, fold.sums, y_sums, y_shift)
+            X_test = self._test_columns(fold, c, *x_means)
             y_true = _centred(_test_rows(Y, fold.test, xp), *y_means, xp)
             result = result + _linalg.covariance_holdout_scores(
                 X_test,
