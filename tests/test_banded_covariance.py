@@ -355,8 +355,11 @@ def test_float32_within_float32_tolerance():
     )
 
 
-def test_torch_equals_numpy():
-    pytest.importorskip("torch")
+@pytest.mark.parametrize(
+    "library", ["torch", pytest.param("jax", marks=pytest.mark.slow)]
+)
+def test_backends_equal_numpy(library):
+    pytest.importorskip(library)
     X, Y, labels, groups = banded_runs(3, width=4, ratio=12, seed=10)
     weight = np.linspace(0.5, 2, X.shape[0])
     params = dict(
@@ -368,7 +371,7 @@ def test_torch_equals_numpy():
     fit = dict(groups=groups, sample_weight=weight)
     ref = BandedRidge(labels, solver="svd", **params).fit(X, Y, **fit)
     model = BandedRidge(
-        labels, solver="covariance", device="torch", dtype="float64", **params
+        labels, solver="covariance", device=library, dtype="float64", **params
     ).fit(X, Y, **fit)
     assert model.solver_ == "covariance"
     assert_same_model(ref, model)
@@ -482,3 +485,31 @@ def test_one_band_follows_batched_ridge():
         assert ours.solver_ == ref.solver_ == solver
         assert_allclose(ours.coef_, ref.coef_, rtol=1e-12, atol=1e-14)
         assert_array_equal(ours.alpha_, ref.alpha_)
+
+
+def test_search_pickles_for_cluster_tasks():
+    """A task on a dask worker receives the search pickled: the same results."""
+    import pickle
+
+    from skbatch._ridge.banded import BandedDesign
+    from skbatch.backend import resolve_backend
+
+    X, Y, labels, groups = banded_runs(3, width=4, ratio=12, seed=17)
+    scheme = Scheme(LeaveOneGroupOut()).split(X, Y, groups=groups)
+    columns = [np.flatnonzero(labels == b) for b in range(3)]
+    decomposed = banded_covariance.BandedCovariance(
+        X,
+        np.linspace(0.5, 2, X.shape[0]),
+        ALPHAS,
+        scheme,
+        BandedDesign(X, columns, CANDIDATES[3]),
+        resolve_backend("numpy"),
+        np.float64,
+        fit_intercept=True,
+        scoring=None,
+    )
+    search = banded_covariance.BandedCovarianceSearch(decomposed, Y, store=True)
+    copy = pickle.loads(pickle.dumps(search)).bind(0, Y)
+    ids = np.arange(Y.shape[1])
+    for a, b in zip(search(ids), copy(ids)):
+        assert_array_equal(a, b)
