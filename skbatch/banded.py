@@ -119,9 +119,11 @@ default=None
         MEG temporal response functions of several feature spaces). Its
         relative error is about ``eps * cond(D C D + alpha I)`` at the
         smallest alpha. "auto": the covariance for K-fold ``cv`` when every
-        training fold has at least twice as many rows as X has columns and
-        the bound ``eps * (g_max l_max + alpha) / (g_min l_min + alpha)`` of
-        that error over every candidate and fold (``g`` the candidate's
+        training fold has at least 20 times as many rows as X has columns
+        (the SVD search shares one QR of each fold's rows among the
+        candidates: below that it was as fast or faster) and the bound
+        ``eps * (g_max l_max + alpha) / (g_min l_min + alpha)`` of that
+        error over every candidate and fold (``g`` the candidate's
         positive band weights, ``l`` the eigenvalues of the fold's ``C``)
         is at most 1e-10 (then the choices and coefficients agree with the
         SVD's to 1e-10 relative), the SVD otherwise. One band (``bands=None``)

@@ -263,18 +263,28 @@ def test_same_choices_as_himalaya():
 
 
 def test_auto_rule():
-    X, Y, labels, groups = banded_runs(2, ratio=20, seed=6)
+    minimum = banded_covariance.BANDED_COVARIANCE_MIN_ROWS_PER_FEATURE
+    X, Y, labels, groups = banded_runs(2, ratio=40, seed=6)
     params = dict(alphas=ALPHAS, band_weights=CANDIDATES[2])
     fit = dict(groups=groups)
     # K-fold, many rows per column, well conditioned: the covariance.
     auto = BandedRidge(labels, cv=LeaveOneGroupOut(), **params).fit(X, Y, **fit)
     assert auto.solver_ == "covariance"
-    # Fewer than 2 training rows per column, leave-one-out, GCV: the SVD.
-    few, Yf, labels_f, groups_f = banded_runs(2, width=10, ratio=1.7, seed=6)
-    model = BandedRidge(labels_f, cv=LeaveOneGroupOut(), **params)
-    assert model.fit(few, Yf, groups=groups_f).solver_ == "svd"
+    smallest = min(np.sum(groups != g) for g in np.unique(groups))
+    assert smallest >= minimum * X.shape[1]
+    # Leave-one-out, GCV: the SVD.
     for cv in (None, "gcv"):
         assert BandedRidge(labels, cv=cv, **params).fit(X, Y).solver_ == "svd"
+    # Fewer training rows per column than the banded minimum (more than
+    # BatchedRidge's 2): the SVD, which shares its QRs among the candidates;
+    # one band follows BatchedRidge's rule.
+    few, Yf, labels_f, groups_f = banded_runs(2, ratio=10, seed=6)
+    smallest = min(np.sum(groups_f != g) for g in np.unique(groups_f))
+    assert 2 * few.shape[1] <= smallest < minimum * few.shape[1]
+    model = BandedRidge(labels_f, cv=LeaveOneGroupOut(), **params)
+    assert model.fit(few, Yf, groups=groups_f).solver_ == "svd"
+    one = BandedRidge(cv=LeaveOneGroupOut(), alphas=ALPHAS)
+    assert one.fit(few, Yf, groups=groups_f).solver_ == "covariance"
 
 
 def test_ill_conditioned_candidates_are_routed_to_the_svd():
@@ -282,7 +292,7 @@ def test_ill_conditioned_candidates_are_routed_to_the_svd():
     singular: at a small alpha, the bound of the covariance's error exceeds
     the contract's, and "auto" takes the SVD (forced, the covariance still
     runs). At large alphas the same candidates stay on the covariance."""
-    X, Y, labels, groups = banded_runs(2, ratio=20, seed=7)
+    X, Y, labels, groups = banded_runs(2, ratio=40, seed=7)
     candidates = np.array([[0.5, 0.5], [1 - 1e-9, 1e-9]])
     params = dict(band_weights=candidates, cv=LeaveOneGroupOut())
     fit = dict(groups=groups)

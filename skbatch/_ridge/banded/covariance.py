@@ -24,9 +24,11 @@ columns.
   :func:`check_covariance_search_memory`, its preflight, and
   :func:`search_covariance`, the search and refit of a fit on it.
 
-The rule is :func:`~skbatch._ridge.covariance.choose_decomposition`'s (the
-shape: K-fold with at least ``COVARIANCE_MIN_ROWS_PER_FEATURE`` training
-rows per column of X) with the conditioning of every candidate: ``D C D``
+The rule (:func:`choose_banded_decomposition`) is
+:func:`~skbatch._ridge.covariance.choose_decomposition`'s (K-fold, X's
+squares within float64), "auto" asking more training rows per column
+(``BANDED_COVARIANCE_MIN_ROWS_PER_FEATURE``: the SVD search shares its QRs
+among the candidates), with the conditioning of every candidate: ``D C D``
 has its eigenvalues in ``[gamma_min lambda_min(C), gamma_max
 lambda_max(C)]`` (``gamma`` over the kept bands), so ``eps * (gamma_max
 lambda_max + alpha) / (gamma_min lambda_min + alpha)`` at the smallest
@@ -58,13 +60,49 @@ from .factors import results_bytes
 from .search import BandSearch, best_pairs, shared_pair
 
 __all__ = [
+    "BANDED_COVARIANCE_MIN_ROWS_PER_FEATURE",
     "BandedCovariance",
     "BandedCovarianceRefit",
     "BandedCovarianceSearch",
     "banded_covariance",
     "check_covariance_search_memory",
+    "choose_banded_decomposition",
     "search_covariance",
 ]
+
+
+# Training rows per column of X from which "auto" searches several candidates
+# on the covariance (beside BatchedRidge's rule): the SVD search shares one QR
+# of each fold's rows among the candidates (factors.SharedFactors), so each
+# candidate costs it a p x p SVD and the covariance saves only the QRs and
+# the folds' projections of the targets, while it decomposes every
+# candidate's folds for each batch. Timed with 20 candidates and 5 folds
+# (benchmarks/RESULTS.md, "BandedRidge on the covariance"): at 8 rows per
+# column the SVD was 1.2x (2,000 targets) to 1.8x (64) faster, at 16 the two
+# were even to 1.2x, and from 21 (EEG trials of 10 s) on the covariance was
+# 1.6-2x faster with a fraction of the memory.
+BANDED_COVARIANCE_MIN_ROWS_PER_FEATURE = 20
+
+
+def choose_banded_decomposition(solver, scheme, X):
+    """``"svd"`` or ``"covariance"`` for the search of several candidates:
+    :func:`~skbatch._ridge.covariance.choose_decomposition`, and for
+    ``"auto"`` at least ``BANDED_COVARIANCE_MIN_ROWS_PER_FEATURE`` training
+    rows per column in every fold; :meth:`BandedCovariance.accurate` then
+    says whether the candidates' conditioning keeps it.
+
+    Raises
+    ------
+    ValueError
+        As :func:`~skbatch._ridge.covariance.choose_decomposition`.
+    """
+    chosen = choose_decomposition(solver, scheme, X)
+    if solver != "auto" or chosen != "covariance":
+        return chosen
+    smallest = min(len(train) for train, _ in scheme.splits)
+    if smallest < BANDED_COVARIANCE_MIN_ROWS_PER_FEATURE * X.shape[1]:
+        return "svd"
+    return chosen
 
 
 def banded_covariance(
@@ -83,7 +121,7 @@ def banded_covariance(
     """A :class:`BandedCovariance` of ``design`` where ``solver`` and the
     rule choose the covariance, else None (the candidates' SVDs). Called
     inside the backend's context, after its memory check."""
-    if choose_decomposition(solver, scheme, X) != "covariance":
+    if choose_banded_decomposition(solver, scheme, X) != "covariance":
         return None
     decomposed = BandedCovariance(
         X,

@@ -15,7 +15,6 @@ from typing import NamedTuple
 import numpy as np
 
 from ..._engine.planner import _say
-from ..covariance import choose_decomposition
 from ..fit_warnings import (
     no_model_scores,
     warn_at_grid_edges,
@@ -27,6 +26,7 @@ from .bands import band_candidates, check_candidate_scales
 from .covariance import (
     banded_covariance,
     check_covariance_search_memory,
+    choose_banded_decomposition,
     search_covariance,
 )
 from .factors import BandedDesign, check_candidate_count, check_search_memory
@@ -167,7 +167,10 @@ def fit_banded_ridge(
     # One band, X itself, is decomposed as BatchedRidge decomposes it
     # (search_bands); several candidates share the moments of X.
     one_design = len(candidates) == 1 and design.design(0) is X
-    if not one_design and choose_decomposition(solver, scheme, X) == "covariance":
+    if (
+        not one_design
+        and choose_banded_decomposition(solver, scheme, X) == "covariance"
+    ):
         check_covariance_search_memory(
             n_samples,
             X.shape[1],
