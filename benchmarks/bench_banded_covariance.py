@@ -22,8 +22,15 @@ every 5 ms, and the OS's peak), the ratio of each to the covariance's, and
 the share of channels whose chosen candidate and alpha equal the SVD's, with
 the largest relative difference of the coefficients.
 
+``--crossover N [N ...]``: instead, where "auto"'s threshold of training
+rows per column comes from: ``bench_banded.py``'s design (iid columns, bands
+of 40 and 200, intercept, cv=5, 20 candidates, alphas ``logspace(0, 6, 9)``)
+with N rows and ``--targets`` targets, ``solver="svd"`` and
+``"covariance"`` alternating in this process, medians of ``--repeats``.
+
 Run: ``python benchmarks/bench_banded_covariance.py [--seconds 30]
-[--repeats 3] [--candidates 20]``
+[--repeats 3] [--candidates 20]``, or ``--crossover 2400 4800 --targets 64
+2000 --repeats 2``
 """
 
 import argparse
@@ -87,15 +94,20 @@ def make_data(seconds, seed=0):
     return X, labels, response, groups
 
 
-def candidates(count):
+def candidates_of(count, n_bands):
+    """himalaya's Dirichlet draws of ``random_state=0``, as BandedRidge reads them."""
     from himalaya.ridge._random_search import generate_dirichlet_samples
 
     from skbatch._ridge.banded import band_candidates
 
     drawn = np.asarray(
-        generate_dirichlet_samples(count, len(SPACES), [0.1, 1.0], random_state=0)
+        generate_dirichlet_samples(count, n_bands, [0.1, 1.0], random_state=0)
     )
-    return band_candidates(drawn, len(SPACES), None, None)
+    return band_candidates(drawn, n_bands, None, None)
+
+
+def candidates(count):
+    return candidates_of(count, len(SPACES))
 
 
 def run_solver(solver, seconds, count):
@@ -162,6 +174,41 @@ def measure(solver, seconds, count):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def crossover(sizes, targets, repeats, count):
+    """svd against covariance on bench_banded.py's design at several sizes."""
+    from skbatch import BandedRidge
+
+    bands = (40, 200)
+    p = sum(bands)
+    labels = np.repeat(np.arange(len(bands)), bands)
+    weights = candidates_of(count, len(bands))
+    for n in sizes:
+        for t in targets:
+            rng = np.random.default_rng(0)
+            X = rng.standard_normal((n, p))
+            Y = X @ rng.standard_normal((p, t)) / np.sqrt(p)
+            Y += rng.uniform(0.5, 3, t) * rng.standard_normal((n, t))
+            seconds = {"svd": [], "covariance": []}
+            for _ in range(repeats):
+                for solver in seconds:
+                    start = time.perf_counter()
+                    BandedRidge(
+                        labels,
+                        alphas=np.logspace(0, 6, 9),
+                        band_weights=weights,
+                        cv=5,
+                        solver=solver,
+                    ).fit(X, Y)
+                    seconds[solver].append(time.perf_counter() - start)
+            svd, cov = (np.median(seconds[s]) for s in ("svd", "covariance"))
+            print(
+                f"n={n} ({0.8 * n / p:.1f} training rows per column), {t} targets: "
+                f"svd {svd:.2f} s, covariance {cov:.2f} s, svd / covariance "
+                f"{svd / cov:.2f}; load average {psutil.getloadavg()[0]:.2f}",
+                flush=True,
+            )
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=30)
@@ -169,7 +216,12 @@ def main():
     parser.add_argument("--candidates", type=int, default=20)
     parser.add_argument("--solvers", nargs="+", default=list(SOLVERS), choices=SOLVERS)
     parser.add_argument("--worker", choices=SOLVERS, help=argparse.SUPPRESS)
+    parser.add_argument("--crossover", type=int, nargs="+", metavar="N")
+    parser.add_argument("--targets", type=int, nargs="+", default=[64, 2000])
     args = parser.parse_args()
+    if args.crossover:
+        crossover(args.crossover, args.targets, args.repeats, args.candidates)
+        return
     if args.worker:
         print(json.dumps(run_solver(args.worker, args.seconds, args.candidates)))
         return
