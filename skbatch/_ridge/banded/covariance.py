@@ -78,9 +78,10 @@ __all__ = [
 # the folds' projections of the targets, while it decomposes every
 # candidate's folds for each batch. Timed with 20 candidates and 5 folds
 # (benchmarks/RESULTS.md, "BandedRidge on the covariance"): at 8 rows per
-# column the SVD was 1.2x (2,000 targets) to 1.8x (64) faster, at 16 the two
-# were even to 1.2x, and from 21 (EEG trials of 10 s) on the covariance was
-# 1.6-2x faster with a fraction of the memory.
+# column the SVD was 1.2-1.3x faster, at 16 as fast (64 targets) to 1.1x
+# (2,000), at 24 the covariance 1.15x faster with 64 targets (0.94x with
+# 2,000); on EEG trials (21 and 62 rows per column, 64 channels) it was
+# 1.5-1.9x faster with a 23rd to a 38th of the SVD's memory.
 BANDED_COVARIANCE_MIN_ROWS_PER_FEATURE = 20
 
 
