@@ -523,6 +523,9 @@ class BandedCovarianceSearch(TargetProblem):
     ``problem(ids)`` returns what :class:`BandedSearchProblem` returns."""
 
     desc = "searched targets"
+    # One batch at a time, its candidates side by side (map_threads): batches
+    # side by side would each decompose every candidate's folds.
+    threads = False
 
     def __init__(self, decomposed, Y, *, store):
         super().__init__(decomposed, Y)
@@ -563,6 +566,8 @@ class BandedCovarianceRefit(TargetProblem):
     ``problem(ids)`` returns what :class:`BandedRefitProblem` returns."""
 
     desc = "refit targets"
+    # As the search: the chosen candidates side by side, not the batches.
+    threads = False
 
     def __init__(self, decomposed, Y, candidate, alpha):
         super().__init__(decomposed, Y)
