@@ -78,10 +78,10 @@ __all__ = [
 # the folds' projections of the targets, while it decomposes every
 # candidate's folds for each batch. Timed with 20 candidates and 5 folds
 # (benchmarks/RESULTS.md, "BandedRidge on the covariance"): at 8 rows per
-# column the SVD was 1.2-1.3x faster, at 16 as fast (64 targets) to 1.1x
-# (2,000), at 24 the covariance 1.15x faster with 64 targets (0.94x with
-# 2,000); on EEG trials (21 and 62 rows per column, 64 channels) it was
-# 1.5-1.9x faster with a 23rd to a 38th of the SVD's memory.
+# column the SVD was 1.2-1.3x faster; with 64 targets the covariance was
+# 1.45x faster at 16 and 1.7x at 24, with 2,000 targets 0.89-0.94x; on EEG
+# trials (21 and 62 rows per column, 64 channels) it was 1.9-2.9x faster
+# with a 25th to a 35th of the SVD's memory.
 BANDED_COVARIANCE_MIN_ROWS_PER_FEATURE = 20
 
 
