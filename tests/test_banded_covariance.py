@@ -16,6 +16,7 @@ from sklearn.model_selection import (
 from skbatch import BandedRidge, BatchedRidge
 from skbatch._kernels import linalg
 from skbatch._ridge.banded import covariance as banded_covariance
+from skbatch._ridge.banded import covariance_search
 from skbatch._ridge.cv import KFold as Scheme
 
 ALPHAS = np.logspace(-2, 4, 7)
@@ -518,7 +519,7 @@ def test_search_pickles_for_cluster_tasks():
         fit_intercept=True,
         scoring=None,
     )
-    search = banded_covariance.BandedCovarianceSearch(decomposed, Y, store=True)
+    search = covariance_search.BandedCovarianceSearch(decomposed, Y, store=True)
     copy = pickle.loads(pickle.dumps(search)).bind(0, Y)
     ids = np.arange(Y.shape[1])
     for a, b in zip(search(ids), copy(ids)):

@@ -23,12 +23,8 @@ from ..fit_warnings import (
 )
 from ..magnitudes import checked_targets
 from .bands import band_candidates, check_candidate_scales
-from .covariance import (
-    banded_covariance,
-    check_covariance_search_memory,
-    choose_banded_decomposition,
-    search_covariance,
-)
+from .covariance import banded_covariance, choose_banded_decomposition
+from .covariance_search import check_covariance_search_memory, search_covariance
 from .factors import BandedDesign, check_candidate_count, check_search_memory
 from .search import search_bands
 

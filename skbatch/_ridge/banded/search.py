@@ -67,7 +67,7 @@ def search_bands(
     with ``run_args``. Called inside the backend's context. ``solver``
     (``BandedRidge``'s) decomposes one band, X itself, as ``BatchedRidge``
     decomposes it; several candidates on the covariance are
-    :func:`~skbatch._ridge.banded.covariance.search_covariance`'s.
+    :func:`~skbatch._ridge.banded.covariance_search.search_covariance`'s.
 
     Returns
     -------
