@@ -27,8 +27,9 @@ One module per concern: ``bands.py`` (the bands, band weights and
 candidates, checked), ``factors.py`` (the rescaled designs, the shared QR
 factors and the memory checks of a search), ``search.py`` (the search and
 refit problems), ``permuted.py`` (the permutation fast path's problem);
-``fit.py`` (``BandedRidge``'s fit) and ``bootstrap.py`` (replicates at held
-choices) build on them.
+``covariance.py`` and ``covariance_search.py`` (the search on X's
+covariance, for many more rows than columns); ``fit.py`` (``BandedRidge``'s
+fit) and ``bootstrap.py`` (replicates at held choices) build on them.
 """
 
 from .bands import (

@@ -23,6 +23,8 @@ from ..fit_warnings import (
 )
 from ..magnitudes import checked_targets
 from .bands import band_candidates, check_candidate_scales
+from .covariance import banded_covariance, choose_banded_decomposition
+from .covariance_search import check_covariance_search_memory, search_covariance
 from .factors import BandedDesign, check_candidate_count, check_search_memory
 from .search import search_bands
 
@@ -80,6 +82,8 @@ class BandedFit(NamedTuple):
     intercept: np.ndarray
     #: The scores of every pair, (n_targets, n_candidates, n_alphas), or None.
     stored: object
+    #: The decomposition the search ran on: "svd" or "covariance".
+    decomposition: str = "svd"
 
 
 def fit_banded_ridge(
@@ -105,6 +109,7 @@ def fit_banded_ridge(
     batch_size,
     max_memory_gb,
     verbose,
+    solver="auto",
 ):
     """Choose band weights and alphas and fit all targets ``Y`` on ``X``, as
     ``BandedRidge``.
@@ -115,7 +120,10 @@ def fit_banded_ridge(
     and ``weights`` are :func:`~skbatch._ridge.banded.check_bands`'s and
     :func:`~skbatch._ridge.banded.check_band_weights`'s; the other arguments
     are ``BandedRidge``'s parameters, checked, ``backend`` and ``dtype``
-    resolved. Warnings name the caller of ``BandedRidge.fit``.
+    resolved; ``solver`` chooses the decomposition of several candidates
+    (:func:`~skbatch._ridge.banded.covariance.banded_covariance`) and of
+    one band, X itself, as ``BatchedRidge``'s. Warnings name the caller of
+    ``BandedRidge.fit``.
 
     Returns
     -------
@@ -149,37 +157,80 @@ def fit_banded_ridge(
     )
     targets = checked_targets(X, Y, dtype, out_of_core)
     design = BandedDesign(X, columns, candidates)
-    check_search_memory(
-        design,
-        n_samples,
-        scheme,
-        dtype,
-        backend,
-        max_memory_gb,
-        n_targets=n_targets,
-        n_alphas=alphas.size,
-        store_cv_results=store_cv_results or not local_alpha,
-    )
-    with backend.context():
-        found = search_bands(
-            X,
-            targets,
-            design,
-            sample_weight,
-            alphas,
+    store = store_cv_results or not local_alpha
+    run_args = dict(max_memory_gb=max_memory_gb, batch_size=batch_size, verbose=verbose)
+    decomposed = None
+    # One band, X itself, is decomposed as BatchedRidge decomposes it
+    # (search_bands); several candidates share the moments of X.
+    one_design = len(candidates) == 1 and design.design(0) is X
+    if (
+        not one_design
+        and choose_banded_decomposition(solver, scheme, X) == "covariance"
+    ):
+        check_covariance_search_memory(
+            n_samples,
+            X.shape[1],
             scheme,
-            backend,
             dtype,
-            fit_intercept=fit_intercept,
-            scoring=scoring,
-            store=store_cv_results or not local_alpha,
-            local_alpha=local_alpha,
-            run_args=dict(
-                max_memory_gb=max_memory_gb,
-                batch_size=batch_size,
-                verbose=verbose,
-            ),
+            backend,
+            max_memory_gb,
+            n_candidates=len(candidates),
+            n_targets=n_targets,
+            n_alphas=alphas.size,
+            store_cv_results=store,
         )
+        with backend.context():
+            decomposed = banded_covariance(
+                X,
+                sample_weight,
+                alphas,
+                scheme,
+                design,
+                backend,
+                dtype,
+                fit_intercept=fit_intercept,
+                scoring=scoring,
+                solver=solver,
+            )
+    if decomposed is not None:
+        with backend.context():
+            found = search_covariance(
+                decomposed,
+                targets,
+                store=store,
+                local_alpha=local_alpha,
+                run_args=run_args,
+            )
+        del decomposed
+    else:
+        check_search_memory(
+            design,
+            n_samples,
+            scheme,
+            dtype,
+            backend,
+            max_memory_gb,
+            n_targets=n_targets,
+            n_alphas=alphas.size,
+            store_cv_results=store,
+        )
+        with backend.context():
+            found = search_bands(
+                X,
+                targets,
+                design,
+                sample_weight,
+                alphas,
+                scheme,
+                backend,
+                dtype,
+                fit_intercept=fit_intercept,
+                scoring=scoring,
+                store=store,
+                local_alpha=local_alpha,
+                run_args=run_args,
+                solver=solver,
+            )
     _warn_about_fit(
         X,
         Y,
@@ -210,6 +261,7 @@ def fit_banded_ridge(
         found.coef,
         found.intercept,
         found.stored,
+        found.decomposition,
     )
 
 

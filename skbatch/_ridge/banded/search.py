@@ -36,6 +36,8 @@ class BandSearch(NamedTuple):
     #: The pair of every target (local_alpha=False), else None.
     shared: object
     batch_size: int
+    #: The decomposition the search ran on: "svd" or "covariance".
+    decomposition: str = "svd"
 
 
 def search_bands(
@@ -53,6 +55,7 @@ def search_bands(
     store,
     local_alpha,
     run_args,
+    solver="auto",
 ):
     """The search of ``BandedRidge.fit`` and its refit, parameters checked.
 
@@ -61,7 +64,10 @@ def search_bands(
     (:class:`BandedSearchProblem`), the pair of all targets for
     ``local_alpha=False`` (:func:`shared_pair`), and the refit of every
     target at its pair (:class:`BandedRefitProblem`), each run by the engine
-    with ``run_args``. Called inside the backend's context.
+    with ``run_args``. Called inside the backend's context. ``solver``
+    (``BandedRidge``'s) decomposes one band, X itself, as ``BatchedRidge``
+    decomposes it; several candidates on the covariance are
+    :func:`~skbatch._ridge.banded.covariance_search.search_covariance`'s.
 
     Returns
     -------
@@ -99,7 +105,7 @@ def search_bands(
             dtype,
             fit_intercept=fit_intercept,
             scoring=scoring,
-            solver="auto",
+            solver=solver,
         )
         if decomposed is not None:
             return _search_one_design(decomposed, targets, store, local_alpha, run_args)
@@ -173,6 +179,7 @@ def _search_one_design(solver, targets, store, local_alpha, run_args):
         intercept,
         shared,
         batch_size,
+        "covariance",
     )
 
 
@@ -206,6 +213,33 @@ def shared_pair(scores):
         mean.reshape(n_candidates, n_alphas),
         scored,
     )
+
+
+def best_pairs(candidate_scores, m, n_candidates, n_alphas, *, store, xp):
+    """Each target's best (candidate, alpha) pair from the scores (n_alphas,
+    m) of each candidate in turn, as :class:`BandedSearchProblem` returns it:
+    the chosen candidate, its alpha, the pair's score, the scores of every
+    alpha at that candidate and, with ``store``, of every pair. Ties go to
+    the first candidate, then the first alpha; NaN scores rank last."""
+    candidate = np.zeros(m, dtype=np.int64)
+    alpha = np.zeros(m, dtype=np.int64)
+    running = np.full(m, -np.inf)
+    rows = np.full((m, n_alphas), np.nan)
+    stored = np.empty((m, n_candidates, n_alphas)) if store else None
+    for c, scores in enumerate(candidate_scores):
+        best, best_score = _linalg.select_alpha(scores, xp=xp)
+        best, scores = to_numpy(best), to_numpy(scores).T
+        best_score = to_numpy(best_score).astype(np.float64)
+        filled = np.where(np.isnan(best_score), -np.inf, best_score)
+        better = filled > running if c else np.ones(m, dtype=bool)
+        candidate[better], alpha[better] = c, best[better]
+        running[better], rows[better] = filled[better], scores[better]
+        if stored is not None:
+            stored[:, c] = scores
+    score = np.where(np.isneginf(running), np.nan, running)
+    if stored is None:
+        return candidate, alpha, score, rows
+    return candidate, alpha, score, rows, stored
 
 
 class BandedSearchProblem(TargetProblem):
@@ -263,28 +297,15 @@ class BandedSearchProblem(TargetProblem):
 
     def __call__(self, ids):
         Y = self._to_device(ids)
-        m = Y.shape[1]
         first = self.solvers[0]
-        n_alphas = first.alphas.size
-        candidate = np.zeros(m, dtype=np.int64)
-        alpha = np.zeros(m, dtype=np.int64)
-        running = np.full(m, -np.inf)
-        rows = np.full((m, n_alphas), np.nan)
-        stored = np.empty((m, len(self.solvers), n_alphas)) if self.store else None
-        for c, scores in enumerate(self._scores(Y)):
-            best, best_score = _linalg.select_alpha(scores, xp=first.xp)
-            best, scores = to_numpy(best), to_numpy(scores).T
-            best_score = to_numpy(best_score).astype(np.float64)
-            filled = np.where(np.isnan(best_score), -np.inf, best_score)
-            better = filled > running if c else np.ones(m, dtype=bool)
-            candidate[better], alpha[better] = c, best[better]
-            running[better], rows[better] = filled[better], scores[better]
-            if stored is not None:
-                stored[:, c] = scores
-        score = np.where(np.isneginf(running), np.nan, running)
-        if stored is None:
-            return candidate, alpha, score, rows
-        return candidate, alpha, score, rows, stored
+        return best_pairs(
+            self._scores(Y),
+            Y.shape[1],
+            len(self.solvers),
+            first.alphas.size,
+            store=self.store,
+            xp=first.xp,
+        )
 
     def _scores(self, Y):
         """Scores (n_alphas, m) of each candidate, in order, for a batch.
