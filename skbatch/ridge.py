@@ -102,7 +102,7 @@ default=None
         functions). It squares the condition number: its relative error is
         about ``eps * cond(X'X + alpha I)`` at the smallest alpha. "auto":
         the covariance for K-fold ``cv`` when every training fold has at
-        least twice as many rows as features and that error is at most 1e-9
+        least twice as many rows as features and that error is at most 1e-10
         (then alphas and coefficients agree with the SVD's to 1e-10
         relative), the SVD otherwise (leave-one-out, GCV, p > n / 2,
         ill-conditioned designs).
