@@ -115,7 +115,9 @@ def permuted_decomposition(spec, X, splits, schemes):
         For ``solver="covariance"`` with an inner scheme without folds, as
         ``BatchedRidge.fit`` raises it.
     """
-    if not isinstance(spec, RidgeSpec) or spec.solver == "svd" or spec.fixed_per_target:
+    # A BandedSpec (a RidgeSpec with bands) keeps its own permutation path,
+    # whatever the BandedRidge's solver.
+    if type(spec) is not RidgeSpec or spec.solver == "svd" or spec.fixed_per_target:
         return "svd"
     chosen = set()
     for (train, _), scheme in zip(splits, schemes):
