@@ -53,7 +53,7 @@ __all__ = [
 
 # p x p float64 matrices one decomposition holds while it runs beside the
 # others: its training moments summed from the atoms' (overwritten by the
-# centring and by scipy's eigh) and eigh's own workspace and eigenvectors.
+# centring), eigh's copy and workspace, and its eigenvectors.
 EIGH_WORKING_MATRICES = 3
 
 
