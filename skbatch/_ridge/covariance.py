@@ -417,13 +417,13 @@ class CovarianceSolver(Portable):
         every test fold and of all rows and one eigenbasis per fold and of
         all rows (p x p each); and for each fold decomposed side by side
         (:func:`~skbatch._backends.side_by_side.cpu_workers`) its training
-        moments and ``eigh``'s workspace, or a temporary (3 p x p), and two
-        blocks of rows being multiplied."""
+        moments, ``eigh``'s copy of them and its workspace (4 p x p), and
+        two blocks of rows being multiplied."""
         n_folds = len(scheme.splits)
         p = n_features
         workers = 1 if backend is None else cpu_workers(backend)
         workers = min(workers, n_folds + 1)
-        square = 8 * (2 * (n_folds + 1) * (p * p + p) + 3 * workers * p * p + 2)
+        square = 8 * (2 * (n_folds + 1) * (p * p + p) + 4 * workers * p * p + 2)
         block = 8 * 2 * min(n_samples, _linalg.COVARIANCE_ROW_BLOCK) * p
         return itemsize * n_samples * n_features + square + block
 

@@ -53,8 +53,9 @@ __all__ = [
 
 # p x p float64 matrices one decomposition holds while it runs beside the
 # others: its training moments summed from the atoms' (overwritten by the
-# centring), eigh's copy and workspace, and its eigenvectors.
-EIGH_WORKING_MATRICES = 3
+# centring), eigh's copy of them and workspace (2 p^2, LAPACK's divide and
+# conquer), and its eigenvectors.
+EIGH_WORKING_MATRICES = 5
 
 
 def row_atoms(n_samples, sets):

@@ -307,8 +307,9 @@ class BandedCovariance(Portable):
         the moments of every test fold and of all rows while they are
         formed, then each fold's covariance and that of all rows (p x p each,
         float64), two blocks of rows being multiplied; then, for each
-        candidate in flight (one per worker), the rescaled covariance, its
-        eigenbasis and a cast copy, and a fold's centred test rows."""
+        candidate in flight (one per worker), the rescaled covariance,
+        ``eigh``'s copy of it and workspace, its eigenbasis and a cast copy
+        (6 p x p), and a fold's centred test rows."""
         n_folds = len(scheme.splits)
         p = n_features
         workers = 1 if backend is None else cpu_workers(backend)
@@ -316,7 +317,7 @@ class BandedCovariance(Portable):
         forming = 8 * 2 * (n_folds + 1) * (p * p + p)
         block = 8 * 2 * min(n_samples, _linalg.COVARIANCE_ROW_BLOCK) * p
         held = 8 * (n_folds + 1) * (p * p + p)
-        in_flight = workers * (8 * 3 * p * p + itemsize * 2 * n_test * p)
+        in_flight = workers * (8 * 6 * p * p + itemsize * 2 * n_test * p)
         return itemsize * n_samples * p + max(forming + block, held + in_flight)
 
     @property
@@ -328,7 +329,7 @@ class BandedCovariance(Portable):
         n_test = max(fold.n_test for fold in self.folds)
         itemsize = np.dtype(self.dtype).itemsize
         held = 8 * (len(self.folds) + 1) * (p * p + p)
-        in_flight = workers * (8 * 3 * p * p + itemsize * 2 * n_test * p)
+        in_flight = workers * (8 * 6 * p * p + itemsize * 2 * n_test * p)
         return itemsize * self.n_samples * p + held + in_flight
 
     def values_per_target(self):
