@@ -401,6 +401,7 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
             estimator,
             inputs.y if nuisance is None else nuisance.residuals,
             inputs.groups,
+            "y" if nuisance is None else "y's residuals on the confounds",
         )
         entropy = resolve_entropy(self.random_state)
         resamples = Resamples(entropy, permutation, n_items)

@@ -125,7 +125,10 @@ def test_within_runs_equals_naive_loop_with_search(scheme):
     if scheme["permutation_type"] == "shuffle":
         # The residuals' rows are autocorrelated: shuffling them is warned
         # against, as shuffling y is.
-        with pytest.warns(AutocorrelationWarning, match="autocorrelated within"):
+        with pytest.warns(
+            AutocorrelationWarning,
+            match="rows of y.s residuals on the confounds are autocorrelated within",
+        ):
             perm.fit(X, Y, groups=runs, confounds=Z)
     else:
         perm.fit(X, Y, groups=runs, confounds=Z)

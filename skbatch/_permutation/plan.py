@@ -47,10 +47,11 @@ _UNIT_SCALE_SCORINGS = (None, "r2", "correlation", "explained_variance")
 TIE_ULPS = 1000
 
 
-def _warn_if_autocorrelated(y, groups):
+def _warn_if_autocorrelated(y, groups, moved="y"):
     """Warn when shuffling rows of ``y`` that are clearly autocorrelated
     (:func:`skbatch._kernels.timeseries.autocorrelation_warning`); labels
-    (classifiers' ``y``) are not checked."""
+    (classifiers' ``y``) are not checked. ``moved`` names what the rows are
+    of in the message."""
     y = np.asarray(y)
     if y.dtype.kind not in "biuf":
         return
@@ -59,7 +60,7 @@ def _warn_if_autocorrelated(y, groups):
         return
     within = "within groups" if groups is not None else "(no groups given)"
     warnings.warn(
-        f"The rows of y are autocorrelated {within}: median lag-1 "
+        f"The rows of {moved} are autocorrelated {within}: median lag-1 "
         f"autocorrelation {found[0]:.2f} over the targets, above {found[1]:.2f}. "
         f"permutation_type='shuffle' breaks that dependence, so the null is "
         f"too narrow and the p-values too small. Use "
@@ -71,7 +72,7 @@ def _warn_if_autocorrelated(y, groups):
     )
 
 
-def _plan_resamples(settings, estimator, y, groups):
+def _plan_resamples(settings, estimator, y, groups, moved="y"):
     """``(permutation, n_items)``: the resampling scheme's parameters
     (``permutation_type``, ``block_size``, ``exact``) and how many resamples
     to score, checked against ``y`` and ``groups`` before any work."""
@@ -92,7 +93,7 @@ def _plan_resamples(settings, estimator, y, groups):
     # before any work.
     signed_rows(0, [0], n_samples, groups, **permutation)
     if settings.permutation_type == "shuffle":
-        _warn_if_autocorrelated(y, groups)
+        _warn_if_autocorrelated(y, groups, moved)
     n_distinct = count_resamples(
         n_samples, groups, **permutation, limit=settings.n_permutations
     )
