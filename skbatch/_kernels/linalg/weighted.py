@@ -11,7 +11,7 @@ from array_api_compat import device as array_device
 from scipy.linalg import LinAlgWarning
 
 from ... import _backends
-from ._arrays import _matmul, _transpose, one_thread
+from ._arrays import _matmul, _namespace, _transpose, one_thread
 
 # Rows of Y gathered at once by the bootstrap kernel (_weighted_products), per
 # batch in flight: large enough for full-speed GEMMs over them.
@@ -147,6 +147,7 @@ def run_products(X, Y, runs, sample_weight, *, xp):
     -------
     gram, rhs : arrays of shapes (R, q, q) and (R, q, t)
     """
+    xp = _namespace(xp, X)
     grams, rhs = [], []
     for rows in runs:
         X_run, Y_run = xp.take(X, rows, axis=0), xp.take(Y, rows, axis=0)
