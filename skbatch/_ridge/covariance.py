@@ -246,7 +246,44 @@ class _CovarianceFold(Portable):
         )
 
 
-class CovarianceSolver(Portable):
+class CovarianceDesign(Portable):
+    """What every covariance decomposition sets up before its moments: X in
+    the compute dtype, the work dtype of its moments, the weights and the
+    row the moments are taken about."""
+
+    def _set_design(
+        self, X, sample_weight, alphas, scheme, backend, dtype, fit_intercept, scoring
+    ):
+        """Set the design's attributes; return the sample weights in the
+        work dtype (or None)."""
+        xp = backend.xp
+        self.backend, self.dtype, self.xp = backend, dtype, xp
+        self.alphas, self.scheme = alphas, scheme
+        self.fit_intercept, self.scoring = fit_intercept, scoring
+        self.n_samples, self.n_features = X.shape
+        self.X = backend.asarray(X, dtype)
+        work = self.work_dtype = _linalg.decomposition_dtype(self.X, xp)
+        # The work dtype as the backend takes dtypes: numpy's.
+        self._work_numpy = np.dtype(np.float64 if work == xp.float64 else dtype)
+        self.root_weight = weight = None
+        if sample_weight is not None:
+            weight = backend.asarray(sample_weight, self._work_numpy)
+            self.root_weight = xp.sqrt(weight)
+        # Moments about X's first row of positive weight: within the spread of
+        # the rows that count, so the centring subtracts moments of one scale
+        # and a target constant on them centres to exact zeros (as
+        # _linalg.center shifts).
+        self.anchor = _linalg._first_weighed_row(weight, xp)
+        shift = (
+            xp.astype(self.X[self.anchor], work)
+            if fit_intercept
+            else xp.zeros(self.n_features, dtype=work, device=array_device(self.X))
+        )
+        self.x_shift_work, self.x_shift = shift, xp.astype(shift, self.X.dtype)
+        return weight
+
+
+class CovarianceSolver(CovarianceDesign):
     """A design decomposed through its covariance, taking device targets.
 
     The interface of :class:`~skbatch._ridge.problems.RidgeSolver` that
@@ -283,30 +320,12 @@ class CovarianceSolver(Portable):
         fit_intercept,
         scoring,
     ):
-        xp = backend.xp
-        self.backend, self.dtype, self.xp = backend, dtype, xp
-        self.alphas, self.scheme = alphas, scheme
-        self.fit_intercept, self.scoring = fit_intercept, scoring
-        self.n_samples, self.n_features = n, p = X.shape
-        self.X = backend.asarray(X, dtype)
-        work = self.work_dtype = _linalg.decomposition_dtype(self.X, xp)
-        # The work dtype as the backend takes dtypes: numpy's.
-        self._work_numpy = np.dtype(np.float64 if work == xp.float64 else dtype)
-        self.root_weight = root_weight = weight = None
-        if sample_weight is not None:
-            weight = backend.asarray(sample_weight, self._work_numpy)
-            self.root_weight = root_weight = xp.sqrt(weight)
-        # Moments about X's first row of positive weight: within the spread of
-        # the rows that count, so the centring subtracts moments of one scale
-        # and a target constant on them centres to exact zeros (as
-        # _linalg.center shifts).
-        self.anchor = _linalg._first_weighed_row(weight, xp)
-        shift = (
-            xp.astype(self.X[self.anchor], work)
-            if fit_intercept
-            else xp.zeros(p, dtype=work, device=array_device(self.X))
+        weight = self._set_design(
+            X, sample_weight, alphas, scheme, backend, dtype, fit_intercept, scoring
         )
-        self.x_shift_work, self.x_shift = shift, xp.astype(shift, self.X.dtype)
+        xp, work, root_weight = self.xp, self.work_dtype, self.root_weight
+        n, p = X.shape
+        shift = self.x_shift_work
         splits = scheme.splits
         tests = np.concatenate([test for _, test in splits])
         # Test folds that cover every row once: all rows' moments are their sum.

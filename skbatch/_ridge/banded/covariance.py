@@ -48,6 +48,7 @@ from ..._engine import Portable
 from ..._kernels import linalg as _linalg
 from ..covariance import (
     COVARIANCE_MAX_ERROR,
+    CovarianceDesign,
     _centred,
     _subtract,
     _test_rows,
@@ -160,7 +161,7 @@ class _Fold(Portable):
         self.n_test = len(test)
 
 
-class BandedCovariance(Portable):
+class BandedCovariance(CovarianceDesign):
     """The moments of a design, decomposed per candidate through its covariance.
 
     Parameters
@@ -194,27 +195,12 @@ class BandedCovariance(Portable):
         fit_intercept,
         scoring,
     ):
-        xp = backend.xp
-        self.backend, self.dtype, self.xp = backend, dtype, xp
-        self.alphas, self.scheme = alphas, scheme
-        self.fit_intercept, self.scoring = fit_intercept, scoring
-        self.n_samples, self.n_features = n, p = X.shape
-        self.X = backend.asarray(X, dtype)
-        work = self.work_dtype = _linalg.decomposition_dtype(self.X, xp)
-        self._work_numpy = np.dtype(np.float64 if work == xp.float64 else dtype)
-        self.root_weight = root_weight = weight = None
-        if sample_weight is not None:
-            weight = backend.asarray(sample_weight, self._work_numpy)
-            self.root_weight = root_weight = xp.sqrt(weight)
-        # Moments about X's first row of positive weight, as CovarianceSolver
-        # anchors them (skbatch/_ridge/covariance.py).
-        self.anchor = _linalg._first_weighed_row(weight, xp)
-        shift = (
-            xp.astype(self.X[self.anchor], work)
-            if fit_intercept
-            else xp.zeros(p, dtype=work, device=array_device(self.X))
+        weight = self._set_design(
+            X, sample_weight, alphas, scheme, backend, dtype, fit_intercept, scoring
         )
-        self.x_shift_work, self.x_shift = shift, xp.astype(shift, self.X.dtype)
+        xp, work, root_weight = self.xp, self.work_dtype, self.root_weight
+        n, p = X.shape
+        shift = self.x_shift_work
         self._candidates(design)
         splits = scheme.splits
         tests = np.concatenate([test for _, test in splits])
