@@ -32,7 +32,7 @@ from .._ridge.confounds import ConfoundedPermutedProblem, confound_fit, confound
 from .._ridge.freedman_lane import permuted_targets
 from ..backend import backend_of_array, to_numpy
 from .cv import _PER_TARGET_METRICS, _split_rows, _splits_ignore_y
-from .paths import _cv_score, _ridge_pass
+from .paths import _cv_score, _ridge_pass, counting_reduce
 from .plan import _counter
 
 
@@ -329,16 +329,7 @@ def _fit_generic(settings, estimator, inputs, paths, confounds, n_items, permuta
         gain=gain,
     )
 
-    def reduce(ids, scores):
-        scores = scores.reshape(len(ids), -1)
-        for counter, shape, lo, hi in zip(
-            counters.values(), shapes, bounds[:-1], bounds[1:]
-        ):
-            part = scores[:, lo:hi]
-            if raw:
-                counter.update(part.reshape(len(ids), *shape), ids)
-            else:
-                counter.update(part.mean(axis=1), ids)
+    reduce = counting_reduce(counters, shapes, bounds, raw)
 
     run_parallel(
         task,

@@ -251,6 +251,25 @@ def _ridge_pass(
     return counters
 
 
+def counting_reduce(counters, shapes, bounds, raw):
+    """The reduction of refit tasks' scores into ``counters``: a batch's
+    rows are permutations, its columns each metric's values (``bounds``),
+    counted per target (``raw``, reshaped to ``shapes``) or averaged."""
+
+    def reduce(ids, scores):
+        scores = scores.reshape(len(ids), -1)
+        for counter, shape, lo, hi in zip(
+            counters.values(), shapes, bounds[:-1], bounds[1:]
+        ):
+            part = scores[:, lo:hi]
+            if raw:
+                counter.update(part.reshape(len(ids), *shape), ids)
+            else:
+                counter.update(part.mean(axis=1), ids)
+
+    return reduce
+
+
 def _fit_generic(
     settings,
     estimator,
@@ -317,16 +336,7 @@ def _fit_generic(
         **args,
     )
 
-    def reduce(ids, scores):
-        scores = scores.reshape(len(ids), -1)
-        for counter, shape, lo, hi in zip(
-            counters.values(), shapes, bounds[:-1], bounds[1:]
-        ):
-            part = scores[:, lo:hi]
-            if raw:
-                counter.update(part.reshape(len(ids), *shape), ids)
-            else:
-                counter.update(part.mean(axis=1), ids)
+    reduce = counting_reduce(counters, shapes, bounds, raw)
 
     run_parallel(
         task,
