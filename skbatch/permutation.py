@@ -373,7 +373,9 @@ class PermutationScorer(WrapperMixin, RegressorMixin, BaseEstimator):
             adds them back to its fitted values. ``score_`` and every
             p-value and null are then of that gain; ``estimator_`` is fit
             on ``np.column_stack([X, confounds])``, which ``predict`` and
-            ``score`` take. See the :ref:`User Guide <permutation-confounds>`.
+            ``score`` take; a pipeline transforms the confound columns as
+            it does X's (a ``Delayer`` delays them too). See the
+            :ref:`User Guide <permutation-confounds>`.
         **fit_params : dict
             Passed to ``estimator.fit`` (sliced to the training rows of each
             fold); any of them sends the work to the generic path. Under
