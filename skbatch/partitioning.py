@@ -40,6 +40,11 @@ from ._ridge.freedman_lane import (
 )
 from ._ridge.partition import subsets as _subsets
 from ._ridge.partition import unique_variance, venn_regions
+from ._ridge.partition_bootstrap_held import (
+    check_bootstrap_hyperparameters,
+    held_bootstrap_statistics,
+    held_replicate_bytes,
+)
 from ._ridge.partition_inference import (
     HELD_OUT_COPIES,
     band_null_scores,
@@ -196,6 +201,7 @@ def variance_partitioning(
     block_size=None,
     alternative="greater",
     n_bootstrap=0,
+    bootstrap_hyperparameters=None,
     confidence_level=0.95,
     random_state=DEFAULT_RANDOM_STATE,
     n_jobs=None,
@@ -323,6 +329,19 @@ default=None
         and leave-one-band-out models are refit, their searches included,
         on the replicate's training rows and scored on its test rows.
         Costs ``(1 + n_bands) * n_bootstrap * n_folds`` searches.
+    bootstrap_hyperparameters : {"searched", "held"} or None, default=None
+        How each replicate's models treat their hyperparameters.
+        ``"searched"`` (what None means): refit with their searches, as
+        above. ``"held"``: on each outer fold k that the replicate keeps, the
+        full and every leave-one-band-out model keep, target by target, the
+        band weights and alpha they chose on the data's fold k; a replicate
+        is then one weighted ridge fit per fold, model and held candidate
+        (no search; the held Freedman–Lane null's decompositions,
+        :mod:`skbatch._ridge.partition_bootstrap_held`), scored as the
+        searched replicate is. The replicates (rows and kept folds) are the
+        same. Its intervals leave out the variability of the searches; the
+        user guide's page on variance partitioning gives their coverage and
+        the cost of each treatment.
     confidence_level : float, default=0.95
         Coverage of the two-sided basic intervals (see Notes).
     random_state : int, RandomState instance, Generator or None, default=0
@@ -489,6 +508,9 @@ default=None
         )
     n_permutations = _check_count(n_permutations, "n_permutations", 1)
     n_bootstrap = _check_count(n_bootstrap, "n_bootstrap", 2)
+    bootstrap_hyperparameters = check_bootstrap_hyperparameters(
+        bootstrap_hyperparameters
+    )
     null_hyperparameters = _check_null(
         null, null_hyperparameters, permutation_type, block_size
     )
@@ -561,15 +583,24 @@ default=None
         n_jobs,
         max_memory_gb,
         average,
-        0.0
-        if null == "band_rows" or not n_items
-        else null_bytes(
-            X,
-            Y.shape[1],
-            splits,
-            n_candidates(weights, n_bands),
-            null_hyperparameters,
-            joblib.effective_n_jobs(n_jobs),
+        (
+            0.0
+            if null == "band_rows" or not n_items
+            else null_bytes(
+                X,
+                Y.shape[1],
+                splits,
+                n_candidates(weights, n_bands),
+                null_hyperparameters,
+                joblib.effective_n_jobs(n_jobs),
+            )
+        )
+        + (
+            _held_bootstrap_bytes(
+                X, Y, splits, groups, n_candidates(weights, n_bands), n_jobs
+            )
+            if n_bootstrap and bootstrap_hyperparameters == "held"
+            else 0.0
         ),
     )
     # The full model's held-out residuals, where a resampling treats rows
@@ -591,8 +622,10 @@ default=None
     )
     residuals = np.full(Y.shape, np.nan) if any(exchangeable.values()) else None
     # Each fold's choices of the full and leave-one-band-out models, which
-    # the held Freedman–Lane null keeps.
-    held = n_items and null_hyperparameters == "held"
+    # the held Freedman–Lane null and the held bootstrap keep.
+    held = (n_items and null_hyperparameters == "held") or (
+        n_bootstrap and bootstrap_hyperparameters == "held"
+    )
     chosen = [[] for _ in models] if held else [None for _ in models]
     scores = np.stack(
         [
@@ -658,6 +691,7 @@ default=None
                 n_bootstrap,
                 confidence_level,
                 run,
+                chosen if bootstrap_hyperparameters == "held" else None,
             ),
             n_bootstrap=n_bootstrap,
         )
@@ -965,31 +999,38 @@ def _permutation_test(nulls, unique, permutation, n_items, alternative, run):
     return fields
 
 
-def _bootstrap(models, keeps, estimate, data, n_bootstrap, confidence_level, run):
+def _bootstrap(
+    models, keeps, estimate, data, n_bootstrap, confidence_level, run, chosen=None
+):
     """Basic intervals of the unique variance and of the shares (``estimate``,
-    of shape (2, n_bands, n_targets)) over cluster-bootstrap replicates."""
+    of shape (2, n_bands, n_targets)) over cluster-bootstrap replicates; with
+    ``chosen`` (every model's choices on every fold of the data, models in
+    the order of ``models``), each replicate's models keep them."""
     n_bands = estimate.shape[1]
     every = _subsets(n_bands)
     everything = tuple(range(n_bands))
-    reduced, columns = [], []
+    reduced, columns, choices = [], [], [None if chosen is None else chosen[-1]]
     for b in range(n_bands):
         rest = tuple(c for c in everything if c != b)
         if rest:
             reduced.append(models[every.index(rest)])
             columns.append(keeps[every.index(rest)])
+            choices.append(None if chosen is None else chosen[every.index(rest)])
         else:
             reduced.append(None)
             columns.append(None)
+            choices.append(None)
     n_targets = data["Y"].shape[1]
     accumulator = BootstrapAccumulator(
         (2, n_bands, n_targets), n_bootstrap, confidence_level
     )
     task = functools.partial(
-        bootstrap_statistics,
+        bootstrap_statistics if chosen is None else held_bootstrap_statistics,
         full=models[-1],
         reduced=reduced,
         columns=columns,
         n_items=n_bootstrap,
+        **({} if chosen is None else dict(chosen=choices)),
         **data,
     )
     run_parallel(
@@ -1014,6 +1055,21 @@ def _bootstrap(models, keeps, estimate, data, n_bootstrap, confidence_level, run
     return dict(
         unique_ci=np.stack([lower[0], upper[0]]),
         share_ci=np.stack([lower[1], upper[1]]),
+    )
+
+
+def _held_bootstrap_bytes(X, Y, splits, groups, n_candidates, n_jobs):
+    """Host bytes of the held bootstrap's replicates in flight, one per
+    worker, each of the most rows a draw of the runs can give
+    (:func:`skbatch._ridge.partition_bootstrap_held.held_replicate_bytes`)."""
+    n_samples = X.shape[0]
+    if groups is None:
+        n_rows = n_samples
+    else:
+        _, lengths = np.unique(groups, return_counts=True)
+        n_rows = int(lengths.size * lengths.max())
+    return joblib.effective_n_jobs(n_jobs) * held_replicate_bytes(
+        n_samples, n_rows, X.shape[1], splits, n_candidates, Y.shape[1]
     )
 
 
