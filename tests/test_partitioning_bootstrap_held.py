@@ -390,3 +390,21 @@ def test_charge_per_replicate_covers_the_traced_peak():
     n_rows = len(RUN_LENGTHS) * max(RUN_LENGTHS)
     charge = held_replicate_bytes(len(X), n_rows, X.shape[1], splits, 3, Y.shape[1])
     assert 0.5 * charge < peak < charge
+
+
+def test_replicate_training_on_zero_weights_is_refused_as_the_searched_path():
+    # Runs 0-2 weigh nothing: some replicate trains a fold on copies of them
+    # alone. Both treatments refuse it with a ValueError about the weights.
+    X, Y, labels, runs, weights = _data()
+    weights[np.isin(runs, [0, 1, 2])] = 0.0
+    for treatment in ("searched", "held"):
+        with pytest.raises(ValueError, match="non-zero"):
+            _run(
+                X,
+                Y,
+                labels,
+                runs,
+                weights,
+                n_bootstrap=20,
+                bootstrap_hyperparameters=treatment,
+            )

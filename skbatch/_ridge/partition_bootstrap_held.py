@@ -232,6 +232,7 @@ def held_bootstrap_statistics(
             )
             Y_rows = Y[rows]
             weight = None if sample_weight is None else sample_weight[rows]
+            _check_training_weights(weight, folds, kept, int(item))
             scores = [
                 np.zeros(Y.shape[1])
                 if spec is None
@@ -250,6 +251,22 @@ def held_bootstrap_statistics(
             out[k, 0] = scores[0] - np.stack(scores[1:])
             out[k, 1] = band_shares(out[k, 0], scores[0])
     return out
+
+
+def _check_training_weights(weight, folds, kept, item):
+    """Refuse a replicate fold whose training rows weigh nothing, as the
+    searched path's fit refuses it (a weighted fit needs 2 rows of weight)."""
+    if weight is None:
+        return
+    for (train, _), fold in zip(folds, kept):
+        n_weighed = int(np.count_nonzero(weight[train]))
+        if n_weighed < 2:
+            raise ValueError(
+                f"bootstrap replicate {item}: the training rows of outer fold "
+                f"{fold} have {n_weighed} non-zero sample_weight among "
+                f"{len(train)}; a fit needs at least 2. Give the runs drawn "
+                f"positive weights, or drop the runs that weigh nothing."
+            )
 
 
 def held_replicate_bytes(
