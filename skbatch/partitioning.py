@@ -339,9 +339,14 @@ default=None
         (no search; the held Freedman–Lane null's decompositions,
         :mod:`skbatch._ridge.partition_bootstrap_held`), scored as the
         searched replicate is. The replicates (rows and kept folds) are the
-        same. Its intervals leave out the variability of the searches; the
-        user guide's page on variance partitioning gives their coverage and
-        the cost of each treatment.
+        same. Costs ``(1 + n_bands) * n_bootstrap * n_folds`` such fits and
+        no search: at ``benchmarks/bench_encoding.py``'s shape (2,947 rows,
+        bands of 30 and 300 columns, 20 candidates, 9 alphas, 10 runs) one
+        replicate took 6 s at 2,000 targets against 99 s searched
+        (``benchmarks/RESULTS.md``). Its intervals leave out the variability
+        of the searches (they are narrower); the user guide's page on
+        variance partitioning gives their coverage beside the searched
+        ones'.
     confidence_level : float, default=0.95
         Coverage of the two-sided basic intervals (see Notes).
     random_state : int, RandomState instance, Generator or None, default=0

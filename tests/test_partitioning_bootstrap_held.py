@@ -258,7 +258,9 @@ def _run(X, Y, labels, runs, weights, **kwargs):
         )
 
 
-@pytest.mark.parametrize("average", ["rows", "folds"])
+@pytest.mark.parametrize(
+    "average", ["rows", pytest.param("folds", marks=pytest.mark.slow)]
+)
 def test_intervals_are_basic_intervals_of_the_naive_loop(average):
     # The choices are those of BandedRidge fits on the data's folds; the
     # interval is the basic one of the naive replicates around the
