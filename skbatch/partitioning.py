@@ -504,6 +504,20 @@ default=None
     (0.2, 0.2)
     >>> result.unique_ci.shape                     # (lower, upper) x bands x targets
     (2, 2, 2)
+
+    The same replicates with each model at its choices on the data's folds
+    (no search in a replicate):
+
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore")
+    ...     held = variance_partitioning(
+    ...         X, Y[:, :2], bands=bands, estimator=model, groups=runs,
+    ...         n_bootstrap=3, bootstrap_hyperparameters="held",
+    ...     )
+    >>> held.unique_ci.shape
+    (2, 2, 2)
+    >>> bool(np.allclose(held.unique, result.unique))
+    True
     """
     estimator = BandedRidge() if estimator is None else estimator
     if not isinstance(estimator, BandedRidge):
