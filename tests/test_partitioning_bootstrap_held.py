@@ -198,13 +198,15 @@ def _random_choices(rng, labels, n_targets, n_folds):
         ((2, 3, 2), LeaveOneGroupOut(), "rows", True, True),
         ((2, 2, 3), LeaveOneGroupOut(), "folds", False, True),
         ((3, 3), LeaveOneGroupOut(), "rows", True, False),
+        ((3, 3), GroupKFold(3), "rows", "zeros", True),
     ],
 )
 def test_replicates_equal_per_target_ridge_refits(
     band_sizes, cv, average, weighted, fit_intercept
 ):
     # Choices drawn per target, model and fold (interleaved candidates, one
-    # dropping a band) on AR runs of unequal length: every replicate's
+    # dropping a band) on AR runs of unequal length, weights (some rows of
+    # weight 0): every replicate's
     # unique variance and share equal the naive loop's to 1e-10, and some
     # replicate drops a fold.
     X, Y, _, runs, weights = _data(band_sizes, seed=3)
@@ -214,6 +216,9 @@ def test_replicates_equal_per_target_ridge_refits(
     order = rng.permutation(labels.size)
     X, labels = X[:, order], labels[order]
     weights = weights if weighted else None
+    if weighted == "zeros":
+        # Every fifth row weighs nothing, in training and test rows alike.
+        weights = np.where(np.arange(len(X)) % 5 == 0, 0.0, weights)
     Y = Y + np.array([0.0, 50.0, -3.0])
     splits = list(cv.split(X, groups=runs))
     held = _random_choices(rng, labels, Y.shape[1], len(splits))
