@@ -591,6 +591,13 @@ default=None
         np.sort(np.concatenate([columns[b] for b in subset]))
         for subset in _subsets(n_bands)
     ]
+    # What a held bootstrap replicate holds while it is computed (each worker
+    # computes one at a time).
+    replicate_bytes = (
+        _held_replicate_bytes(X, Y, splits, groups, n_candidates(weights, n_bands))
+        if n_bootstrap and bootstrap_hyperparameters == "held"
+        else 0.0
+    )
     _check_memory(
         X,
         Y,
@@ -614,13 +621,7 @@ default=None
                 joblib.effective_n_jobs(n_jobs),
             )
         )
-        + (
-            _held_bootstrap_bytes(
-                X, Y, splits, groups, n_candidates(weights, n_bands), n_jobs
-            )
-            if n_bootstrap and bootstrap_hyperparameters == "held"
-            else 0.0
-        ),
+        + joblib.effective_n_jobs(n_jobs) * replicate_bytes,
     )
     # The full model's held-out residuals, where a resampling treats rows
     # as exchangeable: what says whether they are.
@@ -711,6 +712,7 @@ default=None
                 confidence_level,
                 run,
                 chosen if bootstrap_hyperparameters == "held" else None,
+                replicate_bytes,
             ),
             n_bootstrap=n_bootstrap,
         )
@@ -1019,12 +1021,21 @@ def _permutation_test(nulls, unique, permutation, n_items, alternative, run):
 
 
 def _bootstrap(
-    models, keeps, estimate, data, n_bootstrap, confidence_level, run, chosen=None
+    models,
+    keeps,
+    estimate,
+    data,
+    n_bootstrap,
+    confidence_level,
+    run,
+    chosen=None,
+    replicate_bytes=0.0,
 ):
     """Basic intervals of the unique variance and of the shares (``estimate``,
     of shape (2, n_bands, n_targets)) over cluster-bootstrap replicates; with
     ``chosen`` (every model's choices on every fold of the data, models in
-    the order of ``models``), each replicate's models keep them."""
+    the order of ``models``), each replicate's models keep them, a replicate
+    holding ``replicate_bytes`` while it is computed."""
     n_bands = estimate.shape[1]
     every = _subsets(n_bands)
     everything = tuple(range(n_bands))
@@ -1056,7 +1067,7 @@ def _bootstrap(
         task,
         lambda ids, values: accumulator.update(values, ids),
         n_items=n_bootstrap,
-        host_bytes_per_item=8 * 2 * n_bands * n_targets,
+        host_bytes_per_item=8 * 2 * n_bands * n_targets + replicate_bytes,
         desc="bootstrap replicates",
         **run,
     )
@@ -1077,9 +1088,9 @@ def _bootstrap(
     )
 
 
-def _held_bootstrap_bytes(X, Y, splits, groups, n_candidates, n_jobs):
-    """Host bytes of the held bootstrap's replicates in flight, one per
-    worker, each of the most rows a draw of the runs can give
+def _held_replicate_bytes(X, Y, splits, groups, n_candidates):
+    """Host bytes of a held bootstrap replicate of the most rows a draw of
+    the runs can give
     (:func:`skbatch._ridge.partition_bootstrap_held.held_replicate_bytes`)."""
     n_samples = X.shape[0]
     if groups is None:
@@ -1087,7 +1098,7 @@ def _held_bootstrap_bytes(X, Y, splits, groups, n_candidates, n_jobs):
     else:
         _, lengths = np.unique(groups, return_counts=True)
         n_rows = int(lengths.size * lengths.max())
-    return joblib.effective_n_jobs(n_jobs) * held_replicate_bytes(
+    return held_replicate_bytes(
         n_samples, n_rows, X.shape[1], splits, n_candidates, Y.shape[1]
     )
 
