@@ -42,8 +42,8 @@ from ._ridge.partition import subsets as _subsets
 from ._ridge.partition import unique_variance, venn_regions
 from ._ridge.partition_bootstrap_held import (
     check_bootstrap_hyperparameters,
+    held_bootstrap_bytes,
     held_bootstrap_statistics,
-    held_replicate_bytes,
 )
 from ._ridge.partition_inference import (
     HELD_OUT_COPIES,
@@ -594,7 +594,9 @@ default=None
     # What a held bootstrap replicate holds while it is computed (each worker
     # computes one at a time).
     replicate_bytes = (
-        _held_replicate_bytes(X, Y, splits, groups, n_candidates(weights, n_bands))
+        held_bootstrap_bytes(
+            X.shape, Y.shape[1], splits, groups, n_candidates(weights, n_bands)
+        )
         if n_bootstrap and bootstrap_hyperparameters == "held"
         else 0.0
     )
@@ -1085,21 +1087,6 @@ def _bootstrap(
     return dict(
         unique_ci=np.stack([lower[0], upper[0]]),
         share_ci=np.stack([lower[1], upper[1]]),
-    )
-
-
-def _held_replicate_bytes(X, Y, splits, groups, n_candidates):
-    """Host bytes of a held bootstrap replicate of the most rows a draw of
-    the runs can give
-    (:func:`skbatch._ridge.partition_bootstrap_held.held_replicate_bytes`)."""
-    n_samples = X.shape[0]
-    if groups is None:
-        n_rows = n_samples
-    else:
-        _, lengths = np.unique(groups, return_counts=True)
-        n_rows = int(lengths.size * lengths.max())
-    return held_replicate_bytes(
-        n_samples, n_rows, X.shape[1], splits, n_candidates, Y.shape[1]
     )
 
 

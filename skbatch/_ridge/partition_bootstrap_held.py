@@ -36,6 +36,7 @@ from .partition_inference import band_shares, replicate
 __all__ = [
     "BOOTSTRAP_HYPERPARAMETERS",
     "check_bootstrap_hyperparameters",
+    "held_bootstrap_bytes",
     "held_bootstrap_statistics",
     "held_replicate_bytes",
     "held_scores",
@@ -267,6 +268,30 @@ def _check_training_weights(weight, folds, kept, item):
                 f"{len(train)}; a fit needs at least 2. Give the runs drawn "
                 f"positive weights, or drop the runs that weigh nothing."
             )
+
+
+def held_bootstrap_bytes(shape, n_targets, splits, groups, n_candidates):
+    """:func:`held_replicate_bytes` of the most rows a draw of the runs of
+    ``groups`` can give (every draw the longest run; rows without groups),
+    for data of ``shape`` (n_samples, n_features).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skbatch._ridge.partition_bootstrap_held import held_bootstrap_bytes
+    >>> splits = [(np.arange(50), np.arange(50, 100))]
+    >>> held_bootstrap_bytes((100, 10), 1, splits, None, 2)
+    45280.0
+    """
+    n_samples, n_features = shape
+    if groups is None:
+        n_rows = n_samples
+    else:
+        _, lengths = np.unique(groups, return_counts=True)
+        n_rows = int(lengths.size * lengths.max())
+    return held_replicate_bytes(
+        n_samples, n_rows, n_features, splits, n_candidates, n_targets
+    )
 
 
 def held_replicate_bytes(
