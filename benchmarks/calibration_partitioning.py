@@ -59,6 +59,13 @@ interval is undefined (NaN) when the full model's R^2 is not positive in
 some replicate; its coverage is over the defined ones, and the table gives
 the share of undefined ones.
 
+``--bootstrap-hyperparameters searched held`` adds, beside the default
+(each replicate's models refit with their searches,
+``bootstrap_hyperparameters="searched"``), the intervals of the same
+replicates on the same data sets with each target's band weights and alpha
+held at the data's choices on each fold (``"held"``), and the mean width of
+each treatment's basic interval of the unique variance.
+
 Part 3 (``--rows``), what forgetting ``groups`` costs: part 2 on the same
 data sets without ``groups``, rows drawn independently (the outer folds
 ``KFold(5)``, contiguous, and the inner search ``KFold(5)``, the fitted
@@ -190,24 +197,31 @@ def run_lengths(n_runs):
     return tuple(int(round(length)) for length in np.resize(scaled, n_runs))
 
 
-def coverage_dataset(seed, weights, n_bootstrap, n_runs, rows=False):
-    """Hits of every interval on one data set; ``rows``: without groups."""
+def coverage_dataset(
+    seed, weights, n_bootstrap, n_runs, rows=False, treatments=("searched",)
+):
+    """Hits of every interval on one data set, for each treatment of the
+    hyperparameters (``treatments``); ``rows``: without groups."""
     X, Y, runs, _ = simulate(seed, run_lengths(n_runs), MIXES, weights)
     bands = np.array([0] * BAND_SIZE + [1] * BAND_SIZE)
     inner = 5 if rows else LeaveOneGroupOut()
     groups = None if rows else runs
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        result = variance_partitioning(
-            X,
-            Y,
-            bands=bands,
-            estimator=model(inner),
-            groups=groups,
-            n_bootstrap=n_bootstrap,
-            confidence_level=CONFIDENCE,
-            random_state=seed,
-        )
+        results = {
+            treatment: variance_partitioning(
+                X,
+                Y,
+                bands=bands,
+                estimator=model(inner),
+                groups=groups,
+                n_bootstrap=n_bootstrap,
+                bootstrap_hyperparameters=treatment,
+                confidence_level=CONFIDENCE,
+                random_state=seed,
+            )
+            for treatment in treatments
+        }
         # The population of the models fit on this data set.
         X_test, Y_test, _, parts = simulate(
             10**6 + seed, (80,) * POPULATION_RUNS, MIXES, weights
@@ -229,8 +243,15 @@ def coverage_dataset(seed, weights, n_bootstrap, n_runs, rows=False):
         "oracle": (oracle, oracle / f_true),
         "fitted": (fitted, fitted / f_full),
     }
-    hits = {}
-    for name, (unique, share) in truths.items():
+    hits, widths = {}, {}
+    # Band A in every mix but the last, band B in every mix but the first (a
+    # band that drives nothing has no interior value).
+    used = np.array([np.array(MIXES) > 0, np.array(MIXES) < 1])
+    for (treatment, result), (name, (unique, share)) in itertools.product(
+        results.items(), truths.items()
+    ):
+        width = np.diff(result.unique_ci, axis=0)[0]
+        widths[treatment] = float(np.nanmean(width[used]))
         for what, value, estimate, basic in (
             ("unique", unique, result.unique, result.unique_ci),
             ("share", share, result.share, result.share_ci),
@@ -241,16 +262,14 @@ def coverage_dataset(seed, weights, n_bootstrap, n_runs, rows=False):
             for method, ci in (("basic", basic), ("percentile", percentile)):
                 covered = (ci[0] <= value) & (value <= ci[1])
                 defined = ~np.isnan(ci).any(axis=0)
-                # Band A in every mix but the last, band B in every mix but
-                # the first (a band that drives nothing has no interior value).
-                used = np.array([np.array(MIXES) > 0, np.array(MIXES) < 1])
-                hits[method, name, what] = (
+                hits[treatment, method, name, what] = (
                     int(covered[used].sum()),
                     int((used & defined).sum()),
                     int(used.sum()),
                 )
+    result = next(iter(results.values()))
     bias = np.nanmean(result.unique - oracle), np.nanmean(result.unique - fitted)
-    return hits, bias
+    return hits, bias, widths
 
 
 def rate_with_interval(successes, trials):
@@ -303,6 +322,14 @@ def main():
         "--fwer-datasets", type=int, default=80, help="data sets per FWER row"
     )
     parser.add_argument("--fwer-only", action="store_true", help="skip the coverage")
+    parser.add_argument(
+        "--bootstrap-hyperparameters",
+        nargs="+",
+        default=["searched"],
+        choices=["searched", "held"],
+        help="treatments of the replicates' hyperparameters in the coverage part "
+        "(several: side by side, the same replicates)",
+    )
     args = parser.parse_args()
     scale = 10 if args.full else 1
     fwer_datasets = args.fwer_datasets * scale
@@ -351,14 +378,24 @@ def main():
     for n_runs in () if args.fwer_only else args.runs:
         for rows in (False, True) if args.rows else (False,):
             coverage_table(
-                parallel, n_runs, coverage_datasets, n_bootstrap, weights, rows
+                parallel,
+                n_runs,
+                coverage_datasets,
+                n_bootstrap,
+                weights,
+                rows,
+                tuple(args.bootstrap_hyperparameters),
             )
 
 
-def coverage_table(parallel, n_runs, n_datasets, n_bootstrap, weights, rows):
+def coverage_table(
+    parallel, n_runs, n_datasets, n_bootstrap, weights, rows, treatments
+):
     start = time.perf_counter()
     results = parallel(
-        delayed(coverage_dataset)(10**5 + s, weights, n_bootstrap, n_runs, rows)
+        delayed(coverage_dataset)(
+            10**5 + s, weights, n_bootstrap, n_runs, rows, treatments
+        )
         for s in range(n_datasets)
     )
     what = (
@@ -371,22 +408,28 @@ def coverage_table(parallel, n_runs, n_datasets, n_bootstrap, weights, rows):
         f"{len(MIXES)} targets, {n_bootstrap} replicates)\n"
     )
     print(
-        "| interval | population value | quantity | coverage (defined intervals) "
-        "| 95% interval | undefined |"
+        "| hyperparameters | interval | population value | quantity | coverage "
+        "(defined intervals) | 95% interval | undefined |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for key in results[0][0]:
-        hit, defined, total = (sum(h[key][k] for h, _ in results) for k in range(3))
+        hit, defined, total = (sum(h[key][k] for h, _, _ in results) for k in range(3))
         rate, low, high = rate_with_interval(hit, defined)
         print(
-            f"| {key[0]} | {key[1]} | {key[2]} | {rate:.1%} | {low:.1%} - "
-            f"{high:.1%} | {1 - defined / total:.0%} |"
+            f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {rate:.1%} | "
+            f"{low:.1%} - {high:.1%} | {1 - defined / total:.0%} |"
         )
-    bias = np.mean([b for _, b in results], axis=0)
+    bias = np.mean([b for _, b, _ in results], axis=0)
     print(
         f"\nmean unique variance estimate minus oracle: {bias[0]:+.3f}, minus "
         f"fitted: {bias[1]:+.3f}"
     )
+    for treatment in treatments:
+        width = np.mean([w[treatment] for _, _, w in results])
+        print(
+            f"mean width of the basic interval of the unique variance "
+            f"({treatment}): {width:.4f}"
+        )
     print(f"\n({time.perf_counter() - start:.0f} s)\n")
 
 

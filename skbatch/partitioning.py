@@ -40,6 +40,11 @@ from ._ridge.freedman_lane import (
 )
 from ._ridge.partition import subsets as _subsets
 from ._ridge.partition import unique_variance, venn_regions
+from ._ridge.partition_bootstrap_held import (
+    check_bootstrap_hyperparameters,
+    held_bootstrap_bytes,
+    held_bootstrap_statistics,
+)
 from ._ridge.partition_inference import (
     HELD_OUT_COPIES,
     band_null_scores,
@@ -196,6 +201,7 @@ def variance_partitioning(
     block_size=None,
     alternative="greater",
     n_bootstrap=0,
+    bootstrap_hyperparameters=None,
     confidence_level=0.95,
     random_state=DEFAULT_RANDOM_STATE,
     n_jobs=None,
@@ -323,6 +329,24 @@ default=None
         and leave-one-band-out models are refit, their searches included,
         on the replicate's training rows and scored on its test rows.
         Costs ``(1 + n_bands) * n_bootstrap * n_folds`` searches.
+    bootstrap_hyperparameters : {"searched", "held"} or None, default=None
+        How each replicate's models treat their hyperparameters.
+        ``"searched"`` (what None means): refit with their searches, as
+        above. ``"held"``: on each outer fold k that the replicate keeps, the
+        full and every leave-one-band-out model keep, target by target, the
+        band weights and alpha they chose on the data's fold k; a replicate
+        is then one weighted ridge fit per fold, model and held candidate
+        (no search; the held Freedman–Lane null's decompositions,
+        :mod:`skbatch._ridge.partition_bootstrap_held`), scored as the
+        searched replicate is. The replicates (rows and kept folds) are the
+        same. Costs ``(1 + n_bands) * n_bootstrap * n_folds`` such fits and
+        no search: at ``benchmarks/bench_encoding.py``'s shape (2,947 rows,
+        bands of 30 and 300 columns, 20 candidates, 9 alphas, 10 runs) one
+        replicate took 6 s at 2,000 targets against 99 s searched
+        (``benchmarks/RESULTS.md``). Its intervals leave out the variability
+        of the searches (they are narrower); the user guide's page on
+        variance partitioning gives their coverage beside the searched
+        ones'.
     confidence_level : float, default=0.95
         Coverage of the two-sided basic intervals (see Notes).
     random_state : int, RandomState instance, Generator or None, default=0
@@ -480,6 +504,20 @@ default=None
     (0.2, 0.2)
     >>> result.unique_ci.shape                     # (lower, upper) x bands x targets
     (2, 2, 2)
+
+    The same replicates with each model at its choices on the data's folds
+    (no search in a replicate):
+
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore")
+    ...     held = variance_partitioning(
+    ...         X, Y[:, :2], bands=bands, estimator=model, groups=runs,
+    ...         n_bootstrap=3, bootstrap_hyperparameters="held",
+    ...     )
+    >>> held.unique_ci.shape
+    (2, 2, 2)
+    >>> bool(np.allclose(held.unique, result.unique))
+    True
     """
     estimator = BandedRidge() if estimator is None else estimator
     if not isinstance(estimator, BandedRidge):
@@ -489,6 +527,9 @@ default=None
         )
     n_permutations = _check_count(n_permutations, "n_permutations", 1)
     n_bootstrap = _check_count(n_bootstrap, "n_bootstrap", 2)
+    bootstrap_hyperparameters = check_bootstrap_hyperparameters(
+        bootstrap_hyperparameters
+    )
     null_hyperparameters = _check_null(
         null, null_hyperparameters, permutation_type, block_size
     )
@@ -550,6 +591,15 @@ default=None
         np.sort(np.concatenate([columns[b] for b in subset]))
         for subset in _subsets(n_bands)
     ]
+    # What a held bootstrap replicate holds while it is computed (each worker
+    # computes one at a time).
+    replicate_bytes = (
+        held_bootstrap_bytes(
+            X.shape, Y.shape[1], splits, groups, n_candidates(weights, n_bands)
+        )
+        if n_bootstrap and bootstrap_hyperparameters == "held"
+        else 0.0
+    )
     _check_memory(
         X,
         Y,
@@ -561,16 +611,19 @@ default=None
         n_jobs,
         max_memory_gb,
         average,
-        0.0
-        if null == "band_rows" or not n_items
-        else null_bytes(
-            X,
-            Y.shape[1],
-            splits,
-            n_candidates(weights, n_bands),
-            null_hyperparameters,
-            joblib.effective_n_jobs(n_jobs),
-        ),
+        (
+            0.0
+            if null == "band_rows" or not n_items
+            else null_bytes(
+                X,
+                Y.shape[1],
+                splits,
+                n_candidates(weights, n_bands),
+                null_hyperparameters,
+                joblib.effective_n_jobs(n_jobs),
+            )
+        )
+        + joblib.effective_n_jobs(n_jobs) * replicate_bytes,
     )
     # The full model's held-out residuals, where a resampling treats rows
     # as exchangeable: what says whether they are.
@@ -591,8 +644,10 @@ default=None
     )
     residuals = np.full(Y.shape, np.nan) if any(exchangeable.values()) else None
     # Each fold's choices of the full and leave-one-band-out models, which
-    # the held Freedman–Lane null keeps.
-    held = n_items and null_hyperparameters == "held"
+    # the held Freedman–Lane null and the held bootstrap keep.
+    held = (n_items and null_hyperparameters == "held") or (
+        n_bootstrap and bootstrap_hyperparameters == "held"
+    )
     chosen = [[] for _ in models] if held else [None for _ in models]
     scores = np.stack(
         [
@@ -658,6 +713,8 @@ default=None
                 n_bootstrap,
                 confidence_level,
                 run,
+                chosen if bootstrap_hyperparameters == "held" else None,
+                replicate_bytes,
             ),
             n_bootstrap=n_bootstrap,
         )
@@ -965,38 +1022,54 @@ def _permutation_test(nulls, unique, permutation, n_items, alternative, run):
     return fields
 
 
-def _bootstrap(models, keeps, estimate, data, n_bootstrap, confidence_level, run):
+def _bootstrap(
+    models,
+    keeps,
+    estimate,
+    data,
+    n_bootstrap,
+    confidence_level,
+    run,
+    chosen=None,
+    replicate_bytes=0.0,
+):
     """Basic intervals of the unique variance and of the shares (``estimate``,
-    of shape (2, n_bands, n_targets)) over cluster-bootstrap replicates."""
+    of shape (2, n_bands, n_targets)) over cluster-bootstrap replicates; with
+    ``chosen`` (every model's choices on every fold of the data, models in
+    the order of ``models``), each replicate's models keep them, a replicate
+    holding ``replicate_bytes`` while it is computed."""
     n_bands = estimate.shape[1]
     every = _subsets(n_bands)
     everything = tuple(range(n_bands))
-    reduced, columns = [], []
+    reduced, columns, choices = [], [], [None if chosen is None else chosen[-1]]
     for b in range(n_bands):
         rest = tuple(c for c in everything if c != b)
         if rest:
             reduced.append(models[every.index(rest)])
             columns.append(keeps[every.index(rest)])
+            choices.append(None if chosen is None else chosen[every.index(rest)])
         else:
             reduced.append(None)
             columns.append(None)
+            choices.append(None)
     n_targets = data["Y"].shape[1]
     accumulator = BootstrapAccumulator(
         (2, n_bands, n_targets), n_bootstrap, confidence_level
     )
     task = functools.partial(
-        bootstrap_statistics,
+        bootstrap_statistics if chosen is None else held_bootstrap_statistics,
         full=models[-1],
         reduced=reduced,
         columns=columns,
         n_items=n_bootstrap,
+        **({} if chosen is None else dict(chosen=choices)),
         **data,
     )
     run_parallel(
         task,
         lambda ids, values: accumulator.update(values, ids),
         n_items=n_bootstrap,
-        host_bytes_per_item=8 * 2 * n_bands * n_targets,
+        host_bytes_per_item=8 * 2 * n_bands * n_targets + replicate_bytes,
         desc="bootstrap replicates",
         **run,
     )

@@ -189,7 +189,7 @@ def permuted_band(X, columns, rows):
     return out
 
 
-def replicate_splits(rows, splits, groups=None):
+def replicate_splits(rows, splits, groups=None, *, fold_ids=False):
     """The outer folds of a bootstrap replicate, as positions in its rows.
 
     Position ``j`` of the replicate is data row ``rows[j]``; it is a test
@@ -208,11 +208,15 @@ def replicate_splits(rows, splits, groups=None):
         The data's outer folds, int row indices.
     groups : ndarray of shape (n_samples,) or None
         Run of each data row.
+    fold_ids : bool, default=False
+        Also return which of ``splits`` each kept fold is.
 
     Returns
     -------
     list of (ndarray, ndarray)
         Training and test positions of each kept fold, in fold order.
+    ids : list of int
+        With ``fold_ids``: the index in ``splits`` of each kept fold.
 
     Examples
     --------
@@ -233,8 +237,8 @@ def replicate_splits(rows, splits, groups=None):
         int(np.max(rows, initial=-1)),
         *(int(np.max(rows_k, initial=-1)) for fold in splits for rows_k in fold),
     )
-    kept = []
-    for train, test in splits:
+    kept, ids = [], []
+    for fold, (train, test) in enumerate(splits):
         in_train = np.zeros(size, dtype=bool)
         in_test = np.zeros(size, dtype=bool)
         in_train[train] = True
@@ -248,7 +252,8 @@ def replicate_splits(rows, splits, groups=None):
             and np.unique(source).size >= MIN_REPLICATE_RUNS
         ):
             kept.append((train_at, test_at))
-    return kept
+            ids.append(fold)
+    return (kept, ids) if fold_ids else kept
 
 
 def check_replicable(splits, groups, n_samples):
@@ -263,7 +268,7 @@ def check_replicable(splits, groups, n_samples):
         )
 
 
-def replicate(entropy, item, n_items, n_samples, groups, splits):
+def replicate(entropy, item, n_items, n_samples, groups, splits, *, fold_ids=False):
     """The rows and folds of bootstrap replicate ``item`` of ``n_items``.
 
     The first of the draws ``item, item + n_items, item + 2 n_items, ...`` of
@@ -276,12 +281,15 @@ def replicate(entropy, item, n_items, n_samples, groups, splits):
     -------
     rows : ndarray of int
     folds : list of (ndarray, ndarray)
+    ids : list of int
+        With ``fold_ids``: the data's fold (index in ``splits``) of each of
+        ``folds``.
     """
     for draw in range(MAX_DRAWS):
         (rows,) = bootstrap_rows(entropy, [item + draw * n_items], n_samples, groups)
-        folds = replicate_splits(rows, splits, groups)
+        folds, ids = replicate_splits(rows, splits, groups, fold_ids=True)
         if folds:
-            return rows, folds
+            return (rows, folds, ids) if fold_ids else (rows, folds)
     raise ValueError(
         f"bootstrap replicate {item}: none of {MAX_DRAWS} draws of the runs has "
         f"a fold whose training rows come from at least {MIN_REPLICATE_RUNS} "
