@@ -22,6 +22,7 @@ call (a batch of K permutations, t targets), in the layout ``(t, K, n)``
   accumulated fold by fold: no prediction outlives its fold.
 """
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -57,6 +58,13 @@ HELD_COPIES = 4
 # memory copy each) rather than element by element (np.take along rows is
 # several times slower per element).
 MAX_SEGMENTS = 256
+# Bytes of the blocks of rows that a fold's squared errors and moments go
+# through: a block's products, coordinates and errors stay in a core's L2
+# cache (2 MiB on the benchmark's host, benchmarks/RESULTS.md) while they
+# are gathered, multiplied and summed, instead of each step being a pass
+# over every row in memory; blocks of hundreds of rows keep the GEMMs
+# efficient.
+BLOCK_BYTES = 1 << 20
 
 
 class HeldModel:
@@ -81,24 +89,39 @@ class HeldModel:
     bounds : ndarray of shape (n_candidates + 1,)
     """
 
-    def __init__(self, columns, s, Vt, test_basis, candidate, alpha, shift=None):
+    def __init__(
+        self, columns, s, Vt, test_basis, candidate, alpha, shift=None, mean_weight=0.0
+    ):
         self.columns = columns
         self.s = s
         # V' and, in a last row, minus V' times the fold's training means
         # (``shift``, of X less its overall mean): the products of training
         # rows centred on X's overall mean, with their weighted sums in a last
         # column, give the coordinates of the fold's own centring in one GEMM.
+        # A last column takes the weighted sum times ``mean_weight`` (1 / the
+        # training weight, or 0 without an intercept): each row's training
+        # mean, which the test basis's last column of ones subtracts from the
+        # test rows in the same GEMM as the predictions.
         shift = [np.zeros(len(kept)) for kept in columns] if shift is None else shift
-        self._solve = [
-            np.vstack([V.T, -(V @ mean)[None, :]]) for V, mean in zip(Vt, shift)
-        ]
-        self.Vt = [solve[:-1].T for solve in self._solve]
+        self._solve = []
+        for V, mean in zip(Vt, shift):
+            solve = np.zeros((V.shape[1] + 1, V.shape[0] + 1))
+            solve[:-1, :-1] = V.T
+            solve[-1, :-1] = -(V @ mean)
+            solve[-1, -1] = mean_weight
+            self._solve.append(solve)
+        self.Vt = [solve[:-1, :-1].T for solve in self._solve]
         # Fortran order, as BLAS reads it (a copy per product otherwise).
-        self.test_basis = [np.asfortranarray(basis) for basis in test_basis]
+        self._test_basis = [
+            np.asfortranarray(np.column_stack([basis, np.ones(len(basis))]))
+            for basis in test_basis
+        ]
+        self.test_basis = [basis[:, :-1] for basis in self._test_basis]
         self.candidate = np.asarray(candidate, dtype=np.intp)
         self.alpha = np.asarray(alpha, dtype=np.float64)
         # By candidate, then alpha: each (candidate, alpha) is one run of
-        # rows, damped by one vector 1 / (s^2 + alpha) in place.
+        # rows, damped by one vector 1 / (s^2 + alpha) in place (and 1 for
+        # the mean's column).
         self.order = np.lexsort((self.alpha, self.candidate))
         self.bounds = np.searchsorted(
             self.candidate[self.order], np.arange(len(columns) + 1)
@@ -112,13 +135,20 @@ class HeldModel:
             stops = np.append(starts[1:], stop - start)
             self._damping.append(
                 [
-                    (int(a), int(b), 1.0 / (self.s[c] ** 2 + alpha))
+                    (int(a), int(b), np.append(1.0 / (self.s[c] ** 2 + alpha), 1.0))
                     for a, b, alpha in zip(starts, stops, alphas)
                 ]
             )
 
-    def squared_errors(self, products, deviations, n_repeats, root_weight, buffers):
+    def squared_errors(self, products, test_rows, n_repeats, root_weight, buffers):
         """Each target's held-out sum of (weighted) squared errors.
+
+        The rows are taken in candidate order a block at a time (at most
+        :data:`BLOCK_BYTES` of the block's products, coordinates and
+        errors): each block's test rows are gathered, their training means
+        and predictions subtracted by BLAS in place and their sums of
+        squares taken while the block is in cache; no array of all rows in
+        candidate order is made.
 
         Parameters
         ----------
@@ -126,8 +156,8 @@ class HeldModel:
             ``X'W y*`` of the fold's training rows, X centred on its overall
             mean, and in the last column the weighted sums of ``y*``; row
             ``target * n_repeats + k``.
-        deviations : ndarray of shape (n_targets * n_repeats, n_test)
-            The test rows of ``y*`` less their training means.
+        test_rows : ndarray of shape (n_targets * n_repeats, n_test)
+            The test rows of ``y*`` (a view is not copied).
         n_repeats : int
         root_weight : ndarray of shape (n_test,) or None
         buffers : dict
@@ -137,52 +167,68 @@ class HeldModel:
         -------
         ndarray of shape (n_targets * n_repeats,)
         """
-        n_rows, n_test = deviations.shape
-        n_targets = n_rows // n_repeats
+        n_rows, n_test = test_rows.shape
         n_features = products.shape[1] - 1
         rows = (self.order[:, None] * n_repeats + np.arange(n_repeats)).ravel()
-        ordered = _scratch(buffers, "products", products.shape)
-        # mode="clip": np.take buffers its out= under the default "raise".
-        np.take(products, rows, axis=0, out=ordered, mode="clip")
-        errors = _scratch(buffers, "errors", deviations.shape)
-        np.take(deviations, rows, axis=0, out=errors, mode="clip")
+        out = np.empty(n_rows)
+        rank = max((len(s) for s in self.s), default=0)
+        size = _block_rows(n_features + rank + n_test + 2)
         for c, taken in enumerate(self._taken):
             start, stop = self.bounds[c] * n_repeats, self.bounds[c + 1] * n_repeats
-            if start == stop:
-                continue
-            block, solve = ordered[start:stop], self._solve[c]
-            if isinstance(taken, slice) and taken.stop == n_features:
-                # The kept columns run to the sums: one GEMM centres too.
-                coords = block[:, taken.start :] @ solve
-            else:
-                coords = block[:, taken] @ solve[:-1]
-                coords += block[:, n_features:] * solve[-1]
-            for a, b, damping in self._damping[c]:
-                coords[a * n_repeats : b * n_repeats] *= damping
-            # errors -= coords @ test_basis': the GEMM subtracts in place
-            # (BLAS's beta = 1), on the transposes, which are in Fortran
-            # order, without a buffer of predictions.
-            blas.dgemm(
-                -1.0,
-                self.test_basis[c],
-                coords.T,
-                beta=1.0,
-                c=errors[start:stop].T,
-                overwrite_c=True,
-            )
-        ordered_sse = _sum_of_squares(errors, root_weight)
-        out = np.empty(n_rows)
-        out.reshape(n_targets, n_repeats)[self.order] = ordered_sse.reshape(
-            n_targets, n_repeats
-        )
+            solve = self._solve[c]
+            runs = [
+                (a * n_repeats + start, b * n_repeats + start, damping)
+                for a, b, damping in self._damping[c]
+            ]
+            for lo in range(start, stop, size):
+                hi = min(lo + size, stop)
+                block_rows = rows[lo:hi]
+                # mode="clip": np.take buffers its out= under the default
+                # "raise".
+                block = np.take(
+                    products,
+                    block_rows,
+                    axis=0,
+                    out=_scratch(buffers, "block", (hi - lo, n_features + 1)),
+                    mode="clip",
+                )
+                coords = _scratch(buffers, "coords", (hi - lo, solve.shape[1]))
+                if isinstance(taken, slice) and taken.stop == n_features:
+                    # The kept columns run to the sums: one GEMM centres too.
+                    np.matmul(block[:, taken.start :], solve, out=coords)
+                else:
+                    np.matmul(_columns(block, taken), solve[:-1], out=coords)
+                    coords += block[:, n_features:] * solve[-1]
+                for a, b, damping in runs:
+                    if a < hi and b > lo:
+                        coords[max(a, lo) - lo : min(b, hi) - lo] *= damping
+                # A copy of the block's test rows (C order), from which the
+                # GEMM subtracts the means and predictions in place (BLAS's
+                # beta = 1) on the transposes, which are in Fortran order.
+                errors = test_rows[block_rows]
+                blas.dgemm(
+                    -1.0,
+                    self._test_basis[c],
+                    coords.T,
+                    beta=1.0,
+                    c=errors.T,
+                    overwrite_c=True,
+                )
+                out[block_rows] = _sum_of_squares(errors, root_weight)
         return out
+
+
+def _block_rows(width):
+    """Rows of a block of :data:`BLOCK_BYTES` whose rows hold ``width``
+    doubles (at least one)."""
+    return max(1, int(BLOCK_BYTES // (8 * max(width, 1))))
 
 
 def _scratch(buffers, name, shape):
     """A buffer of ``shape`` kept in ``buffers`` under ``name`` (grown when
     too small): each call reuses its fold's arrays instead of mapping new
     megabytes for every fold and model."""
-    size = int(np.prod(shape))
+    size = math.prod(shape)
     held = buffers.get(name)
     if held is None or held.size < size:
         held = buffers[name] = np.empty(size)
@@ -261,6 +307,7 @@ def held_fold(
         chosen.ravel(),
         np.asarray(alpha, float),
         shift,
+        1.0 / w.sum() if fit_intercept else 0.0,
     )
 
 
@@ -505,27 +552,25 @@ class HeldNullProblem:
                     out=_scratch(buffers, "totals", (Y.shape[0], self.shape[1] + 1)),
                 )
             products, mean = self._products(fold, Y, totals, buffers)
-            deviations = _scratch(buffers, "deviations", (Y.shape[0], fold.n_test))
-            np.subtract(_columns(Y, fold.test), mean[:, None], out=deviations)
+            test_rows = _columns(Y, fold.test)
             # Each candidate's products are small (its targets by its
             # columns): on one thread, as _linalg.one_thread says why.
             with _linalg.one_thread(Y):
                 fold_sse = [
                     model[f].squared_errors(
-                        products, deviations, n_repeats, fold.root_weight, buffers
+                        products,
+                        test_rows,
+                        n_repeats,
+                        fold.root_weight,
+                        buffers,
                     )
                     for model in models
                 ]
-            # The test rows' own moments: deviations from their mean.
-            shift = _weighted_mean(deviations, fold.root_weight, fold.test_weight)
-            deviations -= shift[:, None]
-            moments = _Moments(Y.shape[0])
-            moments.add(
-                fold.test_weight,
-                mean + shift,
-                _sum_of_squares(deviations, fold.root_weight),
-                fold.n_test,
+            shift, squares = _test_moments(
+                test_rows, mean, fold.root_weight, fold.test_weight, buffers
             )
+            moments = _Moments(Y.shape[0])
+            moments.add(fold.test_weight, mean + shift, squares, fold.n_test)
             if self.average == "rows":
                 pooled.add(moments.weight, moments.mean, moments.squares, fold.n_test)
                 for m, errors in enumerate(fold_sse):
@@ -554,6 +599,23 @@ class HeldNullProblem:
         if not self.fit_intercept:
             return out, np.zeros(Y.shape[0])
         return out, out[:, -1] / fold.total
+
+
+def _test_moments(test_rows, mean, root_weight, total, buffers):
+    """Each row's weighted mean of ``test_rows`` less ``mean`` and its
+    centred sum of squares, a block of rows at a time (one pass over the
+    rows in memory)."""
+    n_rows, n_test = test_rows.shape
+    shift, squares = np.empty(n_rows), np.empty(n_rows)
+    size = _block_rows(n_test)
+    for lo in range(0, n_rows, size):
+        hi = min(lo + size, n_rows)
+        block = _scratch(buffers, "moments", (hi - lo, n_test))
+        np.subtract(test_rows[lo:hi], mean[lo:hi, None], out=block)
+        shift[lo:hi] = _weighted_mean(block, root_weight, total)
+        block -= shift[lo:hi, None]
+        squares[lo:hi] = _sum_of_squares(block, root_weight)
+    return shift, squares
 
 
 def _weighted_mean(A, root_weight, total):
