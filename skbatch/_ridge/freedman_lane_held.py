@@ -34,37 +34,46 @@ from .._resampling.signed import signed_rows
 from .banded import BandedDesign
 
 __all__ = [
-    "HELD_COPIES",
+    "HELD_PRODUCT_COPIES",
+    "HELD_ROW_NUMBERS",
     "HELD_TARGET_COPIES",
     "HeldModel",
     "HeldNullProblem",
+    "fold_columns",
     "held_fold",
     "held_item_bytes",
+    "read_rows",
 ]
 
 # What one resample of the held null holds per target, at most: copies of
-# its n rows (the permuted targets; a fold's rows that it does not train
-# on, gathered when they are not one slice), of the p products with X (all
-# rows, a fold's, their copy in candidate order, the coordinates of a
-# candidate) and of the largest test fold's rows (their deviations from the
-# training mean, their copy in candidate order, the test rows gathered when
-# they are not one slice, the moments' temporaries). tracemalloc's peak was
-# 0.62-0.67 of this charge (160 rows, 300 targets, 1-8 resamples a call;
-# tests/test_partitioning_freedman_lane.py holds it between 0.5 and 1).
+# the rows of y* that a fold reads (y* there; the pieces of the residuals or
+# the fitted values gathered when those rows are not one slice) and of the
+# p + 1 products with X (all rows', a fold's); per resample, whatever the
+# targets, X's rows moved as the residuals are (HeldNullProblem.totals); and
+# the blocks of rows of HeldModel.squared_errors and _test_moments (a
+# block's products, coordinates and two copies of its test rows, and the
+# moments' block: at most 3 BLOCK_BYTES, fewer with fewer rows).
+# tracemalloc's peak was 0.68-0.84 of this charge (160 rows, 300 targets, 1-8
+# resamples a call; tests/test_partitioning_freedman_lane.py holds it
+# between 0.5 and 1).
 HELD_TARGET_COPIES = 2
-HELD_PRODUCT_COPIES = 4
-HELD_COPIES = 4
+HELD_PRODUCT_COPIES = 2
+# Numbers per target and resample alive at once: both models' squared
+# errors, scores and orders of rows, the moments pooled and of a fold, and
+# R^2's temporaries (they matter where folds have few rows and X few
+# columns).
+HELD_ROW_NUMBERS = 16
 # Contiguous pieces of rows up to which a gather is done piece by piece (a
 # memory copy each) rather than element by element (np.take along rows is
 # several times slower per element).
 MAX_SEGMENTS = 256
 # Bytes of the blocks of rows that a fold's squared errors and moments go
-# through: a block's products, coordinates and errors stay in a core's L2
-# cache (2 MiB on the benchmark's host, benchmarks/RESULTS.md) while they
-# are gathered, multiplied and summed, instead of each step being a pass
-# over every row in memory; blocks of hundreds of rows keep the GEMMs
-# efficient.
-BLOCK_BYTES = 1 << 20
+# through: a block's products, coordinates and test rows are gathered,
+# multiplied and summed while in cache, instead of each step being a pass
+# over every row in memory. Blocks of hundreds of rows keep the GEMMs
+# efficient: on the benchmark's host (benchmarks/RESULTS.md) 4 MiB blocks
+# ran about 5% faster than 1 MiB ones (which fit its 2 MiB L2 cache).
+BLOCK_BYTES = 4 << 20
 
 
 class HeldModel:
@@ -173,6 +182,10 @@ class HeldModel:
         out = np.empty(n_rows)
         rank = max((len(s) for s in self.s), default=0)
         size = _block_rows(n_features + rank + n_test + 2)
+        # The largest block first: a buffer that grew block by block would be
+        # held twice while it grows.
+        _scratch(buffers, "block", (min(size, n_rows), n_features + 1))
+        _scratch(buffers, "coords", (min(size, n_rows), rank + 1))
         for c, taken in enumerate(self._taken):
             start, stop = self.bounds[c] * n_repeats, self.bounds[c + 1] * n_repeats
             solve = self._solve[c]
@@ -360,18 +373,67 @@ def _columns(A, rows):
     return A[:, rows] if isinstance(rows, slice) else np.take(A, rows, axis=1)
 
 
-class _Fold(NamedTuple):
-    """What a fold of :class:`HeldNullProblem` needs."""
+def fold_columns(n_samples, train, test):
+    """The rows of ``y*`` that :class:`HeldNullProblem` reads on a fold.
 
-    test: object
+    A fold's training products are those of all rows less those of the rows
+    it does not train on (``subtract``, the covariance path's total minus
+    held-out runs), or, with repeated training rows or more rows outside
+    than in, the training rows' own.
+
+    Returns
+    -------
+    columns : ndarray of int
+        The test rows, then the other rows whose products the fold needs.
+    product : ndarray of int
+        The positions in ``columns`` of the rows of those products.
+    subtract : bool
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skbatch._ridge.freedman_lane_held import fold_columns
+    >>> fold_columns(5, np.array([0, 1, 2]), np.array([3, 4]))
+    (array([3, 4]), array([0, 1]), True)
+    """
+    test = np.asarray(test, dtype=np.intp)
+    outside = np.setdiff1d(np.arange(n_samples), train)
+    subtract = len(train) + len(outside) == n_samples and len(outside) < len(train)
+    if subtract:
+        columns = np.concatenate([test, np.setdiff1d(outside, test)])
+        product = np.flatnonzero(np.isin(columns, outside))
+    else:
+        columns = np.concatenate([test, np.asarray(train, dtype=np.intp)])
+        product = np.arange(len(test), len(columns))
+    return columns, product, bool(subtract)
+
+
+def read_rows(n_samples, splits):
+    """The most rows of ``y*`` that :class:`HeldNullProblem` reads on one
+    fold (:func:`fold_columns`)."""
+    return max(
+        (len(fold_columns(n_samples, train, test)[0]) for train, test in splits),
+        default=0,
+    )
+
+
+class _Fold(NamedTuple):
+    """What a fold of :class:`HeldNullProblem` needs.
+
+    ``columns``: the rows of ``y*`` that the fold reads, its test rows
+    first; ``product``: those of them whose products with ``weighted`` (the
+    matching rows of X, weighted) are the fold's training products
+    (``subtract`` False) or are subtracted from all rows' (True).
+    """
+
+    columns: object
     n_test: int
     root_weight: np.ndarray
     test_weight: float
-    train: np.ndarray
-    outside: object
     total: float
-    outside_weighted: np.ndarray
-    train_weighted: np.ndarray
+    product: object
+    weighted: np.ndarray
+    subtract: bool
 
 
 class _Moments:
@@ -477,25 +539,23 @@ class HeldNullProblem:
         # The weights as one more column: the GEMM that makes the products
         # makes the targets' weighted sums too (no pass of its own over y*).
         self.weighted = np.column_stack([X * self.w[:, None], self.w])
+        # The targets' part of every batch's products of all rows: fitted
+        # values do not move (HeldNullProblem.totals).
+        self.fitted_products = self.fitted @ self.weighted
         self.folds = []
+        self._n_read = read_rows(n_samples, splits)
         for train, test in splits:
-            outside = np.setdiff1d(np.arange(n_samples), train)
-            # Repeated training rows, or more rows outside than in, take the
-            # training rows' own products.
-            subtract = len(train) + len(outside) == n_samples and len(outside) < len(
-                train
-            )
+            columns, product, subtract = fold_columns(n_samples, train, test)
             self.folds.append(
                 _Fold(
-                    _as_slice(test),
+                    _as_slice(columns),
                     len(test),
                     None if sample_weight is None else np.sqrt(self.w[test]),
                     float(self.w[test].sum()),
-                    train,
-                    _as_slice(outside),
                     self.w[train].sum(),
-                    self.weighted[outside] if subtract else None,
-                    None if subtract else self.weighted[train],
+                    _as_slice(product),
+                    self.weighted[columns[product]],
+                    subtract,
                 )
             )
 
@@ -510,22 +570,58 @@ class HeldNullProblem:
         state["_buffers"] = {}
         return state
 
-    def targets(self, codes, buffers=None):
-        """``fitted + P residuals`` of each resample's signed row codes, of
-        shape (n_targets, len(codes), n_samples)."""
-        n_targets, n_samples = self.fitted.shape
-        shape = (n_targets, len(codes), n_samples)
+    def targets(self, codes, columns=slice(None), buffers=None):
+        """``fitted + P residuals`` of each resample's signed row codes, at
+        the rows ``columns`` (a slice or int positions), of shape
+        (n_targets, len(codes), n_columns)."""
+        n_targets = self.fitted.shape[0]
+        fitted = _columns(self.fitted, columns)
+        shape = (n_targets, len(codes), fitted.shape[1])
         out = np.empty(shape) if buffers is None else _scratch(buffers, "y*", shape)
         for k, code in enumerate(codes):
+            code = code[columns]
             flipped = code < 0
             rows = np.where(flipped, ~code, code)
             if not flipped.any():
-                _gather_columns(self.residuals, rows, out[:, k], plus=self.fitted)
+                _gather_columns(self.residuals, rows, out[:, k], plus=fitted)
                 continue
             _gather_columns(self.residuals, rows, out[:, k])
             out[:, k] *= np.where(flipped, -1.0, 1.0)
-            out[:, k] += self.fitted
+            out[:, k] += fitted
         return out
+
+    def totals(self, codes, buffers):
+        """``X'W y*`` of all rows (X centred, the weighted sums last) of each
+        resample, as rows (``target * n_repeats + k``).
+
+        Resample k moves residual ``rows[j]`` (sign ``s_j``) to row j, so its
+        products are the fitted values' (made once) plus
+        ``residuals @ W_k``, ``W_k[rows[j]] = s_j weighted[j]``: one GEMM of
+        the residuals by every resample's rows of X, which is as many flops
+        as one of ``y*`` and needs no ``y*`` of all rows.
+        """
+        n_targets, n_samples = self.fitted.shape
+        width = self.weighted.shape[1]
+        moved = _scratch(buffers, "moved", (n_samples, len(codes), width))
+        for k, code in enumerate(codes):
+            flipped = code < 0
+            rows = np.where(flipped, ~code, code)
+            source = self.weighted
+            if flipped.any():
+                source = source * np.where(flipped, -1.0, 1.0)[:, None]
+            if np.bincount(rows, minlength=n_samples).max(initial=0) <= 1:
+                moved[rows, k] = source
+            else:
+                moved[:, k] = 0.0
+                np.add.at(moved[:, k], rows, source)
+        out = _scratch(buffers, "totals", (n_targets, len(codes), width))
+        np.matmul(
+            self.residuals,
+            moved.reshape(n_samples, -1),
+            out=out.reshape(n_targets, -1),
+        )
+        out += self.fitted_products[:, None, :]
+        return out.reshape(n_targets * len(codes), width)
 
     def __call__(self, ids):
         """Unique variance of the band under resamples ``ids``: an ndarray
@@ -535,24 +631,25 @@ class HeldNullProblem:
             self.entropy, ids, n_samples, self.groups, **self.permutation
         )
         n_repeats = len(codes)
+        n_rows = n_targets * n_repeats
         # Scratch arrays kept from call to call: a batch's megabytes are not
         # mapped (and faulted in) anew for every batch.
         buffers = self._buffers
-        Y = self.targets(codes, buffers).reshape(n_targets * n_repeats, n_samples)
+        # The largest fold's rows of y*, taken first: a buffer that grew
+        # fold by fold would be held twice while it grows.
+        _scratch(buffers, "y*", (n_rows * max(self._n_read, 1),))
         models = [m for m in (self.full, self.reduced) if m is not None]
-        sse = np.zeros((len(models), Y.shape[0]))
-        scores = np.zeros((len(models), Y.shape[0]))
-        pooled = _Moments(Y.shape[0])
+        sse = np.zeros((len(models), n_rows))
+        scores = np.zeros((len(models), n_rows))
+        pooled = _Moments(n_rows)
         totals = None
         for f, fold in enumerate(self.folds):
-            if totals is None and fold.outside_weighted is not None:
-                totals = np.matmul(
-                    Y,
-                    self.weighted,
-                    out=_scratch(buffers, "totals", (Y.shape[0], self.shape[1] + 1)),
-                )
+            if totals is None and fold.subtract:
+                totals = self.totals(codes, buffers)
+            # y* at the rows the fold reads, its test rows first.
+            Y = self.targets(codes, fold.columns, buffers).reshape(n_rows, -1)
             products, mean = self._products(fold, Y, totals, buffers)
-            test_rows = _columns(Y, fold.test)
+            test_rows = Y[:, : fold.n_test]
             # Each candidate's products are small (its targets by its
             # columns): on one thread, as _linalg.one_thread says why.
             with _linalg.one_thread(Y):
@@ -569,7 +666,7 @@ class HeldNullProblem:
             shift, squares = _test_moments(
                 test_rows, mean, fold.root_weight, fold.test_weight, buffers
             )
-            moments = _Moments(Y.shape[0])
+            moments = _Moments(n_rows)
             moments.add(fold.test_weight, mean + shift, squares, fold.n_test)
             if self.average == "rows":
                 pooled.add(moments.weight, moments.mean, moments.squares, fold.n_test)
@@ -588,13 +685,11 @@ class HeldNullProblem:
     def _products(self, fold, Y, totals, buffers):
         """``(X_train' W Y_train`` with ``1' W Y_train`` in a last column,
         weighted mean of Y_train)``, X centred on its overall mean, the
-        products as rows (one per row of ``Y``)."""
+        products as rows (one per row of ``Y``, y* at ``fold.columns``)."""
         # The products and, in the last column, the weighted sums.
         out = _scratch(buffers, "fold products", (Y.shape[0], self.shape[1] + 1))
-        if fold.outside_weighted is None:
-            np.matmul(np.take(Y, fold.train, axis=1), fold.train_weighted, out=out)
-        else:
-            np.matmul(_columns(Y, fold.outside), fold.outside_weighted, out=out)
+        np.matmul(_columns(Y, fold.product), fold.weighted, out=out)
+        if fold.subtract:
             np.subtract(totals, out, out=out)
         if not self.fit_intercept:
             return out, np.zeros(Y.shape[0])
@@ -626,24 +721,29 @@ def _weighted_mean(A, root_weight, total):
         return (A @ root_weight**2) / total
 
 
-def held_item_bytes(n_samples, n_features, n_test, n_targets):
-    """Host bytes of one resample of :class:`HeldNullProblem` at its peak
-    (:data:`HELD_TARGET_COPIES` copies of its rows, ``HELD_PRODUCT_COPIES``
-    of its products with X and :data:`HELD_COPIES` of its largest test
-    fold's rows).
+def held_item_bytes(n_samples, n_features, n_test, n_targets, n_read=None):
+    """Host bytes of one resample of :class:`HeldNullProblem` at its peak:
+    :data:`HELD_TARGET_COPIES` copies of the ``n_read`` rows of ``y*`` a
+    fold reads (:func:`read_rows`; all ``n_samples`` when None),
+    :data:`HELD_PRODUCT_COPIES` of its products with X,
+    :data:`HELD_ROW_NUMBERS` numbers per target, X's rows moved as
+    its residuals are, and the blocks of rows its squared errors and
+    moments go through (3 :data:`BLOCK_BYTES` at most, of rows of the
+    products, coordinates and the largest test fold).
 
     Examples
     --------
     >>> from skbatch._ridge.freedman_lane_held import held_item_bytes
     >>> held_item_bytes(100, 10, 20, 1)
-    2560.0
+    11360.0
     """
+    n_read = n_samples if n_read is None else n_read
+    width = n_features + 1
+    blocks = min(3 * BLOCK_BYTES, 8.0 * n_targets * (2 * width + 3 * n_test))
     return (
         8.0
         * n_targets
-        * (
-            HELD_TARGET_COPIES * n_samples
-            + HELD_PRODUCT_COPIES * n_features
-            + HELD_COPIES * n_test
-        )
+        * (HELD_TARGET_COPIES * n_read + HELD_PRODUCT_COPIES * width + HELD_ROW_NUMBERS)
+        + 8.0 * n_samples * width
+        + blocks
     )
