@@ -28,6 +28,7 @@ permutation (``target * K + k``):
 from typing import NamedTuple
 
 import numpy as np
+from scipy.linalg import blas
 
 from .._kernels import linalg as _linalg
 from .._kernels.linalg.scores import CONSTANT_ULPS, TargetSpread, _r2
@@ -160,7 +161,9 @@ class _Fold(NamedTuple):
     ``columns``: the rows of ``y*`` that the fold reads, its test rows
     first; ``product``: those of them whose products with ``weighted`` (the
     matching rows of X, weighted) are the fold's training products
-    (``subtract`` False) or are subtracted from all rows' (True).
+    (``subtract`` False) or are subtracted from all rows' (True);
+    ``fitted_product``: where the subtracted rows are the test rows, the
+    fitted values' products with them (else None).
     """
 
     columns: object
@@ -171,6 +174,7 @@ class _Fold(NamedTuple):
     product: object
     weighted: np.ndarray
     subtract: bool
+    fitted_product: object
 
 
 class _Moments:
@@ -283,6 +287,11 @@ class HeldNullProblem:
         self._n_read = read_rows(n_samples, splits)
         for train, test in splits:
             columns, product, subtract = fold_columns(n_samples, train, test)
+            fitted_product = None
+            if subtract and len(columns) == len(product) == len(test):
+                fitted_product = (
+                    _columns(self.fitted, _as_slice(columns)) @ (self.weighted[columns])
+                )
             self.folds.append(
                 _Fold(
                     _as_slice(columns),
@@ -293,6 +302,7 @@ class HeldNullProblem:
                     _as_slice(product),
                     self.weighted[columns[product]],
                     subtract,
+                    fitted_product,
                 )
             )
 
@@ -385,7 +395,7 @@ class HeldNullProblem:
                 totals = self.totals(codes, buffers)
             # y* at the rows the fold reads, its test rows first.
             Y = self.targets(codes, fold.columns, buffers).reshape(n_rows, -1)
-            products, mean = self._products(fold, Y, totals, buffers)
+            products, mean = self._products(fold, Y, totals, codes, buffers)
             test_rows = Y[:, : fold.n_test]
             # Each candidate's products are small (its targets by its
             # columns): on one thread, as _linalg.one_thread says why.
@@ -419,18 +429,61 @@ class HeldNullProblem:
         unique = f[0] - (f[1] if self.reduced is not None else 0.0)
         return unique.reshape(n_targets, n_repeats).T
 
-    def _products(self, fold, Y, totals, buffers):
+    def _products(self, fold, Y, totals, codes, buffers):
         """``(X_train' W Y_train`` with ``1' W Y_train`` in a last column,
         weighted mean of Y_train)``, X centred on its overall mean, the
         products as rows (one per row of ``Y``, y* at ``fold.columns``)."""
         # The products and, in the last column, the weighted sums.
         out = _scratch(buffers, "fold products", (Y.shape[0], self.shape[1] + 1))
-        np.matmul(_columns(Y, fold.product), fold.weighted, out=out)
-        if fold.subtract:
-            np.subtract(totals, out, out=out)
+        if not self._moved_test_products(fold, totals, codes, out, buffers):
+            np.matmul(_columns(Y, fold.product), fold.weighted, out=out)
+            if fold.subtract:
+                np.subtract(totals, out, out=out)
         if not self.fit_intercept:
             return out, np.zeros(Y.shape[0])
         return out, out[:, -1] / fold.total
+
+    def _moved_test_products(self, fold, totals, codes, out, buffers):
+        """``out[:] = totals`` less the test rows' products, as
+        :meth:`totals` makes all rows': the fitted values' (made once) and
+        the test rows' residuals times X's test rows moved as the residuals
+        are. Only where every resample moves the test rows among themselves
+        (permutations within runs, folds of whole runs; False otherwise):
+        then one GEMM of the targets by every resample's rows, a shape BLAS
+        runs faster than that of the rows of ``y*`` by X's rows."""
+        if fold.fitted_product is None:
+            return False
+        test = fold.columns
+        where = np.full(self.fitted.shape[1], -1)
+        where[test] = np.arange(fold.n_test)
+        n_targets, width = self.fitted.shape[0], self.weighted.shape[1]
+        moved = _scratch(buffers, "moved test", (fold.n_test, len(codes), width))
+        for k, code in enumerate(codes):
+            code = code[test]
+            flipped = code < 0
+            positions = where[np.where(flipped, ~code, code)]
+            if (positions < 0).any():
+                return False
+            source = fold.weighted
+            if flipped.any():
+                source = source * np.where(flipped, -1.0, 1.0)[:, None]
+            moved[positions, k] = source
+        out3 = out.reshape(n_targets, len(codes), width)
+        np.subtract(
+            totals.reshape(out3.shape), fold.fitted_product[:, None, :], out=out3
+        )
+        residuals = np.ascontiguousarray(_columns(self.residuals, test))
+        # out3 -= residuals @ moved, on the transposes (Fortran order, as BLAS
+        # reads them; beta = 1 subtracts in place).
+        blas.dgemm(
+            -1.0,
+            moved.reshape(fold.n_test, -1).T,
+            residuals.T,
+            beta=1.0,
+            c=out3.reshape(n_targets, -1).T,
+            overwrite_c=True,
+        )
+        return True
 
 
 def _test_moments(test_rows, mean, root_weight, total, buffers):
