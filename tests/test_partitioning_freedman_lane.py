@@ -665,7 +665,7 @@ def test_held_blocks_of_any_size_equal_per_target_ridge(
     # The squared errors go through blocks of rows in candidate order: blocks
     # of one row, and blocks of a few rows that end inside a candidate's
     # targets and inside a run of one alpha, give what per-target Ridge
-    # refits give.
+    # refits give; so does y* built 5 targets at a time.
     sizes = []
     block_rows = held_model._block_rows
 
@@ -675,6 +675,7 @@ def test_held_blocks_of_any_size_equal_per_target_ridge(
 
     monkeypatch.setattr(held_model, "BLOCK_BYTES", block_bytes)
     monkeypatch.setattr(held_model, "_block_rows", spy)
+    monkeypatch.setattr(freedman_lane_held, "TARGET_CHUNK", 5)
     test_held_candidates_interleaved_equal_per_target_ridge(
         cv, average, permutation_type, False, True, monkeypatch
     )

@@ -80,6 +80,8 @@ HELD_ROW_NUMBERS = 16
 # memory copy each) rather than element by element (np.take along rows is
 # several times slower per element).
 MAX_SEGMENTS = 256
+# Targets whose rows of y* are built together (HeldNullProblem.targets).
+TARGET_CHUNK = 64
 
 
 def _segments(rows):
@@ -93,10 +95,11 @@ def _segments(rows):
     return list(zip(starts.tolist(), stops.tolist(), rows[starts].tolist()))
 
 
-def _gather_columns(A, rows, out, plus=None):
+def _gather_columns(A, rows, out, plus=None, segments=False):
     """``out[:] = A[:, rows] (+ plus)``, by slices where ``rows`` runs in
-    pieces."""
-    segments = _segments(rows) if rows.size else []
+    pieces (``segments``, :func:`_segments` of ``rows`` when not given)."""
+    if segments is False:
+        segments = _segments(rows) if rows.size else []
     if segments is None:
         if plus is None:
             out[...] = A[:, rows]
@@ -325,16 +328,31 @@ class HeldNullProblem:
         fitted = _columns(self.fitted, columns)
         shape = (n_targets, len(codes), fitted.shape[1])
         out = np.empty(shape) if buffers is None else _scratch(buffers, "y*", shape)
-        for k, code in enumerate(codes):
+        plans = []
+        for code in codes:
             code = code[columns]
             flipped = code < 0
             rows = np.where(flipped, ~code, code)
-            if not flipped.any():
-                _gather_columns(self.residuals, rows, out[:, k], plus=fitted)
-                continue
-            _gather_columns(self.residuals, rows, out[:, k])
-            out[:, k] *= np.where(flipped, -1.0, 1.0)
-            out[:, k] += fitted
+            signs = np.where(flipped, -1.0, 1.0) if flipped.any() else None
+            plans.append((rows, _segments(rows) if rows.size else [], signs))
+        # A few targets at a time when each resample is a few pieces: their
+        # rows of the residuals, fitted values and y* stay in cache (a third
+        # faster than whole columns of pieces on the benchmark's host).
+        few = all(
+            segments is not None and len(segments) <= 16 for _, segments, _ in plans
+        )
+        chunk = TARGET_CHUNK if few else max(n_targets, 1)
+        for lo in range(0, n_targets, chunk):
+            hi = min(lo + chunk, n_targets)
+            residuals, plus = self.residuals[lo:hi], fitted[lo:hi]
+            for k, (rows, segments, signs) in enumerate(plans):
+                part = out[lo:hi, k]
+                if signs is None:
+                    _gather_columns(residuals, rows, part, plus, segments)
+                    continue
+                _gather_columns(residuals, rows, part, None, segments)
+                part *= signs
+                part += plus
         return out
 
     def totals(self, codes, buffers):

@@ -143,6 +143,7 @@ class HeldModel:
         for c, taken in enumerate(self._taken):
             start, stop = self.bounds[c] * n_repeats, self.bounds[c + 1] * n_repeats
             solve = self._solve[c]
+            whole = isinstance(taken, slice) and taken.stop == n_features
             runs = [
                 (a * n_repeats + start, b * n_repeats + start, damping)
                 for a, b, damping in self._damping[c]
@@ -150,22 +151,29 @@ class HeldModel:
             for lo in range(start, stop, size):
                 hi = min(lo + size, stop)
                 block_rows = rows[lo:hi]
-                # mode="clip": np.take buffers its out= under the default
-                # "raise".
-                block = np.take(
-                    products,
-                    block_rows,
-                    axis=0,
-                    out=_scratch(buffers, "block", (hi - lo, n_features + 1)),
-                    mode="clip",
-                )
                 coords = _scratch(buffers, "coords", (hi - lo, solve.shape[1]))
-                if isinstance(taken, slice) and taken.stop == n_features:
+                if whole:
                     # The kept columns run to the sums: one GEMM centres too.
+                    # mode="clip": np.take buffers its out= under the default
+                    # "raise".
+                    block = np.take(
+                        products,
+                        block_rows,
+                        axis=0,
+                        out=_scratch(buffers, "block", (hi - lo, n_features + 1)),
+                        mode="clip",
+                    )
                     np.matmul(block[:, taken.start :], solve, out=coords)
                 else:
-                    np.matmul(_columns(block, taken), solve[:-1], out=coords)
-                    coords += block[:, n_features:] * solve[-1]
+                    # Only the kept columns and the sums are gathered (a
+                    # reduced model of a few columns reads few of them).
+                    kept = (
+                        products[block_rows, taken]
+                        if isinstance(taken, slice)
+                        else products[np.ix_(block_rows, taken)]
+                    )
+                    np.matmul(kept, solve[:-1], out=coords)
+                    coords += products[block_rows, n_features:] * solve[-1]
                 for a, b, damping in runs:
                     if a < hi and b > lo:
                         coords[max(a, lo) - lo : min(b, hi) - lo] *= damping
