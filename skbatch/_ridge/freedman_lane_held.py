@@ -37,11 +37,9 @@ from .held_model import (
     BLOCK_BYTES,
     HeldModel,
     _as_slice,
-    _block_rows,
     _columns,
     _offset,
     _scratch,
-    _sum_of_squares,
     _train_weights,
     held_fold,
 )
@@ -63,9 +61,9 @@ __all__ = [
 # the fitted values gathered when those rows are not one slice) and of the
 # p + 1 products with X (all rows', a fold's); per resample, whatever the
 # targets, X's rows moved as the residuals are (HeldNullProblem.totals); and
-# the blocks of rows of HeldModel.squared_errors and _test_moments (a
-# block's products, coordinates and two copies of its test rows, and the
-# moments' block: at most 3 BLOCK_BYTES, fewer with fewer rows).
+# the blocks of rows of HeldModel.squared_errors (a block's products,
+# coordinates, two copies of its test rows and their deviations for the
+# moments: at most 3 BLOCK_BYTES, fewer with fewer rows).
 # tracemalloc's peak was 0.68-0.84 of this charge (160 rows, 300 targets, 1-8
 # resamples a call; tests/test_partitioning_freedman_lane.py holds it
 # between 0.5 and 1).
@@ -417,6 +415,10 @@ class HeldNullProblem:
             test_rows = Y[:, : fold.n_test]
             # Each candidate's products are small (its targets by its
             # columns): on one thread, as _linalg.one_thread says why.
+            # The test rows' own moments (their weighted mean less the
+            # training mean, their centred sum of squares) are taken from the
+            # first model's blocks, while the rows are in cache.
+            shift, squares = np.empty(n_rows), np.empty(n_rows)
             with _linalg.one_thread(Y):
                 fold_sse = [
                     model[f].squared_errors(
@@ -425,12 +427,10 @@ class HeldNullProblem:
                         n_repeats,
                         fold.root_weight,
                         buffers,
+                        None if m else (mean, fold.test_weight, shift, squares),
                     )
-                    for model in models
+                    for m, model in enumerate(models)
                 ]
-            shift, squares = _test_moments(
-                test_rows, mean, fold.root_weight, fold.test_weight, buffers
-            )
             moments = _Moments(n_rows)
             moments.add(fold.test_weight, mean + shift, squares, fold.n_test)
             if self.average == "rows":
@@ -502,31 +502,6 @@ class HeldNullProblem:
             overwrite_c=True,
         )
         return True
-
-
-def _test_moments(test_rows, mean, root_weight, total, buffers):
-    """Each row's weighted mean of ``test_rows`` less ``mean`` and its
-    centred sum of squares, a block of rows at a time (one pass over the
-    rows in memory)."""
-    n_rows, n_test = test_rows.shape
-    shift, squares = np.empty(n_rows), np.empty(n_rows)
-    size = _block_rows(n_test)
-    for lo in range(0, n_rows, size):
-        hi = min(lo + size, n_rows)
-        block = _scratch(buffers, "moments", (hi - lo, n_test))
-        np.subtract(test_rows[lo:hi], mean[lo:hi, None], out=block)
-        shift[lo:hi] = _weighted_mean(block, root_weight, total)
-        block -= shift[lo:hi, None]
-        squares[lo:hi] = _sum_of_squares(block, root_weight)
-    return shift, squares
-
-
-def _weighted_mean(A, root_weight, total):
-    """Each row's mean over its columns, weighted by ``root_weight**2``."""
-    if root_weight is None:
-        return A.mean(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return (A @ root_weight**2) / total
 
 
 def held_item_bytes(n_samples, n_features, n_test, n_targets, n_read=None):

@@ -103,7 +103,9 @@ class HeldModel:
                 ]
             )
 
-    def squared_errors(self, products, test_rows, n_repeats, root_weight, buffers):
+    def squared_errors(
+        self, products, test_rows, n_repeats, root_weight, buffers, moments=None
+    ):
         """Each target's held-out sum of (weighted) squared errors.
 
         The rows are taken in candidate order a block at a time (at most
@@ -125,6 +127,12 @@ class HeldModel:
         root_weight : ndarray of shape (n_test,) or None
         buffers : dict
             Scratch arrays, reused from call to call.
+        moments : (ndarray, float, ndarray, ndarray) or None
+            ``(mean, total, shift, squares)``: from each block's test rows,
+            before the predictions are subtracted, their weighted mean less
+            the training ``mean`` (the test rows' weight ``total``) into
+            ``shift`` and their centred sum of squares into ``squares``
+            (both of shape (n_targets * n_repeats,)).
 
         Returns
         -------
@@ -181,6 +189,8 @@ class HeldModel:
                 # GEMM subtracts the means and predictions in place (BLAS's
                 # beta = 1) on the transposes, which are in Fortran order.
                 errors = test_rows[block_rows]
+                if moments is not None:
+                    _block_moments(errors, block_rows, root_weight, *moments)
                 blas.dgemm(
                     -1.0,
                     self._test_basis[c],
@@ -191,6 +201,23 @@ class HeldModel:
                 )
                 out[block_rows] = _sum_of_squares(errors, root_weight)
         return out
+
+
+def _block_moments(rows, index, root_weight, mean, total, shift, squares):
+    """``shift[index]``: the weighted mean of ``rows`` less ``mean[index]``;
+    ``squares[index]``: the sum of squares of ``rows`` less that mean."""
+    deviations = rows - mean[index][:, None]
+    shift[index] = _weighted_mean(deviations, root_weight, total)
+    deviations -= shift[index][:, None]
+    squares[index] = _sum_of_squares(deviations, root_weight)
+
+
+def _weighted_mean(A, root_weight, total):
+    """Each row's mean over its columns, weighted by ``root_weight**2``."""
+    if root_weight is None:
+        return A.mean(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (A @ root_weight**2) / total
 
 
 def _block_rows(width):
