@@ -163,8 +163,8 @@ class _Fold(NamedTuple):
     first; ``product``: those of them whose products with ``weighted`` (the
     matching rows of X, weighted) are the fold's training products
     (``subtract`` False) or are subtracted from all rows' (True);
-    ``fitted_product``: where the subtracted rows are the test rows, the
-    fitted values' products with them (else None).
+    ``closed``: the subtracted rows are the test rows (their products can
+    come from the residuals', :meth:`HeldNullProblem._moved_test_products`).
     """
 
     columns: object
@@ -175,7 +175,7 @@ class _Fold(NamedTuple):
     product: object
     weighted: np.ndarray
     subtract: bool
-    fitted_product: object
+    closed: bool
 
 
 class _Moments:
@@ -285,14 +285,12 @@ class HeldNullProblem:
         # values do not move (HeldNullProblem.totals).
         self.fitted_products = self.fitted @ self.weighted
         self.folds = []
+        # The fitted values' products with each fold's test rows, made on the
+        # first call that needs them (_moved_test_products).
+        self._fitted_test = {}
         self._n_read = read_rows(n_samples, splits)
         for train, test in splits:
             columns, product, subtract = fold_columns(n_samples, train, test)
-            fitted_product = None
-            if subtract and len(columns) == len(product) == len(test):
-                fitted_product = (
-                    _columns(self.fitted, _as_slice(columns)) @ (self.weighted[columns])
-                )
             self.folds.append(
                 _Fold(
                     _as_slice(columns),
@@ -303,7 +301,7 @@ class HeldNullProblem:
                     _as_slice(product),
                     self.weighted[columns[product]],
                     subtract,
-                    fitted_product,
+                    subtract and len(columns) == len(product) == len(test),
                 )
             )
 
@@ -316,6 +314,8 @@ class HeldNullProblem:
         # A worker gets the problem, not this process's scratch arrays.
         state = dict(self.__dict__)
         state["_buffers"] = {}
+        # Made again where needed: not shipped to every worker.
+        state["_fitted_test"] = {}
         return state
 
     def targets(self, codes, columns=slice(None), buffers=None):
@@ -461,6 +461,15 @@ class HeldNullProblem:
             return out, np.zeros(Y.shape[0])
         return out, out[:, -1] / fold.total
 
+    def _fitted_product(self, fold):
+        """The fitted values' products with the fold's test rows of X."""
+        # The fold itself (a tuple of arrays) is not hashable; it lives as long
+        # as the problem, and so does its id.
+        key = id(fold)
+        if key not in self._fitted_test:
+            self._fitted_test[key] = _columns(self.fitted, fold.columns) @ fold.weighted
+        return self._fitted_test[key]
+
     def _moved_test_products(self, fold, totals, codes, out, buffers):
         """``out[:] = totals`` less the test rows' products, as
         :meth:`totals` makes all rows': the fitted values' (made once) and
@@ -469,7 +478,7 @@ class HeldNullProblem:
         (permutations within runs, folds of whole runs; False otherwise):
         then one GEMM of the targets by every resample's rows, a shape BLAS
         runs faster than that of the rows of ``y*`` by X's rows."""
-        if fold.fitted_product is None:
+        if not fold.closed:
             return False
         test = fold.columns
         where = np.full(self.fitted.shape[1], -1)
@@ -488,7 +497,7 @@ class HeldNullProblem:
             moved[positions, k] = source
         out3 = out.reshape(n_targets, len(codes), width)
         np.subtract(
-            totals.reshape(out3.shape), fold.fitted_product[:, None, :], out=out3
+            totals.reshape(out3.shape), self._fitted_product(fold)[:, None, :], out=out3
         )
         residuals = np.ascontiguousarray(_columns(self.residuals, test))
         # out3 -= residuals @ moved, on the transposes (Fortran order, as BLAS
