@@ -64,7 +64,7 @@ __all__ = [
 # the blocks of rows of HeldModel.squared_errors (a block's products,
 # coordinates, two copies of its test rows and their deviations for the
 # moments: at most 3 BLOCK_BYTES, fewer with fewer rows).
-# tracemalloc's peak was 0.68-0.84 of this charge (160 rows, 300 targets, 1-8
+# tracemalloc's peak was 0.60-0.79 of this charge (160 rows, 300 targets, 1-8
 # resamples a call; tests/test_partitioning_freedman_lane.py holds it
 # between 0.5 and 1).
 HELD_TARGET_COPIES = 2
