@@ -2,6 +2,7 @@
 build each permuted target, refit the full and the reduced models (at the
 held choices, or with their searches) and recompute the unique variance."""
 
+import pickle
 import warnings
 
 import numpy as np
@@ -824,3 +825,45 @@ def test_held_shuffle_across_folds_equals_per_target_ridge():
         for code in codes
     ]
     assert_allclose(null, expected, rtol=0, atol=1e-10)
+
+
+def test_held_task_pickles_without_copies_of_its_views():
+    # Workers get the task by pickle: the same statistics, and each model's
+    # V' and test basis (views of the arrays its GEMMs read) are rebuilt,
+    # not shipped as copies.
+    X, Y, labels, runs, weights = _data(seed=5)
+    splits = list(LeaveOneGroupOut().split(X, groups=runs))
+    models = [
+        freedman_lane_held.held_fold(
+            X,
+            train,
+            test,
+            weights,
+            np.arange(6),
+            [np.arange(3), np.arange(3, 6)],
+            (np.array([[0.5, 0.5], [1.0, 0.0], [0.5, 0.5]]), np.ones(3)),
+            fit_intercept=True,
+        )
+        for train, test in splits
+    ]
+    task = freedman_lane_held.HeldNullProblem(
+        X,
+        models,
+        None,
+        fitted=Y,
+        residuals=Y[::-1].copy(),
+        splits=splits,
+        sample_weight=weights,
+        groups=runs,
+        entropy=SEED,
+        permutation=dict(permutation_type="circular_shift", exact=False),
+        fit_intercept=True,
+        average="rows",
+    )
+    shipped = pickle.loads(pickle.dumps(task))
+    assert_allclose(shipped(np.arange(3)), task(np.arange(3)), rtol=0, atol=0)
+    model, copy = task.full[0], shipped.full[0]
+    for views, rebuilt in ((model.Vt, copy.Vt), (model.test_basis, copy.test_basis)):
+        assert [v.shape for v in views] == [v.shape for v in rebuilt]
+        assert all(not v.flags.owndata for v in rebuilt)
+    assert "Vt" not in model.__getstate__()

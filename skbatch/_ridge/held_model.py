@@ -73,13 +73,12 @@ class HeldModel:
             solve[-1, :-1] = -(V @ mean)
             solve[-1, -1] = mean_weight
             self._solve.append(solve)
-        self.Vt = [solve[:-1, :-1].T for solve in self._solve]
         # Fortran order, as BLAS reads it (a copy per product otherwise).
         self._test_basis = [
             np.asfortranarray(np.column_stack([basis, np.ones(len(basis))]))
             for basis in test_basis
         ]
-        self.test_basis = [basis[:, :-1] for basis in self._test_basis]
+        self._views()
         self.candidate = np.asarray(candidate, dtype=np.intp)
         self.alpha = np.asarray(alpha, dtype=np.float64)
         # By candidate, then alpha: each (candidate, alpha) is one run of
@@ -102,6 +101,21 @@ class HeldModel:
                     for a, b, alpha in zip(starts, stops, alphas)
                 ]
             )
+
+    def _views(self):
+        # V' and the test basis without the columns of the means: views, not
+        # pickled (a view is pickled as a copy of its own).
+        self.Vt = [solve[:-1, :-1].T for solve in self._solve]
+        self.test_basis = [basis[:, :-1] for basis in self._test_basis]
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        del state["Vt"], state["test_basis"]
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._views()
 
     def squared_errors(
         self, products, test_rows, n_repeats, root_weight, buffers, moments=None
