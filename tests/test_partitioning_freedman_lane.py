@@ -2,6 +2,7 @@
 build each permuted target, refit the full and the reduced models (at the
 held choices, or with their searches) and recompute the unique variance."""
 
+import pickle
 import warnings
 
 import numpy as np
@@ -15,7 +16,7 @@ from test_ridge import _ar1_runs
 
 from skbatch import BandedRidge, variance_partitioning
 from skbatch._resampling.signed import signed_rows
-from skbatch._ridge import freedman_lane_held
+from skbatch._ridge import freedman_lane_held, held_model
 from skbatch._ridge.freedman_lane import (
     band_null_task,
     permuted_targets,
@@ -649,3 +650,220 @@ def test_held_candidates_interleaved_equal_per_target_ridge(
     assert np.ptp(null, axis=0).min() > 1e-4
     # Batches of one permutation give the same statistics.
     assert_allclose(task(np.array([2])), null[2:], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("block_bytes", [1, 2000])
+@pytest.mark.parametrize(
+    "cv, average, permutation_type",
+    [
+        (LeaveOneGroupOut(), "rows", "circular_shift"),
+        (GroupKFold(3), "folds", "sign_flip"),
+    ],
+)
+def test_held_blocks_of_any_size_equal_per_target_ridge(
+    block_bytes, cv, average, permutation_type, monkeypatch
+):
+    # The squared errors go through blocks of rows in candidate order: blocks
+    # of one row, and blocks of a few rows that end inside a candidate's
+    # targets and inside a run of one alpha, give what per-target Ridge
+    # refits give; so does y* built 5 targets at a time.
+    sizes = []
+    block_rows = held_model._block_rows
+
+    def spy(width):
+        sizes.append(block_rows(width))
+        return sizes[-1]
+
+    monkeypatch.setattr(held_model, "BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(held_model, "_block_rows", spy)
+    monkeypatch.setattr(freedman_lane_held, "TARGET_CHUNK", 5)
+    test_held_candidates_interleaved_equal_per_target_ridge(
+        cv, average, permutation_type, False, True, monkeypatch
+    )
+    # 36 rows (12 targets, 3 permutations) over 4 candidates and 5 alphas.
+    assert max(sizes) == 1 if block_bytes == 1 else 2 <= min(sizes) <= max(sizes) < 9
+
+
+class _Splits:
+    """A cv of the folds ``make(groups)`` gives."""
+
+    def __init__(self, make):
+        self.make = make
+
+    def split(self, X, y=None, groups=None):
+        return self.make(np.asarray(groups))
+
+
+def _gapped(groups):
+    # Three runs to train on, the next to test: the fifth run is in neither,
+    # so a fold reads rows of y* besides its test rows.
+    runs = np.unique(groups)
+    return [
+        (
+            np.flatnonzero(np.isin(groups, runs[[(i + j) % 5 for j in (1, 2, 3)]])),
+            np.flatnonzero(groups == runs[i]),
+        )
+        for i in range(len(runs))
+    ]
+
+
+def _train_on_one(groups):
+    # More rows outside than in: the training rows' own products.
+    return [
+        (np.flatnonzero(groups == r), np.flatnonzero(groups != r))
+        for r in np.unique(groups)
+    ]
+
+
+@pytest.mark.parametrize("make", [_gapped, _train_on_one])
+def test_held_folds_reading_other_rows_equal_per_target_ridge(make, monkeypatch):
+    test_held_candidates_interleaved_equal_per_target_ridge(
+        _Splits(make), "rows", "circular_shift", False, True, monkeypatch
+    )
+
+
+def test_products_of_all_rows_equal_those_of_the_permuted_targets():
+    # All rows' products come from the residuals times X's rows moved as the
+    # residuals are: equal to those of y* itself, for permutations with
+    # signs and for codes that repeat a row.
+    X, Y, labels, runs, weights = _data(seed=3)
+    splits = list(LeaveOneGroupOut().split(X, groups=runs))
+    rng = np.random.default_rng(3)
+    models = [
+        freedman_lane_held.held_fold(
+            X,
+            train,
+            test,
+            weights,
+            np.arange(6),
+            [np.arange(3), np.arange(3, 6)],
+            (np.full((3, 2), 0.5), np.ones(3)),
+            fit_intercept=True,
+        )
+        for train, test in splits
+    ]
+    task = freedman_lane_held.HeldNullProblem(
+        X,
+        models,
+        None,
+        fitted=Y + 3.0,
+        residuals=rng.standard_normal(Y.shape),
+        splits=splits,
+        sample_weight=weights,
+        groups=runs,
+        entropy=SEED,
+        permutation=dict(permutation_type="sign_flip", exact=False),
+        fit_intercept=True,
+        average="rows",
+    )
+    n = len(X)
+    codes = np.array([rng.permutation(n), ~rng.permutation(n), rng.integers(n, size=n)])
+    codes[1, ::2] = ~codes[1, ::2]
+    expected = task.targets(codes).reshape(-1, n) @ task.weighted
+    assert_allclose(task.totals(codes, {}), expected, rtol=0, atol=1e-10)
+
+
+def test_held_shuffle_across_folds_equals_per_target_ridge():
+    # Rows shuffled across runs (no groups): a permutation moves test rows
+    # out of their fold, so the test rows' products cannot come from the
+    # residuals' (the path for permutations within folds); the null still
+    # equals per-target Ridge refits.
+    X, Y, _, runs, weights = _data(seed=14)
+    labels = np.array([0, 1, 0, 1, 0, 1])
+    rng = np.random.default_rng(14)
+    Y = np.repeat(Y, 2, axis=1) + 0.3 * rng.standard_normal((len(Y), 6))
+    splits = list(LeaveOneGroupOut().split(X, groups=runs))
+    candidates = np.array([[1.0, 0.0], [0.3, 0.7]])
+    alphas = np.logspace(-1, 3, 5)
+    held = [
+        [(candidates[rng.integers(2, size=6)], rng.choice(alphas, 6)) for _ in splits],
+        [(np.ones((6, 1)), rng.choice(alphas, 6)) for _ in splits],
+    ]
+    band, rest = 1, np.flatnonzero(labels != 1)
+    fitted = 0.5 * X[:, rest] @ rng.standard_normal((3, 6)) + 2.0
+    residuals, _ = _ar1_runs(RUN_LENGTHS, 6, 0.6, 15)
+    models = [
+        [
+            freedman_lane_held.held_fold(
+                X, train, test, weights, columns, bands, choice, fit_intercept=True
+            )
+            for (train, test), choice in zip(splits, choices)
+        ]
+        for columns, bands, choices in (
+            (np.arange(6), [np.flatnonzero(labels == b) for b in (0, 1)], held[0]),
+            (rest, [np.arange(3)], held[1]),
+        )
+    ]
+    permutation = dict(permutation_type="shuffle", exact=False)
+    task = freedman_lane_held.HeldNullProblem(
+        X,
+        *models,
+        fitted=fitted,
+        residuals=residuals,
+        splits=splits,
+        sample_weight=weights,
+        groups=None,
+        entropy=SEED,
+        permutation=permutation,
+        fit_intercept=True,
+        average="rows",
+    )
+    null = task(np.arange(2))
+    codes = signed_rows(SEED, np.arange(2), len(X), None, **permutation)
+    expected = [
+        _held_unique(
+            X,
+            permuted_targets(fitted, residuals, code[None]),
+            labels,
+            band,
+            splits,
+            weights,
+            held,
+            "rows",
+            True,
+        )
+        for code in codes
+    ]
+    assert_allclose(null, expected, rtol=0, atol=1e-10)
+
+
+def test_held_task_pickles_without_copies_of_its_views():
+    # Workers get the task by pickle: the same statistics, and each model's
+    # V' and test basis (views of the arrays its GEMMs read) are rebuilt,
+    # not shipped as copies.
+    X, Y, labels, runs, weights = _data(seed=5)
+    splits = list(LeaveOneGroupOut().split(X, groups=runs))
+    models = [
+        freedman_lane_held.held_fold(
+            X,
+            train,
+            test,
+            weights,
+            np.arange(6),
+            [np.arange(3), np.arange(3, 6)],
+            (np.array([[0.5, 0.5], [1.0, 0.0], [0.5, 0.5]]), np.ones(3)),
+            fit_intercept=True,
+        )
+        for train, test in splits
+    ]
+    task = freedman_lane_held.HeldNullProblem(
+        X,
+        models,
+        None,
+        fitted=Y,
+        residuals=Y[::-1].copy(),
+        splits=splits,
+        sample_weight=weights,
+        groups=runs,
+        entropy=SEED,
+        permutation=dict(permutation_type="circular_shift", exact=False),
+        fit_intercept=True,
+        average="rows",
+    )
+    shipped = pickle.loads(pickle.dumps(task))
+    assert_allclose(shipped(np.arange(3)), task(np.arange(3)), rtol=0, atol=0)
+    model, copy = task.full[0], shipped.full[0]
+    for views, rebuilt in ((model.Vt, copy.Vt), (model.test_basis, copy.test_basis)):
+        assert [v.shape for v in views] == [v.shape for v in rebuilt]
+        assert all(not v.flags.owndata for v in rebuilt)
+    assert "Vt" not in model.__getstate__()

@@ -21,7 +21,9 @@
 - :mod:`~skbatch._ridge.freedman_lane`: the Freedman–Lane nulls of a
   band's unique variance, the reduced model's permuted residuals as extra
   targets (choices held, or searched again); the held null's GEMMs per
-  fold in :mod:`~skbatch._ridge.freedman_lane_held`.
+  fold in :mod:`~skbatch._ridge.freedman_lane_held`, each model's
+  decompositions and squared errors per fold in
+  :mod:`~skbatch._ridge.held_model`.
 
 The estimators (``ridge.py``, ``permutation.py``, ``bootstrap.py``) import
 from here and never from each other's private names. The kernels are pure

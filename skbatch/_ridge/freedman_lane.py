@@ -44,6 +44,7 @@ from .freedman_lane_held import (
     HeldNullProblem,
     held_fold,
     held_item_bytes,
+    read_rows,
 )
 from .partition_inference import held_out_scores
 
@@ -303,12 +304,14 @@ def band_null_task(
     )
 
 
-def item_bytes(n_samples, n_features, n_rows, n_targets, hyperparameters):
+def item_bytes(n_samples, n_features, n_rows, n_targets, hyperparameters, n_read=None):
     """Host bytes one resample holds while its null is computed.
 
     ``"held"``: :func:`~skbatch._ridge.freedman_lane_held.held_item_bytes`,
     ``n_rows`` the rows of the largest test fold (the held null scores a
-    fold at a time). ``"searched"``: its targets and
+    fold at a time), ``n_read`` the most rows of the targets a fold reads
+    (:func:`~skbatch._ridge.freedman_lane_held.read_rows`; all when None).
+    ``"searched"``: its targets and
     :data:`SEARCHED_COPIES` copies of the ``n_rows`` test rows' of every
     fold.
 
@@ -316,10 +319,10 @@ def item_bytes(n_samples, n_features, n_rows, n_targets, hyperparameters):
     --------
     >>> from skbatch._ridge.freedman_lane import item_bytes
     >>> item_bytes(100, 10, 20, 1, "held")
-    2560.0
+    11360.0
     """
     if hyperparameters == "held":
-        return held_item_bytes(n_samples, n_features, n_rows, n_targets)
+        return held_item_bytes(n_samples, n_features, n_rows, n_targets, n_read)
     return 8.0 * n_targets * (n_samples + SEARCHED_COPIES * n_rows)
 
 
@@ -337,20 +340,21 @@ def task_bytes(task, n_targets):
     else:
         n_samples = task.keywords["fitted"].shape[0]
         n_features, treatment = task.keywords["X"].shape[1], "searched"
-    n_rows = _scored_rows(
-        task.splits if treatment == "held" else task.keywords["splits"], treatment
-    )
-    return item_bytes(n_samples, n_features, n_rows, n_targets, treatment)
+    splits = task.splits if treatment == "held" else task.keywords["splits"]
+    n_rows = _scored_rows(splits, treatment)
+    n_read = read_rows(n_samples, splits) if treatment == "held" else None
+    return item_bytes(n_samples, n_features, n_rows, n_targets, treatment, n_read)
 
 
 def null_bytes(X, n_targets, splits, n_candidates, hyperparameters, n_workers):
     """Host bytes of a band's Freedman–Lane null beside the observed fits,
     for the preflight: the reduced model's fitted values and residuals (and,
     held, their copy as rows while it is made), one :func:`item_bytes` per
-    worker and, held, every fold's weighted rows that it does not train on
-    and the decompositions of at most ``n_candidates`` candidates of both
-    models (singular vectors, the test rows in their basis, and the
-    triangular factor they come from).
+    worker and, held, the fitted values' products with X (of all rows and
+    of each fold's test rows), every fold's
+    weighted rows that it does not train on and the decompositions of at
+    most ``n_candidates`` candidates of both models (singular vectors, the
+    test rows in their basis, and the triangular factor they come from).
 
     Examples
     --------
@@ -361,15 +365,20 @@ def null_bytes(X, n_targets, splits, n_candidates, hyperparameters, n_workers):
     4800.0
     """
     n_samples, n_features = X.shape
+    held = hyperparameters == "held"
     total = 16.0 * n_samples * n_targets + n_workers * item_bytes(
         n_samples,
         n_features,
         _scored_rows(splits, hyperparameters),
         n_targets,
         hyperparameters,
+        read_rows(n_samples, splits) if held else None,
     )
-    if hyperparameters != "held":
+    if not held:
         return total
+    # The fitted values' products with X (HeldNullProblem.fitted_products),
+    # of all rows and of each fold's test rows.
+    total += 8.0 * n_targets * (n_features + 1) * (1 + len(splits))
     total += 8.0 * n_samples * n_targets + 8.0 * n_features * (n_samples + n_features)
     for train, test in splits:
         rank = min(len(train), n_features)

@@ -3,22 +3,25 @@ as extra rows of a few GEMMs per fold.
 
 With every target's choices held (:mod:`skbatch._ridge.freedman_lane`),
 each model's held-out predictions are linear in the targets ``y*``. Per
-call (a batch of K permutations, t targets), in the layout ``(t, K, n)``
-(one row per target and permutation, its rows of the data contiguous):
+call (a batch of K permutations, t targets), one row per target and
+permutation (``target * K + k``):
 
-- ``y*`` is built by slices of the reduced model's residuals: a circular
-  shift or a block shuffle within runs is a few contiguous runs of rows,
-  sign flips one (:func:`_segments`);
-- ``X'Wy*`` of all rows is one GEMM, and a fold's training products are it
-  less the product of the rows the fold does not train on;
-- per fold and model the targets are taken in the order of their held
-  candidate (:class:`HeldModel`, sorted once), so that each candidate's
-  targets are one slice: two GEMMs per candidate, ``V'(X'Wy*)`` and the test
-  rows' predictions, from the candidate's decomposition, computed once per
-  fold and shared by every permutation (and, by the caller, by every band:
-  the full model is the same for all of them);
-- the held-out squared errors and the moments of ``y*`` that R^2 needs (the
-  weight, mean and centred sum of squares of each fold's test rows) are
+- ``X'Wy*`` of all rows is one GEMM of the residuals by X's rows moved as
+  each permutation moves the residuals, plus the fitted values' products,
+  made once (:meth:`HeldNullProblem.totals`): no ``y*`` of all rows;
+- per fold, ``y*`` is built at the rows the fold reads only (its test
+  rows, and the rows it does not train on; :func:`fold_columns`), by slices
+  of the reduced model's residuals: a circular shift or a block shuffle
+  within runs is a few contiguous runs of rows, sign flips one
+  (:func:`_segments`); a fold's training products are all rows' less the
+  product of the rows it does not train on;
+- per fold and model, the held-out squared errors come from the
+  candidates' decompositions, a block of rows at a time
+  (:class:`~skbatch._ridge.held_model.HeldModel`), computed once per fold
+  and shared by every permutation (and, by the caller, by every band: the
+  full model is the same for all of them);
+- the squared errors and the moments of ``y*`` that R^2 needs (the weight,
+  mean and centred sum of squares of each fold's test rows) are
   accumulated fold by fold: no prediction outlives its fold.
 """
 
@@ -30,253 +33,53 @@ from scipy.linalg import blas
 from .._kernels import linalg as _linalg
 from .._kernels.linalg.scores import CONSTANT_ULPS, TargetSpread, _r2
 from .._resampling.signed import signed_rows
-from .banded import BandedDesign
+from .held_model import (
+    BLOCK_BYTES,
+    HeldModel,
+    _as_slice,
+    _columns,
+    _offset,
+    _scratch,
+    _train_weights,
+    held_fold,
+)
 
 __all__ = [
-    "HELD_COPIES",
+    "HELD_PRODUCT_COPIES",
+    "HELD_ROW_NUMBERS",
     "HELD_TARGET_COPIES",
     "HeldModel",
     "HeldNullProblem",
+    "fold_columns",
     "held_fold",
     "held_item_bytes",
+    "read_rows",
 ]
 
 # What one resample of the held null holds per target, at most: copies of
-# its n rows (the permuted targets; a fold's rows that it does not train
-# on, gathered when they are not one slice), of the p products with X (all
-# rows, a fold's, their copy in candidate order, the coordinates of a
-# candidate) and of the largest test fold's rows (their deviations from the
-# training mean, their copy in candidate order, the test rows gathered when
-# they are not one slice, the moments' temporaries). tracemalloc's peak was
-# 0.62-0.67 of this charge (160 rows, 300 targets, 1-8 resamples a call;
-# tests/test_partitioning_freedman_lane.py holds it between 0.5 and 1).
+# the rows of y* that a fold reads (y* there; the pieces of the residuals or
+# the fitted values gathered when those rows are not one slice) and of the
+# p + 1 products with X (all rows', a fold's); per resample, whatever the
+# targets, X's rows moved as the residuals are (HeldNullProblem.totals); and
+# the blocks of rows of HeldModel.squared_errors (a block's products,
+# coordinates, two copies of its test rows and their deviations for the
+# moments: at most 3 BLOCK_BYTES, fewer with fewer rows).
+# tracemalloc's peak was 0.60-0.79 of this charge (160 rows, 300 targets, 1-8
+# resamples a call; tests/test_partitioning_freedman_lane.py holds it
+# between 0.5 and 1).
 HELD_TARGET_COPIES = 2
-HELD_PRODUCT_COPIES = 4
-HELD_COPIES = 4
+HELD_PRODUCT_COPIES = 2
+# Numbers per target and resample alive at once: both models' squared
+# errors, scores and orders of rows, the moments pooled and of a fold, and
+# R^2's temporaries (they matter where folds have few rows and X few
+# columns).
+HELD_ROW_NUMBERS = 16
 # Contiguous pieces of rows up to which a gather is done piece by piece (a
 # memory copy each) rather than element by element (np.take along rows is
 # several times slower per element).
 MAX_SEGMENTS = 256
-
-
-class HeldModel:
-    """One model on one outer fold at every target's held choice.
-
-    Candidate c (a distinct row of the targets' band weights) is ridge on
-    X's columns ``columns[c]`` times their scales ``sqrt(gamma_b)``: the
-    training rows' centred, weighted design has the SVD
-    ``U diag(s[c]) V_c'``; ``Vt[c]`` is ``V_c'`` times the scales (so that
-    it applies to X's own products), and ``test_basis[c]`` is the scaled
-    test rows (centred by the training means) times ``V_c``.
-
-    Attributes
-    ----------
-    columns, s, Vt, test_basis : list of ndarray, one per candidate
-    candidate : ndarray of shape (n_targets,)
-        Each target's candidate.
-    alpha : ndarray of shape (n_targets,)
-    order : ndarray of shape (n_targets,)
-        The targets by candidate (stable): candidate c's targets are
-        ``order[bounds[c]:bounds[c + 1]]``.
-    bounds : ndarray of shape (n_candidates + 1,)
-    """
-
-    def __init__(self, columns, s, Vt, test_basis, candidate, alpha, shift=None):
-        self.columns = columns
-        self.s = s
-        # V' and, in a last row, minus V' times the fold's training means
-        # (``shift``, of X less its overall mean): the products of training
-        # rows centred on X's overall mean, with their weighted sums in a last
-        # column, give the coordinates of the fold's own centring in one GEMM.
-        shift = [np.zeros(len(kept)) for kept in columns] if shift is None else shift
-        self._solve = [
-            np.vstack([V.T, -(V @ mean)[None, :]]) for V, mean in zip(Vt, shift)
-        ]
-        self.Vt = [solve[:-1].T for solve in self._solve]
-        # Fortran order, as BLAS reads it (a copy per product otherwise).
-        self.test_basis = [np.asfortranarray(basis) for basis in test_basis]
-        self.candidate = np.asarray(candidate, dtype=np.intp)
-        self.alpha = np.asarray(alpha, dtype=np.float64)
-        # By candidate, then alpha: each (candidate, alpha) is one run of
-        # rows, damped by one vector 1 / (s^2 + alpha) in place.
-        self.order = np.lexsort((self.alpha, self.candidate))
-        self.bounds = np.searchsorted(
-            self.candidate[self.order], np.arange(len(columns) + 1)
-        )
-        self._taken = [_as_slice(kept) for kept in columns]
-        sorted_alpha = self.alpha[self.order]
-        self._damping = []
-        for c in range(len(columns)):
-            start, stop = self.bounds[c], self.bounds[c + 1]
-            alphas, starts = np.unique(sorted_alpha[start:stop], return_index=True)
-            stops = np.append(starts[1:], stop - start)
-            self._damping.append(
-                [
-                    (int(a), int(b), 1.0 / (self.s[c] ** 2 + alpha))
-                    for a, b, alpha in zip(starts, stops, alphas)
-                ]
-            )
-
-    def squared_errors(self, products, deviations, n_repeats, root_weight, buffers):
-        """Each target's held-out sum of (weighted) squared errors.
-
-        Parameters
-        ----------
-        products : ndarray of shape (n_targets * n_repeats, n_features + 1)
-            ``X'W y*`` of the fold's training rows, X centred on its overall
-            mean, and in the last column the weighted sums of ``y*``; row
-            ``target * n_repeats + k``.
-        deviations : ndarray of shape (n_targets * n_repeats, n_test)
-            The test rows of ``y*`` less their training means.
-        n_repeats : int
-        root_weight : ndarray of shape (n_test,) or None
-        buffers : dict
-            Scratch arrays, reused from call to call.
-
-        Returns
-        -------
-        ndarray of shape (n_targets * n_repeats,)
-        """
-        n_rows, n_test = deviations.shape
-        n_targets = n_rows // n_repeats
-        n_features = products.shape[1] - 1
-        rows = (self.order[:, None] * n_repeats + np.arange(n_repeats)).ravel()
-        ordered = _scratch(buffers, "products", products.shape)
-        # mode="clip": np.take buffers its out= under the default "raise".
-        np.take(products, rows, axis=0, out=ordered, mode="clip")
-        errors = _scratch(buffers, "errors", deviations.shape)
-        np.take(deviations, rows, axis=0, out=errors, mode="clip")
-        for c, taken in enumerate(self._taken):
-            start, stop = self.bounds[c] * n_repeats, self.bounds[c + 1] * n_repeats
-            if start == stop:
-                continue
-            block, solve = ordered[start:stop], self._solve[c]
-            if isinstance(taken, slice) and taken.stop == n_features:
-                # The kept columns run to the sums: one GEMM centres too.
-                coords = block[:, taken.start :] @ solve
-            else:
-                coords = block[:, taken] @ solve[:-1]
-                coords += block[:, n_features:] * solve[-1]
-            for a, b, damping in self._damping[c]:
-                coords[a * n_repeats : b * n_repeats] *= damping
-            # errors -= coords @ test_basis': the GEMM subtracts in place
-            # (BLAS's beta = 1), on the transposes, which are in Fortran
-            # order, without a buffer of predictions.
-            blas.dgemm(
-                -1.0,
-                self.test_basis[c],
-                coords.T,
-                beta=1.0,
-                c=errors[start:stop].T,
-                overwrite_c=True,
-            )
-        ordered_sse = _sum_of_squares(errors, root_weight)
-        out = np.empty(n_rows)
-        out.reshape(n_targets, n_repeats)[self.order] = ordered_sse.reshape(
-            n_targets, n_repeats
-        )
-        return out
-
-
-def _scratch(buffers, name, shape):
-    """A buffer of ``shape`` kept in ``buffers`` under ``name`` (grown when
-    too small): each call reuses its fold's arrays instead of mapping new
-    megabytes for every fold and model."""
-    size = int(np.prod(shape))
-    held = buffers.get(name)
-    if held is None or held.size < size:
-        held = buffers[name] = np.empty(size)
-    return held[:size].reshape(shape)
-
-
-def _as_slice(index):
-    """``index`` (sorted int) as a slice when it is a range, else itself."""
-    index = np.asarray(index)
-    if index.size and np.array_equal(index, np.arange(index[0], index[0] + index.size)):
-        return slice(int(index[0]), int(index[0]) + index.size)
-    return index
-
-
-def _sum_of_squares(A, root_weight):
-    """Each row's sum of squares, its columns weighted; scales ``A``."""
-    if root_weight is not None:
-        A *= root_weight
-    return np.einsum("ij,ij->i", A, A)
-
-
-def held_fold(
-    X, train, test, sample_weight, model_columns, bands, choice, *, fit_intercept
-):
-    """The :class:`HeldModel` of a model on one outer fold.
-
-    The training rows' centred, weighted design is factored once, ``QR``;
-    candidate c's SVD is that of ``R``'s kept columns times their scales
-    (the same singular values and right vectors as the design's own, from
-    a p x p matrix).
-
-    Parameters
-    ----------
-    X : ndarray of shape (n_samples, n_features)
-    train, test : ndarray of int
-    sample_weight : ndarray of shape (n_samples,) or None
-    model_columns : ndarray of int
-        The model's columns of X.
-    bands : list of ndarray
-        The model's bands, as positions in ``model_columns``.
-    choice : (ndarray, ndarray)
-        Each target's band weights (n_targets, n_bands) and alpha, as the
-        model fit on ``train`` chose them (``band_weights_``, ``alpha_``).
-    fit_intercept : bool
-    """
-    weights, alpha = choice
-    candidates, chosen = np.unique(np.atleast_2d(weights), axis=0, return_inverse=True)
-    design = BandedDesign(X[:1, model_columns], bands, candidates)
-    X_train = X[np.ix_(train, model_columns)]
-    X_test = X[np.ix_(test, model_columns)]
-    w = _train_weights(sample_weight, train)
-    offset = _offset(X_train, w, fit_intercept)
-    # The training means of X less its overall mean (HeldNullProblem's
-    # products are of X so centred).
-    overall = _offset(
-        X[:, model_columns],
-        _train_weights(sample_weight, np.arange(X.shape[0])),
-        fit_intercept,
-    )
-    columns, s_all, Vt_all, bases, shift = [], [], [], [], []
-    with _linalg.one_thread(X_train):
-        R = np.linalg.qr(np.sqrt(w)[:, None] * (X_train - offset), mode="r")
-        for c in range(len(candidates)):
-            kept, scale = design.kept[c], design.scales[c]
-            _, s, Vt = np.linalg.svd(R[:, kept] * scale, full_matrices=False)
-            columns.append(model_columns[kept])
-            s_all.append(s)
-            Vt_all.append(Vt * scale)
-            bases.append(((X_test[:, kept] - offset[kept]) * scale) @ Vt.T)
-            shift.append((offset - overall)[kept])
-    return HeldModel(
-        columns,
-        s_all,
-        Vt_all,
-        bases,
-        chosen.ravel(),
-        np.asarray(alpha, float),
-        shift,
-    )
-
-
-def _train_weights(sample_weight, train):
-    return (
-        np.ones(len(train))
-        if sample_weight is None
-        else np.asarray(sample_weight, dtype=np.float64)[train]
-    )
-
-
-def _offset(A, w, fit_intercept):
-    """Weighted column means of ``A`` (zeros without an intercept)."""
-    if not fit_intercept:
-        return np.zeros(A.shape[1])
-    return (w @ A) / w.sum()
+# Targets whose rows of y* are built together (HeldNullProblem.targets).
+TARGET_CHUNK = 64
 
 
 def _segments(rows):
@@ -290,10 +93,11 @@ def _segments(rows):
     return list(zip(starts.tolist(), stops.tolist(), rows[starts].tolist()))
 
 
-def _gather_columns(A, rows, out, plus=None):
+def _gather_columns(A, rows, out, plus=None, segments=False):
     """``out[:] = A[:, rows] (+ plus)``, by slices where ``rows`` runs in
-    pieces."""
-    segments = _segments(rows) if rows.size else []
+    pieces (``segments``, :func:`_segments` of ``rows`` when not given)."""
+    if segments is False:
+        segments = _segments(rows) if rows.size else []
     if segments is None:
         if plus is None:
             out[...] = A[:, rows]
@@ -308,23 +112,70 @@ def _gather_columns(A, rows, out, plus=None):
             np.add(piece, plus[:, start:stop], out=out[:, start:stop])
 
 
-def _columns(A, rows):
-    """``A[:, rows]``: a view where ``rows`` is a slice."""
-    return A[:, rows] if isinstance(rows, slice) else np.take(A, rows, axis=1)
+def fold_columns(n_samples, train, test):
+    """The rows of ``y*`` that :class:`HeldNullProblem` reads on a fold.
+
+    A fold's training products are those of all rows less those of the rows
+    it does not train on (``subtract``, the covariance path's total minus
+    held-out runs), or, with repeated training rows or more rows outside
+    than in, the training rows' own.
+
+    Returns
+    -------
+    columns : ndarray of int
+        The test rows, then the other rows whose products the fold needs.
+    product : ndarray of int
+        The positions in ``columns`` of the rows of those products.
+    subtract : bool
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skbatch._ridge.freedman_lane_held import fold_columns
+    >>> fold_columns(5, np.array([0, 1, 2]), np.array([3, 4]))
+    (array([3, 4]), array([0, 1]), True)
+    """
+    test = np.asarray(test, dtype=np.intp)
+    outside = np.setdiff1d(np.arange(n_samples), train)
+    subtract = len(train) + len(outside) == n_samples and len(outside) < len(train)
+    if subtract:
+        columns = np.concatenate([test, np.setdiff1d(outside, test)])
+        product = np.flatnonzero(np.isin(columns, outside))
+    else:
+        columns = np.concatenate([test, np.asarray(train, dtype=np.intp)])
+        product = np.arange(len(test), len(columns))
+    return columns, product, bool(subtract)
+
+
+def read_rows(n_samples, splits):
+    """The most rows of ``y*`` that :class:`HeldNullProblem` reads on one
+    fold (:func:`fold_columns`)."""
+    return max(
+        (len(fold_columns(n_samples, train, test)[0]) for train, test in splits),
+        default=0,
+    )
 
 
 class _Fold(NamedTuple):
-    """What a fold of :class:`HeldNullProblem` needs."""
+    """What a fold of :class:`HeldNullProblem` needs.
 
-    test: object
+    ``columns``: the rows of ``y*`` that the fold reads, its test rows
+    first; ``product``: those of them whose products with ``weighted`` (the
+    matching rows of X, weighted) are the fold's training products
+    (``subtract`` False) or are subtracted from all rows' (True);
+    ``closed``: the subtracted rows are the test rows (their products can
+    come from the residuals', :meth:`HeldNullProblem._moved_test_products`).
+    """
+
+    columns: object
     n_test: int
     root_weight: np.ndarray
     test_weight: float
-    train: np.ndarray
-    outside: object
     total: float
-    outside_weighted: np.ndarray
-    train_weighted: np.ndarray
+    product: object
+    weighted: np.ndarray
+    subtract: bool
+    closed: bool
 
 
 class _Moments:
@@ -430,25 +281,27 @@ class HeldNullProblem:
         # The weights as one more column: the GEMM that makes the products
         # makes the targets' weighted sums too (no pass of its own over y*).
         self.weighted = np.column_stack([X * self.w[:, None], self.w])
+        # The targets' part of every batch's products of all rows: fitted
+        # values do not move (HeldNullProblem.totals).
+        self.fitted_products = self.fitted @ self.weighted
         self.folds = []
+        # The fitted values' products with each fold's test rows, made on the
+        # first call that needs them (_moved_test_products).
+        self._fitted_test = {}
+        self._n_read = read_rows(n_samples, splits)
         for train, test in splits:
-            outside = np.setdiff1d(np.arange(n_samples), train)
-            # Repeated training rows, or more rows outside than in, take the
-            # training rows' own products.
-            subtract = len(train) + len(outside) == n_samples and len(outside) < len(
-                train
-            )
+            columns, product, subtract = fold_columns(n_samples, train, test)
             self.folds.append(
                 _Fold(
-                    _as_slice(test),
+                    _as_slice(columns),
                     len(test),
                     None if sample_weight is None else np.sqrt(self.w[test]),
                     float(self.w[test].sum()),
-                    train,
-                    _as_slice(outside),
                     self.w[train].sum(),
-                    self.weighted[outside] if subtract else None,
-                    None if subtract else self.weighted[train],
+                    _as_slice(product),
+                    self.weighted[columns[product]],
+                    subtract,
+                    subtract and len(columns) == len(product) == len(test),
                 )
             )
 
@@ -461,24 +314,77 @@ class HeldNullProblem:
         # A worker gets the problem, not this process's scratch arrays.
         state = dict(self.__dict__)
         state["_buffers"] = {}
+        # Made again where needed: not shipped to every worker.
+        state["_fitted_test"] = {}
         return state
 
-    def targets(self, codes, buffers=None):
-        """``fitted + P residuals`` of each resample's signed row codes, of
-        shape (n_targets, len(codes), n_samples)."""
-        n_targets, n_samples = self.fitted.shape
-        shape = (n_targets, len(codes), n_samples)
+    def targets(self, codes, columns=slice(None), buffers=None):
+        """``fitted + P residuals`` of each resample's signed row codes, at
+        the rows ``columns`` (a slice or int positions), of shape
+        (n_targets, len(codes), n_columns)."""
+        n_targets = self.fitted.shape[0]
+        fitted = _columns(self.fitted, columns)
+        shape = (n_targets, len(codes), fitted.shape[1])
         out = np.empty(shape) if buffers is None else _scratch(buffers, "y*", shape)
+        plans = []
+        for code in codes:
+            code = code[columns]
+            flipped = code < 0
+            rows = np.where(flipped, ~code, code)
+            signs = np.where(flipped, -1.0, 1.0) if flipped.any() else None
+            plans.append((rows, _segments(rows) if rows.size else [], signs))
+        # A few targets at a time when each resample is a few pieces: their
+        # rows of the residuals, fitted values and y* stay in cache (a third
+        # faster than whole columns of pieces on the benchmark's host).
+        few = all(
+            segments is not None and len(segments) <= 16 for _, segments, _ in plans
+        )
+        chunk = TARGET_CHUNK if few else max(n_targets, 1)
+        for lo in range(0, n_targets, chunk):
+            hi = min(lo + chunk, n_targets)
+            residuals, plus = self.residuals[lo:hi], fitted[lo:hi]
+            for k, (rows, segments, signs) in enumerate(plans):
+                part = out[lo:hi, k]
+                if signs is None:
+                    _gather_columns(residuals, rows, part, plus, segments)
+                    continue
+                _gather_columns(residuals, rows, part, None, segments)
+                part *= signs
+                part += plus
+        return out
+
+    def totals(self, codes, buffers):
+        """``X'W y*`` of all rows (X centred, the weighted sums last) of each
+        resample, as rows (``target * n_repeats + k``).
+
+        Resample k moves residual ``rows[j]`` (sign ``s_j``) to row j, so its
+        products are the fitted values' (made once) plus
+        ``residuals @ W_k``, ``W_k[rows[j]] = s_j weighted[j]``: one GEMM of
+        the residuals by every resample's rows of X, which is as many flops
+        as one of ``y*`` and needs no ``y*`` of all rows.
+        """
+        n_targets, n_samples = self.fitted.shape
+        width = self.weighted.shape[1]
+        moved = _scratch(buffers, "moved", (n_samples, len(codes), width))
         for k, code in enumerate(codes):
             flipped = code < 0
             rows = np.where(flipped, ~code, code)
-            if not flipped.any():
-                _gather_columns(self.residuals, rows, out[:, k], plus=self.fitted)
-                continue
-            _gather_columns(self.residuals, rows, out[:, k])
-            out[:, k] *= np.where(flipped, -1.0, 1.0)
-            out[:, k] += self.fitted
-        return out
+            source = self.weighted
+            if flipped.any():
+                source = source * np.where(flipped, -1.0, 1.0)[:, None]
+            if np.bincount(rows, minlength=n_samples).max(initial=0) <= 1:
+                moved[rows, k] = source
+            else:
+                moved[:, k] = 0.0
+                np.add.at(moved[:, k], rows, source)
+        out = _scratch(buffers, "totals", (n_targets, len(codes), width))
+        np.matmul(
+            self.residuals,
+            moved.reshape(n_samples, -1),
+            out=out.reshape(n_targets, -1),
+        )
+        out += self.fitted_products[:, None, :]
+        return out.reshape(n_targets * len(codes), width)
 
     def __call__(self, ids):
         """Unique variance of the band under resamples ``ids``: an ndarray
@@ -488,44 +394,45 @@ class HeldNullProblem:
             self.entropy, ids, n_samples, self.groups, **self.permutation
         )
         n_repeats = len(codes)
+        n_rows = n_targets * n_repeats
         # Scratch arrays kept from call to call: a batch's megabytes are not
         # mapped (and faulted in) anew for every batch.
         buffers = self._buffers
-        Y = self.targets(codes, buffers).reshape(n_targets * n_repeats, n_samples)
+        # The largest fold's rows of y*, taken first: a buffer that grew
+        # fold by fold would be held twice while it grows.
+        _scratch(buffers, "y*", (n_rows * max(self._n_read, 1),))
         models = [m for m in (self.full, self.reduced) if m is not None]
-        sse = np.zeros((len(models), Y.shape[0]))
-        scores = np.zeros((len(models), Y.shape[0]))
-        pooled = _Moments(Y.shape[0])
+        sse = np.zeros((len(models), n_rows))
+        scores = np.zeros((len(models), n_rows))
+        pooled = _Moments(n_rows)
         totals = None
         for f, fold in enumerate(self.folds):
-            if totals is None and fold.outside_weighted is not None:
-                totals = np.matmul(
-                    Y,
-                    self.weighted,
-                    out=_scratch(buffers, "totals", (Y.shape[0], self.shape[1] + 1)),
-                )
-            products, mean = self._products(fold, Y, totals, buffers)
-            deviations = _scratch(buffers, "deviations", (Y.shape[0], fold.n_test))
-            np.subtract(_columns(Y, fold.test), mean[:, None], out=deviations)
+            if totals is None and fold.subtract:
+                totals = self.totals(codes, buffers)
+            # y* at the rows the fold reads, its test rows first.
+            Y = self.targets(codes, fold.columns, buffers).reshape(n_rows, -1)
+            products, mean = self._products(fold, Y, totals, codes, buffers)
+            test_rows = Y[:, : fold.n_test]
             # Each candidate's products are small (its targets by its
             # columns): on one thread, as _linalg.one_thread says why.
+            # The test rows' own moments (their weighted mean less the
+            # training mean, their centred sum of squares) are taken from the
+            # first model's blocks, while the rows are in cache.
+            shift, squares = np.empty(n_rows), np.empty(n_rows)
             with _linalg.one_thread(Y):
                 fold_sse = [
                     model[f].squared_errors(
-                        products, deviations, n_repeats, fold.root_weight, buffers
+                        products,
+                        test_rows,
+                        n_repeats,
+                        fold.root_weight,
+                        buffers,
+                        None if m else (mean, fold.test_weight, shift, squares),
                     )
-                    for model in models
+                    for m, model in enumerate(models)
                 ]
-            # The test rows' own moments: deviations from their mean.
-            shift = _weighted_mean(deviations, fold.root_weight, fold.test_weight)
-            deviations -= shift[:, None]
-            moments = _Moments(Y.shape[0])
-            moments.add(
-                fold.test_weight,
-                mean + shift,
-                _sum_of_squares(deviations, fold.root_weight),
-                fold.n_test,
-            )
+            moments = _Moments(n_rows)
+            moments.add(fold.test_weight, mean + shift, squares, fold.n_test)
             if self.average == "rows":
                 pooled.add(moments.weight, moments.mean, moments.squares, fold.n_test)
                 for m, errors in enumerate(fold_sse):
@@ -540,48 +447,95 @@ class HeldNullProblem:
         unique = f[0] - (f[1] if self.reduced is not None else 0.0)
         return unique.reshape(n_targets, n_repeats).T
 
-    def _products(self, fold, Y, totals, buffers):
+    def _products(self, fold, Y, totals, codes, buffers):
         """``(X_train' W Y_train`` with ``1' W Y_train`` in a last column,
         weighted mean of Y_train)``, X centred on its overall mean, the
-        products as rows (one per row of ``Y``)."""
+        products as rows (one per row of ``Y``, y* at ``fold.columns``)."""
         # The products and, in the last column, the weighted sums.
         out = _scratch(buffers, "fold products", (Y.shape[0], self.shape[1] + 1))
-        if fold.outside_weighted is None:
-            np.matmul(np.take(Y, fold.train, axis=1), fold.train_weighted, out=out)
-        else:
-            np.matmul(_columns(Y, fold.outside), fold.outside_weighted, out=out)
-            np.subtract(totals, out, out=out)
+        if not self._moved_test_products(fold, totals, codes, out, buffers):
+            np.matmul(_columns(Y, fold.product), fold.weighted, out=out)
+            if fold.subtract:
+                np.subtract(totals, out, out=out)
         if not self.fit_intercept:
             return out, np.zeros(Y.shape[0])
         return out, out[:, -1] / fold.total
 
+    def _fitted_product(self, fold):
+        """The fitted values' products with the fold's test rows of X."""
+        # The fold itself (a tuple of arrays) is not hashable; it lives as long
+        # as the problem, and so does its id.
+        key = id(fold)
+        if key not in self._fitted_test:
+            self._fitted_test[key] = _columns(self.fitted, fold.columns) @ fold.weighted
+        return self._fitted_test[key]
 
-def _weighted_mean(A, root_weight, total):
-    """Each row's mean over its columns, weighted by ``root_weight**2``."""
-    if root_weight is None:
-        return A.mean(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return (A @ root_weight**2) / total
+    def _moved_test_products(self, fold, totals, codes, out, buffers):
+        """``out[:] = totals`` less the test rows' products, as
+        :meth:`totals` makes all rows': the fitted values' (made once) and
+        the test rows' residuals times X's test rows moved as the residuals
+        are. Only where every resample moves the test rows among themselves
+        (permutations within runs, folds of whole runs; False otherwise):
+        then one GEMM of the targets by every resample's rows, a shape BLAS
+        runs faster than that of the rows of ``y*`` by X's rows."""
+        if not fold.closed:
+            return False
+        test = fold.columns
+        where = np.full(self.fitted.shape[1], -1)
+        where[test] = np.arange(fold.n_test)
+        n_targets, width = self.fitted.shape[0], self.weighted.shape[1]
+        moved = _scratch(buffers, "moved test", (fold.n_test, len(codes), width))
+        for k, code in enumerate(codes):
+            code = code[test]
+            flipped = code < 0
+            positions = where[np.where(flipped, ~code, code)]
+            if (positions < 0).any():
+                return False
+            source = fold.weighted
+            if flipped.any():
+                source = source * np.where(flipped, -1.0, 1.0)[:, None]
+            moved[positions, k] = source
+        out3 = out.reshape(n_targets, len(codes), width)
+        np.subtract(
+            totals.reshape(out3.shape), self._fitted_product(fold)[:, None, :], out=out3
+        )
+        residuals = np.ascontiguousarray(_columns(self.residuals, test))
+        # out3 -= residuals @ moved, on the transposes (Fortran order, as BLAS
+        # reads them; beta = 1 subtracts in place).
+        blas.dgemm(
+            -1.0,
+            moved.reshape(fold.n_test, -1).T,
+            residuals.T,
+            beta=1.0,
+            c=out3.reshape(n_targets, -1).T,
+            overwrite_c=True,
+        )
+        return True
 
 
-def held_item_bytes(n_samples, n_features, n_test, n_targets):
-    """Host bytes of one resample of :class:`HeldNullProblem` at its peak
-    (:data:`HELD_TARGET_COPIES` copies of its rows, ``HELD_PRODUCT_COPIES``
-    of its products with X and :data:`HELD_COPIES` of its largest test
-    fold's rows).
+def held_item_bytes(n_samples, n_features, n_test, n_targets, n_read=None):
+    """Host bytes of one resample of :class:`HeldNullProblem` at its peak:
+    :data:`HELD_TARGET_COPIES` copies of the ``n_read`` rows of ``y*`` a
+    fold reads (:func:`read_rows`; all ``n_samples`` when None),
+    :data:`HELD_PRODUCT_COPIES` of its products with X,
+    :data:`HELD_ROW_NUMBERS` numbers per target, X's rows moved as
+    its residuals are, and the blocks of rows its squared errors and
+    moments go through (3 :data:`BLOCK_BYTES` at most, of rows of the
+    products, coordinates and the largest test fold).
 
     Examples
     --------
     >>> from skbatch._ridge.freedman_lane_held import held_item_bytes
     >>> held_item_bytes(100, 10, 20, 1)
-    2560.0
+    11360.0
     """
+    n_read = n_samples if n_read is None else n_read
+    width = n_features + 1
+    blocks = min(3 * BLOCK_BYTES, 8.0 * n_targets * (2 * width + 3 * n_test))
     return (
         8.0
         * n_targets
-        * (
-            HELD_TARGET_COPIES * n_samples
-            + HELD_PRODUCT_COPIES * n_features
-            + HELD_COPIES * n_test
-        )
+        * (HELD_TARGET_COPIES * n_read + HELD_PRODUCT_COPIES * width + HELD_ROW_NUMBERS)
+        + 8.0 * n_samples * width
+        + blocks
     )

@@ -1,0 +1,347 @@
+"""One model on one outer fold at every target's held choice: the
+candidates' decompositions and the held-out squared errors of
+:class:`~skbatch._ridge.freedman_lane_held.HeldNullProblem`'s targets.
+
+Per fold and model the targets are taken in the order of their held
+candidate and alpha (:class:`HeldModel`, sorted once), a block of rows at a
+time: the block's products ``X'Wy*`` and test rows are gathered, two GEMMs
+per block (``V'(X'Wy*)`` and the test rows' predictions, from the
+candidate's decomposition, computed once per fold by :func:`held_fold`)
+subtract the training means and predictions in place, and the block's sums
+of squares are taken while it is in cache.
+"""
+
+import math
+
+import numpy as np
+from scipy.linalg import blas
+
+from .._kernels import linalg as _linalg
+from .banded import BandedDesign
+
+__all__ = ["BLOCK_BYTES", "HeldModel", "held_fold"]
+
+# Bytes of the blocks of rows that a fold's squared errors and moments go
+# through: a block's products, coordinates and test rows are gathered,
+# multiplied and summed while in cache, instead of each step being a pass
+# over every row in memory. Blocks of hundreds of rows keep the GEMMs
+# efficient: on the benchmark's host (benchmarks/RESULTS.md) 4 MiB blocks
+# ran about 5% faster than 1 MiB ones (which fit its 2 MiB L2 cache).
+BLOCK_BYTES = 4 << 20
+
+
+class HeldModel:
+    """One model on one outer fold at every target's held choice.
+
+    Candidate c (a distinct row of the targets' band weights) is ridge on
+    X's columns ``columns[c]`` times their scales ``sqrt(gamma_b)``: the
+    training rows' centred, weighted design has the SVD
+    ``U diag(s[c]) V_c'``; ``Vt[c]`` is ``V_c'`` times the scales (so that
+    it applies to X's own products), and ``test_basis[c]`` is the scaled
+    test rows (centred by the training means) times ``V_c``.
+
+    Attributes
+    ----------
+    columns, s, Vt, test_basis : list of ndarray, one per candidate
+    candidate : ndarray of shape (n_targets,)
+        Each target's candidate.
+    alpha : ndarray of shape (n_targets,)
+    order : ndarray of shape (n_targets,)
+        The targets by candidate (stable): candidate c's targets are
+        ``order[bounds[c]:bounds[c + 1]]``.
+    bounds : ndarray of shape (n_candidates + 1,)
+    """
+
+    def __init__(
+        self, columns, s, Vt, test_basis, candidate, alpha, shift=None, mean_weight=0.0
+    ):
+        self.columns = columns
+        self.s = s
+        # V' and, in a last row, minus V' times the fold's training means
+        # (``shift``, of X less its overall mean): the products of training
+        # rows centred on X's overall mean, with their weighted sums in a last
+        # column, give the coordinates of the fold's own centring in one GEMM.
+        # A last column takes the weighted sum times ``mean_weight`` (1 / the
+        # training weight, or 0 without an intercept): each row's training
+        # mean, which the test basis's last column of ones subtracts from the
+        # test rows in the same GEMM as the predictions.
+        shift = [np.zeros(len(kept)) for kept in columns] if shift is None else shift
+        self._solve = []
+        for V, mean in zip(Vt, shift):
+            solve = np.zeros((V.shape[1] + 1, V.shape[0] + 1))
+            solve[:-1, :-1] = V.T
+            solve[-1, :-1] = -(V @ mean)
+            solve[-1, -1] = mean_weight
+            self._solve.append(solve)
+        # Fortran order, as BLAS reads it (a copy per product otherwise).
+        self._test_basis = [
+            np.asfortranarray(np.column_stack([basis, np.ones(len(basis))]))
+            for basis in test_basis
+        ]
+        self._views()
+        self.candidate = np.asarray(candidate, dtype=np.intp)
+        self.alpha = np.asarray(alpha, dtype=np.float64)
+        # By candidate, then alpha: each (candidate, alpha) is one run of
+        # rows, damped by one vector 1 / (s^2 + alpha) in place (and 1 for
+        # the mean's column).
+        self.order = np.lexsort((self.alpha, self.candidate))
+        self.bounds = np.searchsorted(
+            self.candidate[self.order], np.arange(len(columns) + 1)
+        )
+        self._taken = [_as_slice(kept) for kept in columns]
+        sorted_alpha = self.alpha[self.order]
+        self._damping = []
+        for c in range(len(columns)):
+            start, stop = self.bounds[c], self.bounds[c + 1]
+            alphas, starts = np.unique(sorted_alpha[start:stop], return_index=True)
+            stops = np.append(starts[1:], stop - start)
+            self._damping.append(
+                [
+                    (int(a), int(b), np.append(1.0 / (self.s[c] ** 2 + alpha), 1.0))
+                    for a, b, alpha in zip(starts, stops, alphas)
+                ]
+            )
+
+    def _views(self):
+        # V' and the test basis without the columns of the means: views, not
+        # pickled (a view is pickled as a copy of its own).
+        self.Vt = [solve[:-1, :-1].T for solve in self._solve]
+        self.test_basis = [basis[:, :-1] for basis in self._test_basis]
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        del state["Vt"], state["test_basis"]
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._views()
+
+    def squared_errors(
+        self, products, test_rows, n_repeats, root_weight, buffers, moments=None
+    ):
+        """Each target's held-out sum of (weighted) squared errors.
+
+        The rows are taken in candidate order a block at a time (at most
+        :data:`BLOCK_BYTES` of the block's products, coordinates and
+        errors): each block's test rows are gathered, their training means
+        and predictions subtracted by BLAS in place and their sums of
+        squares taken while the block is in cache; no array of all rows in
+        candidate order is made.
+
+        Parameters
+        ----------
+        products : ndarray of shape (n_targets * n_repeats, n_features + 1)
+            ``X'W y*`` of the fold's training rows, X centred on its overall
+            mean, and in the last column the weighted sums of ``y*``; row
+            ``target * n_repeats + k``.
+        test_rows : ndarray of shape (n_targets * n_repeats, n_test)
+            The test rows of ``y*`` (a view is not copied).
+        n_repeats : int
+        root_weight : ndarray of shape (n_test,) or None
+        buffers : dict
+            Scratch arrays, reused from call to call.
+        moments : (ndarray, float, ndarray, ndarray) or None
+            ``(mean, total, shift, squares)``: from each block's test rows,
+            before the predictions are subtracted, their weighted mean less
+            the training ``mean`` (the test rows' weight ``total``) into
+            ``shift`` and their centred sum of squares into ``squares``
+            (both of shape (n_targets * n_repeats,)).
+
+        Returns
+        -------
+        ndarray of shape (n_targets * n_repeats,)
+        """
+        n_rows, n_test = test_rows.shape
+        n_features = products.shape[1] - 1
+        rows = (self.order[:, None] * n_repeats + np.arange(n_repeats)).ravel()
+        out = np.empty(n_rows)
+        rank = max((len(s) for s in self.s), default=0)
+        size = _block_rows(n_features + rank + n_test + 2)
+        # The largest block first: a buffer that grew block by block would be
+        # held twice while it grows.
+        _scratch(buffers, "block", (min(size, n_rows), n_features + 1))
+        _scratch(buffers, "coords", (min(size, n_rows), rank + 1))
+        for c, taken in enumerate(self._taken):
+            start, stop = self.bounds[c] * n_repeats, self.bounds[c + 1] * n_repeats
+            solve = self._solve[c]
+            whole = isinstance(taken, slice) and taken.stop == n_features
+            runs = [
+                (a * n_repeats + start, b * n_repeats + start, damping)
+                for a, b, damping in self._damping[c]
+            ]
+            for lo in range(start, stop, size):
+                hi = min(lo + size, stop)
+                block_rows = rows[lo:hi]
+                coords = _scratch(buffers, "coords", (hi - lo, solve.shape[1]))
+                if whole:
+                    # The kept columns run to the sums: one GEMM centres too.
+                    # mode="clip": np.take buffers its out= under the default
+                    # "raise".
+                    block = np.take(
+                        products,
+                        block_rows,
+                        axis=0,
+                        out=_scratch(buffers, "block", (hi - lo, n_features + 1)),
+                        mode="clip",
+                    )
+                    np.matmul(block[:, taken.start :], solve, out=coords)
+                else:
+                    # Only the kept columns and the sums are gathered (a
+                    # reduced model of a few columns reads few of them).
+                    kept = (
+                        products[block_rows, taken]
+                        if isinstance(taken, slice)
+                        else products[np.ix_(block_rows, taken)]
+                    )
+                    np.matmul(kept, solve[:-1], out=coords)
+                    coords += products[block_rows, n_features:] * solve[-1]
+                for a, b, damping in runs:
+                    if a < hi and b > lo:
+                        coords[max(a, lo) - lo : min(b, hi) - lo] *= damping
+                # A copy of the block's test rows (C order), from which the
+                # GEMM subtracts the means and predictions in place (BLAS's
+                # beta = 1) on the transposes, which are in Fortran order.
+                errors = test_rows[block_rows]
+                if moments is not None:
+                    _block_moments(errors, block_rows, root_weight, *moments)
+                blas.dgemm(
+                    -1.0,
+                    self._test_basis[c],
+                    coords.T,
+                    beta=1.0,
+                    c=errors.T,
+                    overwrite_c=True,
+                )
+                out[block_rows] = _sum_of_squares(errors, root_weight)
+        return out
+
+
+def _block_moments(rows, index, root_weight, mean, total, shift, squares):
+    """``shift[index]``: the weighted mean of ``rows`` less ``mean[index]``;
+    ``squares[index]``: the sum of squares of ``rows`` less that mean."""
+    deviations = rows - mean[index][:, None]
+    shift[index] = _weighted_mean(deviations, root_weight, total)
+    deviations -= shift[index][:, None]
+    squares[index] = _sum_of_squares(deviations, root_weight)
+
+
+def _weighted_mean(A, root_weight, total):
+    """Each row's mean over its columns, weighted by ``root_weight**2``."""
+    if root_weight is None:
+        return A.mean(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (A @ root_weight**2) / total
+
+
+def _block_rows(width):
+    """Rows of a block of :data:`BLOCK_BYTES` whose rows hold ``width``
+    doubles (at least one)."""
+    return max(1, int(BLOCK_BYTES // (8 * max(width, 1))))
+
+
+def _scratch(buffers, name, shape):
+    """A buffer of ``shape`` kept in ``buffers`` under ``name`` (grown when
+    too small): each call reuses its fold's arrays instead of mapping new
+    megabytes for every fold and model."""
+    size = math.prod(shape)
+    held = buffers.get(name)
+    if held is None or held.size < size:
+        held = buffers[name] = np.empty(size)
+    return held[:size].reshape(shape)
+
+
+def _as_slice(index):
+    """``index`` (sorted int) as a slice when it is a range, else itself."""
+    index = np.asarray(index)
+    if index.size and np.array_equal(index, np.arange(index[0], index[0] + index.size)):
+        return slice(int(index[0]), int(index[0]) + index.size)
+    return index
+
+
+def _sum_of_squares(A, root_weight):
+    """Each row's sum of squares, its columns weighted; scales ``A``."""
+    if root_weight is not None:
+        A *= root_weight
+    return np.einsum("ij,ij->i", A, A)
+
+
+def held_fold(
+    X, train, test, sample_weight, model_columns, bands, choice, *, fit_intercept
+):
+    """The :class:`HeldModel` of a model on one outer fold.
+
+    The training rows' centred, weighted design is factored once, ``QR``;
+    candidate c's SVD is that of ``R``'s kept columns times their scales
+    (the same singular values and right vectors as the design's own, from
+    a p x p matrix).
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+    train, test : ndarray of int
+    sample_weight : ndarray of shape (n_samples,) or None
+    model_columns : ndarray of int
+        The model's columns of X.
+    bands : list of ndarray
+        The model's bands, as positions in ``model_columns``.
+    choice : (ndarray, ndarray)
+        Each target's band weights (n_targets, n_bands) and alpha, as the
+        model fit on ``train`` chose them (``band_weights_``, ``alpha_``).
+    fit_intercept : bool
+    """
+    weights, alpha = choice
+    candidates, chosen = np.unique(np.atleast_2d(weights), axis=0, return_inverse=True)
+    design = BandedDesign(X[:1, model_columns], bands, candidates)
+    X_train = X[np.ix_(train, model_columns)]
+    X_test = X[np.ix_(test, model_columns)]
+    w = _train_weights(sample_weight, train)
+    offset = _offset(X_train, w, fit_intercept)
+    # The training means of X less its overall mean (HeldNullProblem's
+    # products are of X so centred).
+    overall = _offset(
+        X[:, model_columns],
+        _train_weights(sample_weight, np.arange(X.shape[0])),
+        fit_intercept,
+    )
+    columns, s_all, Vt_all, bases, shift = [], [], [], [], []
+    with _linalg.one_thread(X_train):
+        R = np.linalg.qr(np.sqrt(w)[:, None] * (X_train - offset), mode="r")
+        for c in range(len(candidates)):
+            kept, scale = design.kept[c], design.scales[c]
+            _, s, Vt = np.linalg.svd(R[:, kept] * scale, full_matrices=False)
+            columns.append(model_columns[kept])
+            s_all.append(s)
+            Vt_all.append(Vt * scale)
+            bases.append(((X_test[:, kept] - offset[kept]) * scale) @ Vt.T)
+            shift.append((offset - overall)[kept])
+    return HeldModel(
+        columns,
+        s_all,
+        Vt_all,
+        bases,
+        chosen.ravel(),
+        np.asarray(alpha, float),
+        shift,
+        1.0 / w.sum() if fit_intercept else 0.0,
+    )
+
+
+def _train_weights(sample_weight, train):
+    return (
+        np.ones(len(train))
+        if sample_weight is None
+        else np.asarray(sample_weight, dtype=np.float64)[train]
+    )
+
+
+def _offset(A, w, fit_intercept):
+    """Weighted column means of ``A`` (zeros without an intercept)."""
+    if not fit_intercept:
+        return np.zeros(A.shape[1])
+    return (w @ A) / w.sum()
+
+
+def _columns(A, rows):
+    """``A[:, rows]``: a view where ``rows`` is a slice."""
+    return A[:, rows] if isinstance(rows, slice) else np.take(A, rows, axis=1)
