@@ -341,9 +341,11 @@ def test_replicate_folds_keep_copies_of_a_run_on_one_side():
     assert replicate_splits(rows, splits, runs) == []
 
 
-@pytest.mark.parametrize("n_runs", [3, 4, 5])
-def test_fewer_than_five_runs_warn_before_any_fit(n_runs):
-    X, runs = _ar1_runs(RUN_LENGTHS[:n_runs], 4, 0.5, 9)
+@pytest.mark.parametrize("n_runs", [3, 4, 5, 9, 10, 11])
+def test_fewer_than_ten_runs_warn_before_any_fit(n_runs):
+    # Below 10 runs the calibration measured the intervals too narrow
+    # (benchmarks/calibration_partitioning.py, 200 data sets).
+    X, runs = _ar1_runs((RUN_LENGTHS * 3)[:n_runs], 4, 0.5, 9)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with pytest.raises(AssertionError, match="a fit ran"):
@@ -356,7 +358,7 @@ def test_fewer_than_five_runs_warn_before_any_fit(n_runs):
                 n_bootstrap=9,
             )
     narrow = [w for w in caught if "too narrow" in str(w.message)]
-    assert len(narrow) == (n_runs < 5)
+    assert len(narrow) == (n_runs < 10)
     if narrow:
         assert f"n_bootstrap with {n_runs} runs" in str(narrow[0].message)
         assert issubclass(narrow[0].category, UserWarning)
