@@ -477,18 +477,38 @@ def null_tasks(X, Y, labels, runs, candidates, args, seed=0):
             average="rows",
         )
         rows[f"held setup, band {b}"] = time.perf_counter() - start
+        flops = 2.0 * X.shape[0] * X.shape[1] * n_targets
+        for fold, (train, _) in enumerate(splits):
+            flops += 2.0 * (X.shape[0] - len(train)) * X.shape[1] * n_targets
+            for model in (held.full[fold], held.reduced[fold]):
+                for c in model.candidate:
+                    r, kept = model.Vt[c].shape
+                    n_test = model.test_basis[c].shape[0]
+                    flops += 2.0 * r * kept + 2.0 * n_test * r
+        rows[f"held flops, band {b}"] = flops
         ids = np.arange(args.held_permutations)
+        n_train = X.shape[0] // N_RUNS * (N_RUNS - 1)
         for threads in (1, None):
-            walls, cpus = [], []
+            walls, cpus, shares, rates = [], [], [], []
             with threadpool_limits(limits=threads):
                 for _ in range(args.held_repeats):
                     start, start_cpu = time.perf_counter(), time.process_time()
                     held(ids)
                     walls.append((time.perf_counter() - start) / ids.size)
                     cpus.append((time.process_time() - start_cpu) / ids.size)
+                    if threads == 1:
+                        # The GEMM rate timed right after each call: the
+                        # host's rate drifts by 10-20% from minute to minute,
+                        # so each call's share of the floor takes its own.
+                        rate = gemm_rate(n_train, X.shape[1], 2000)
+                        rates.append(rate)
+                        shares.append(flops / rate / cpus[-1])
             name = "1 thread" if threads == 1 else "all threads"
             rows[f"held {name}, band {b}"] = float(np.median(walls))
             rows[f"held {name} CPU, band {b}"] = float(np.median(cpus))
+            if shares:
+                rows[f"held 1 thread floor share, band {b}"] = float(np.median(shares))
+                rows[f"held 1 thread rate, band {b}"] = float(np.median(rates))
         # Two worker processes of one thread each (variance_partitioning's
         # n_jobs=2), after a first call that starts them and ships the task.
         halves = np.array_split(ids, 2)
@@ -501,15 +521,6 @@ def null_tasks(X, Y, labels, runs, candidates, args, seed=0):
                     walls.append((time.perf_counter() - start) / ids.size)
         rows[f"held 2 processes, band {b}"] = float(np.median(walls[1:]))
         rows[f"held, band {b}"] = rows[f"held all threads, band {b}"]
-        flops = 2.0 * X.shape[0] * X.shape[1] * n_targets
-        for fold, (train, _) in enumerate(splits):
-            flops += 2.0 * (X.shape[0] - len(train)) * X.shape[1] * n_targets
-            for model in (held.full[fold], held.reduced[fold]):
-                for c in model.candidate:
-                    r, kept = model.Vt[c].shape
-                    n_test = model.test_basis[c].shape[0]
-                    flops += 2.0 * r * kept + 2.0 * n_test * r
-        rows[f"held flops, band {b}"] = flops
     return rows
 
 
@@ -582,10 +593,14 @@ def partition_nulls(args):
         one = measured[-1][f"held 1 thread CPU, band {b}"]
         wall = measured[-1][f"held all threads, band {b}"]
         two = measured[-1][f"held 2 processes, band {b}"]
+        paired = measured[-1][f"held 1 thread floor share, band {b}"]
+        paired_rate = measured[-1][f"held 1 thread rate, band {b}"]
         print(
             f"held, band {b} at {sizes[-1]} targets, per permutation: one "
             f"thread {one:.3g} CPU s against a GEMM floor of {floor:.3g} "
-            f"({floor / one:.0%}); {threads} BLAS threads {wall:.3g} s wall "
+            f"({floor / one:.0%}; {paired:.0%} with the rate timed after each "
+            f"call, median, {paired_rate / 1e9:.1f} GFLOP/s); {threads} BLAS "
+            f"threads {wall:.3g} s wall "
             f"against {floor / threads:.3g} ({floor / threads / wall:.0%}); 2 "
             f"processes of one thread {two:.3g} s wall against {floor / 2:.3g} "
             f"({floor / 2 / two:.0%}); {per[-1] / N_RUNS / 1e6:.2f} MFLOP per "
