@@ -58,7 +58,9 @@ The held null's GEMM floor, per permutation and target: the product
 n_test p: a fold's products are the total less them), and per fold, for
 the full and the reduced model at the target's candidate of r kept columns
 (r <= n_train here), ``V'(X'Wy*)`` (2 r^2) and the test rows' predictions
-(2 n_test r), at the rate of one core (a GEMM of the script's shape, timed
+(2 n_test r), or, for a model that scores from products (a reduced model of
+few columns: ``HeldModel.from_moments``), ``V'(X'Wy*)``, the test rows'
+``B'Wy*`` (2 r^2) and the Gram matrix's product (2 r^2), at the rate of one core (a GEMM of the script's shape, timed
 after the nulls); printed as its share of the held null's CPU seconds on
 one thread and of its wall seconds on all threads (the floor divided by
 the threads).
@@ -484,7 +486,10 @@ def null_tasks(X, Y, labels, runs, candidates, args, seed=0):
                 for c in model.candidate:
                     r, kept = model.Vt[c].shape
                     n_test = model.test_basis[c].shape[0]
-                    flops += 2.0 * r * kept + 2.0 * n_test * r
+                    if model.from_moments:
+                        flops += 4.0 * r * kept + 2.0 * r * r
+                    else:
+                        flops += 2.0 * r * kept + 2.0 * n_test * r
         rows[f"held flops, band {b}"] = flops
         ids = np.arange(args.held_permutations)
         n_train = X.shape[0] // N_RUNS * (N_RUNS - 1)

@@ -211,6 +211,17 @@ def _check_against(result, observed, null, band, n_items, exact=False):
     assert_allclose(result.pvalue_fwer[band], fwer, rtol=0, atol=1e-12)
 
 
+def _route(monkeypatch, hyperparameters):
+    """``"held"`` scoring every model through its test rows, or, for ``"held
+    from products"``, from products wherever a fold trains on all rows but
+    its test rows (HeldModel.moment_errors); the treatment's name."""
+    if hyperparameters.startswith("held"):
+        products = hyperparameters == "held from products"
+        monkeypatch.setattr(held_model, "_from_moments", lambda *shape: products)
+        return "held"
+    return hyperparameters
+
+
 def _codes(n_samples, runs, permutation_type, n_items, exact=False):
     return signed_rows(
         SEED,
@@ -222,9 +233,10 @@ def _codes(n_samples, runs, permutation_type, n_items, exact=False):
     )
 
 
-@pytest.mark.parametrize("hyperparameters", ["held", "searched"])
+@pytest.mark.parametrize("hyperparameters", ["held", "held from products", "searched"])
 @pytest.mark.parametrize("band", [0, 1])
-def test_two_bands_equal_a_naive_loop(hyperparameters, band):
+def test_two_bands_equal_a_naive_loop(hyperparameters, band, monkeypatch):
+    hyperparameters = _route(monkeypatch, hyperparameters)
     X, Y, labels, runs, weights = _data()
     result = _run(X, Y, labels, runs, weights, null_hyperparameters=hyperparameters)
     splits = list(GroupKFold(2).split(X, groups=runs))
@@ -237,8 +249,9 @@ def test_two_bands_equal_a_naive_loop(hyperparameters, band):
     assert np.ptp(null, axis=0).min() > 1e-3
 
 
-@pytest.mark.parametrize("hyperparameters", ["held", "searched"])
-def test_three_bands_mean_over_folds_equal_a_naive_loop(hyperparameters):
+@pytest.mark.parametrize("hyperparameters", ["held", "held from products", "searched"])
+def test_three_bands_mean_over_folds_equal_a_naive_loop(hyperparameters, monkeypatch):
+    hyperparameters = _route(monkeypatch, hyperparameters)
     X, Y, labels, runs, weights = _data(band_sizes=(3, 2, 2), seed=4)
     cv = LeaveOneGroupOut()
     result = _run(
@@ -563,8 +576,9 @@ def _held_unique(X, Y, labels, band, splits, weights, held, average, fit_interce
         (GroupKFold(2), "rows", "circular_shift", False, False),
     ],
 )
+@pytest.mark.parametrize("route", ["held", "held from products"])
 def test_held_candidates_interleaved_equal_per_target_ridge(
-    cv, average, permutation_type, by_element, fit_intercept, monkeypatch
+    cv, average, permutation_type, by_element, fit_intercept, route, monkeypatch
 ):
     # The held null sorts each fold's targets by candidate and scores from
     # moments accumulated fold by fold: with candidates that interleave
@@ -572,7 +586,9 @@ def test_held_candidates_interleaved_equal_per_target_ridge(
     # are not contiguous), targets far from 0, weights and AR runs of unequal
     # length, every permutation's unique variance equals per-target Ridge
     # refits scored by r2_score. by_element: gathers of rows element by
-    # element (no contiguous pieces).
+    # element (no contiguous pieces). route: every model scored through its
+    # test rows, or from products where the fold allows (_route).
+    _route(monkeypatch, route)
     if by_element:
         monkeypatch.setattr(freedman_lane_held, "MAX_SEGMENTS", 0)
     X, Y, _, runs, weights = _data(seed=12)
@@ -652,7 +668,15 @@ def test_held_candidates_interleaved_equal_per_target_ridge(
     assert_allclose(task(np.array([2])), null[2:], rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("block_bytes", [1, 2000])
+@pytest.mark.parametrize(
+    "route, block_bytes",
+    [
+        ("held", 1),
+        ("held", 2000),
+        ("held from products", 1),
+        ("held from products", 1200),
+    ],
+)
 @pytest.mark.parametrize(
     "cv, average, permutation_type",
     [
@@ -661,7 +685,7 @@ def test_held_candidates_interleaved_equal_per_target_ridge(
     ],
 )
 def test_held_blocks_of_any_size_equal_per_target_ridge(
-    block_bytes, cv, average, permutation_type, monkeypatch
+    route, block_bytes, cv, average, permutation_type, monkeypatch
 ):
     # The squared errors go through blocks of rows in candidate order: blocks
     # of one row, and blocks of a few rows that end inside a candidate's
@@ -678,7 +702,7 @@ def test_held_blocks_of_any_size_equal_per_target_ridge(
     monkeypatch.setattr(held_model, "_block_rows", spy)
     monkeypatch.setattr(freedman_lane_held, "TARGET_CHUNK", 5)
     test_held_candidates_interleaved_equal_per_target_ridge(
-        cv, average, permutation_type, False, True, monkeypatch
+        cv, average, permutation_type, False, True, route, monkeypatch
     )
     # 36 rows (12 targets, 3 permutations) over 4 candidates and 5 alphas.
     assert max(sizes) == 1 if block_bytes == 1 else 2 <= min(sizes) <= max(sizes) < 9
@@ -718,7 +742,7 @@ def _train_on_one(groups):
 @pytest.mark.parametrize("make", [_gapped, _train_on_one])
 def test_held_folds_reading_other_rows_equal_per_target_ridge(make, monkeypatch):
     test_held_candidates_interleaved_equal_per_target_ridge(
-        _Splits(make), "rows", "circular_shift", False, True, monkeypatch
+        _Splits(make), "rows", "circular_shift", False, True, "held", monkeypatch
     )
 
 
@@ -867,3 +891,27 @@ def test_held_task_pickles_without_copies_of_its_views():
         assert [v.shape for v in views] == [v.shape for v in rebuilt]
         assert all(not v.flags.owndata for v in rebuilt)
     assert "Vt" not in model.__getstate__()
+
+
+def test_small_models_score_from_products_wide_ones_from_test_rows():
+    # A model of few columns beside many test rows scores from products (no
+    # pass over the test rows); one as wide as its test rows goes through
+    # them, where its predictions take fewer flops than B'Wy and B'WB.
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((120, 40))
+    train, test = np.arange(80), np.arange(80, 120)
+    choice = (np.ones((3, 1)), np.ones(3))
+    small, wide = (
+        freedman_lane_held.held_fold(
+            X,
+            train,
+            test,
+            None,
+            columns,
+            [np.arange(columns.size)],
+            choice,
+            fit_intercept=True,
+        )
+        for columns in (np.arange(4), np.arange(40))
+    )
+    assert small.from_moments and not wide.from_moments

@@ -37,6 +37,8 @@ from .held_model import (
     BLOCK_BYTES,
     HeldModel,
     _as_slice,
+    _block_moments,
+    _block_rows,
     _columns,
     _offset,
     _scratch,
@@ -78,6 +80,9 @@ HELD_ROW_NUMBERS = 16
 # memory copy each) rather than element by element (np.take along rows is
 # several times slower per element).
 MAX_SEGMENTS = 256
+# Bytes of the chunks of targets whose test rows' products are made
+# together (HeldNullProblem._moved_test_products).
+PRODUCT_CHUNK_BYTES = 8 << 20
 # Targets whose rows of y* are built together (HeldNullProblem.targets).
 TARGET_CHUNK = 64
 
@@ -412,25 +417,17 @@ class HeldNullProblem:
             # y* at the rows the fold reads, its test rows first.
             Y = self.targets(codes, fold.columns, buffers).reshape(n_rows, -1)
             products, mean = self._products(fold, Y, totals, codes, buffers)
-            test_rows = Y[:, : fold.n_test]
             # Each candidate's products are small (its targets by its
             # columns): on one thread, as _linalg.one_thread says why.
-            # The test rows' own moments (their weighted mean less the
-            # training mean, their centred sum of squares) are taken from the
-            # first model's blocks, while the rows are in cache.
-            shift, squares = np.empty(n_rows), np.empty(n_rows)
             with _linalg.one_thread(Y):
-                fold_sse = [
-                    model[f].squared_errors(
-                        products,
-                        test_rows,
-                        n_repeats,
-                        fold.root_weight,
-                        buffers,
-                        None if m else (mean, fold.test_weight, shift, squares),
-                    )
-                    for m, model in enumerate(models)
-                ]
+                fold_sse, shift, squares = self._fold_errors(
+                    [model[f] for model in models],
+                    fold,
+                    Y[:, : fold.n_test],
+                    (products, totals, mean),
+                    n_repeats,
+                    buffers,
+                )
             moments = _Moments(n_rows)
             moments.add(fold.test_weight, mean + shift, squares, fold.n_test)
             if self.average == "rows":
@@ -446,6 +443,46 @@ class HeldNullProblem:
             f = list(scores / len(self.folds))
         unique = f[0] - (f[1] if self.reduced is not None else 0.0)
         return unique.reshape(n_targets, n_repeats).T
+
+    def _fold_errors(self, models, fold, test_rows, products, n_repeats, buffers):
+        """Each model's squared errors on the fold, and the test rows' own
+        moments (their weighted mean less the training mean, their centred
+        sum of squares).
+
+        The moments are taken from the first model's blocks that go through
+        the test rows (:meth:`HeldModel.squared_errors`), while the rows are
+        in cache. A model of few columns scores from products alone
+        (:meth:`HeldModel.moment_errors`) where the fold trains on every row
+        but its test rows, after the moments; with no model going through
+        the test rows, the moments take a pass of their own.
+        """
+        products, totals, mean = products
+        n_rows = test_rows.shape[0]
+        shift, squares = np.empty(n_rows), np.empty(n_rows)
+        moments = (mean, fold.test_weight, shift, squares)
+        fold_sse = [None] * len(models)
+        later = []
+        for m, model in enumerate(models):
+            if fold.closed and model.from_moments:
+                later.append(m)
+                continue
+            fold_sse[m] = model.squared_errors(
+                products, test_rows, n_repeats, fold.root_weight, buffers, moments
+            )
+            moments = None
+        if later:
+            if moments is not None:
+                # A pass of their own, a block of rows at a time.
+                size = _block_rows(2 * max(test_rows.shape[1], 1))
+                for lo in range(0, n_rows, size):
+                    block = slice(lo, min(lo + size, n_rows))
+                    _block_moments(test_rows[block], block, fold.root_weight, *moments)
+            centred = squares + fold.test_weight * shift**2
+            for m in later:
+                fold_sse[m] = models[m].moment_errors(
+                    products, totals, n_repeats, centred
+                )
+        return fold_sse, shift, squares
 
     def _products(self, fold, Y, totals, codes, buffers):
         """``(X_train' W Y_train`` with ``1' W Y_train`` in a last column,
@@ -496,20 +533,26 @@ class HeldNullProblem:
                 source = source * np.where(flipped, -1.0, 1.0)[:, None]
             moved[positions, k] = source
         out3 = out.reshape(n_targets, len(codes), width)
-        np.subtract(
-            totals.reshape(out3.shape), self._fitted_product(fold)[:, None, :], out=out3
-        )
-        residuals = np.ascontiguousarray(_columns(self.residuals, test))
-        # out3 -= residuals @ moved, on the transposes (Fortran order, as BLAS
-        # reads them; beta = 1 subtracts in place).
-        blas.dgemm(
-            -1.0,
-            moved.reshape(fold.n_test, -1).T,
-            residuals.T,
-            beta=1.0,
-            c=out3.reshape(n_targets, -1).T,
-            overwrite_c=True,
-        )
+        totals3 = totals.reshape(out3.shape)
+        fitted = self._fitted_product(fold)
+        moved = moved.reshape(fold.n_test, -1).T
+        # A chunk of targets at a time: the chunk's products stay in cache
+        # between the subtraction and the GEMM.
+        chunk = max(1, PRODUCT_CHUNK_BYTES // (8 * len(codes) * width))
+        for lo in range(0, n_targets, chunk):
+            hi = min(lo + chunk, n_targets)
+            np.subtract(totals3[lo:hi], fitted[lo:hi, None, :], out=out3[lo:hi])
+            residuals = np.ascontiguousarray(self.residuals[lo:hi, test])
+            # out3 -= residuals @ moved, on the transposes (Fortran order, as
+            # BLAS reads them; beta = 1 subtracts in place).
+            blas.dgemm(
+                -1.0,
+                moved,
+                residuals.T,
+                beta=1.0,
+                c=out3[lo:hi].reshape(hi - lo, -1).T,
+                overwrite_c=True,
+            )
         return True
 
 

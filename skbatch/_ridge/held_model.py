@@ -9,6 +9,13 @@ per block (``V'(X'Wy*)`` and the test rows' predictions, from the
 candidate's decomposition, computed once per fold by :func:`held_fold`)
 subtract the training means and predictions in place, and the block's sums
 of squares are taken while it is in cache.
+
+A model of few columns and small rank next to the test rows (a reduced
+model of one small band) scores from products alone where the fold trains
+on every row but its test rows (:meth:`HeldModel.moment_errors`): the test
+rows' products are all rows' less the training ones, and the squared errors
+follow from them, the test rows' moments and the Gram matrix of the test
+basis, with no pass over the test rows.
 """
 
 import math
@@ -50,10 +57,22 @@ class HeldModel:
         The targets by candidate (stable): candidate c's targets are
         ``order[bounds[c]:bounds[c + 1]]``.
     bounds : ndarray of shape (n_candidates + 1,)
+    from_moments : bool
+        Whether :meth:`moment_errors` takes fewer flops than
+        :meth:`squared_errors` for every candidate (:func:`_from_moments`).
     """
 
     def __init__(
-        self, columns, s, Vt, test_basis, candidate, alpha, shift=None, mean_weight=0.0
+        self,
+        columns,
+        s,
+        Vt,
+        test_basis,
+        candidate,
+        alpha,
+        shift=None,
+        mean_weight=0.0,
+        test_weight=None,
     ):
         self.columns = columns
         self.s = s
@@ -79,6 +98,17 @@ class HeldModel:
             for basis in test_basis
         ]
         self._views()
+        # The test basis's Gram matrix and weighted sums, the test rows
+        # weighted (moment_errors).
+        self._gram, self._test_sums = [], []
+        for basis in self.test_basis:
+            w = np.ones(len(basis)) if test_weight is None else test_weight
+            self._gram.append(basis.T @ (basis * w[:, None]))
+            self._test_sums.append(basis.T @ w)
+        self.from_moments = all(
+            _from_moments(len(s_c), len(kept), len(basis))
+            for s_c, kept, basis in zip(s, columns, self.test_basis)
+        )
         self.candidate = np.asarray(candidate, dtype=np.intp)
         self.alpha = np.asarray(alpha, dtype=np.float64)
         # By candidate, then alpha: each (candidate, alpha) is one run of
@@ -89,6 +119,13 @@ class HeldModel:
             self.candidate[self.order], np.arange(len(columns) + 1)
         )
         self._taken = [_as_slice(kept) for kept in columns]
+        # A one-candidate model's damping per distinct alpha (_row_damping).
+        self._alphas = np.unique(self.alpha)
+        self._table = np.array(
+            [np.append(1.0 / (s[0] ** 2 + a), 1.0) for a in self._alphas]
+            if len(columns) == 1
+            else []
+        )
         sorted_alpha = self.alpha[self.order]
         self._damping = []
         for c in range(len(columns)):
@@ -116,6 +153,25 @@ class HeldModel:
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._views()
+
+    def _sorted_rows(self, n_repeats):
+        """The rows ``target * n_repeats + k`` in candidate order."""
+        return (self.order[:, None] * n_repeats + np.arange(n_repeats)).ravel()
+
+    def _row_damping(self, lo, hi, n_repeats):
+        """The damping of rows ``lo:hi`` (``target * n_repeats + k``) of a
+        one-candidate model, a row each."""
+        first, last = lo // n_repeats, -(-hi // n_repeats)
+        codes = np.searchsorted(self._alphas, self.alpha[first:last])
+        table = np.repeat(self._table[codes], n_repeats, axis=0)
+        return table[lo - first * n_repeats : hi - first * n_repeats]
+
+    def _runs(self, c, n_repeats, start):
+        """Candidate c's alpha runs as ``(first row, stop, damping)``."""
+        return [
+            (a * n_repeats + start, b * n_repeats + start, damping)
+            for a, b, damping in self._damping[c]
+        ]
 
     def squared_errors(
         self, products, test_rows, n_repeats, root_weight, buffers, moments=None
@@ -154,7 +210,7 @@ class HeldModel:
         """
         n_rows, n_test = test_rows.shape
         n_features = products.shape[1] - 1
-        rows = (self.order[:, None] * n_repeats + np.arange(n_repeats)).ravel()
+        rows = self._sorted_rows(n_repeats)
         out = np.empty(n_rows)
         rank = max((len(s) for s in self.s), default=0)
         size = _block_rows(n_features + rank + n_test + 2)
@@ -166,10 +222,7 @@ class HeldModel:
             start, stop = self.bounds[c] * n_repeats, self.bounds[c + 1] * n_repeats
             solve = self._solve[c]
             whole = isinstance(taken, slice) and taken.stop == n_features
-            runs = [
-                (a * n_repeats + start, b * n_repeats + start, damping)
-                for a, b, damping in self._damping[c]
-            ]
+            runs = self._runs(c, n_repeats, start)
             for lo in range(start, stop, size):
                 hi = min(lo + size, stop)
                 block_rows = rows[lo:hi]
@@ -196,9 +249,7 @@ class HeldModel:
                     )
                     np.matmul(kept, solve[:-1], out=coords)
                     coords += products[block_rows, n_features:] * solve[-1]
-                for a, b, damping in runs:
-                    if a < hi and b > lo:
-                        coords[max(a, lo) - lo : min(b, hi) - lo] *= damping
+                _damp(coords, runs, lo, hi)
                 # A copy of the block's test rows (C order), from which the
                 # GEMM subtracts the means and predictions in place (BLAS's
                 # beta = 1) on the transposes, which are in Fortran order.
@@ -216,14 +267,106 @@ class HeldModel:
                 out[block_rows] = _sum_of_squares(errors, root_weight)
         return out
 
+    def moment_errors(self, products, totals, n_repeats, centred):
+        """:meth:`squared_errors` from products alone, where the fold trains
+        on every row but its test rows.
+
+        With ``m`` the training mean, ``B`` the candidate's test basis and
+        ``c`` the damped coordinates, the errors are ``(y - m) - B c``, so
+        their weighted sum of squares is ``centred - 2 c'B'W(y - m) +
+        c'(B'WB)c``. ``B'Wy`` is V' (times the scales) of the test rows'
+        products, ``totals`` less ``products`` at the kept columns (X
+        centred on its overall mean, less the fold's shift as the training
+        products are), and ``B'W1`` and ``B'WB`` are the model's, made
+        once.
+
+        Parameters
+        ----------
+        products : ndarray of shape (n_targets * n_repeats, n_features + 1)
+            The training rows' products, as :meth:`squared_errors` takes.
+        totals : ndarray of the same shape
+            All rows' products.
+        n_repeats : int
+        centred : ndarray of shape (n_targets * n_repeats,)
+            Each row's weighted sum of squares of its test rows less its
+            training mean.
+
+        Returns
+        -------
+        ndarray of shape (n_targets * n_repeats,)
+        """
+        n_features = products.shape[1] - 1
+        # One candidate (a model of one band): its rows in their own order,
+        # contiguous, each damped by its alpha's row of a table.
+        single = len(self._taken) == 1
+        rows = None if single else self._sorted_rows(n_repeats)
+        out = np.empty(products.shape[0])
+        for c, taken in enumerate(self._taken):
+            start, stop = self.bounds[c] * n_repeats, self.bounds[c + 1] * n_repeats
+            solve, gram, sums = self._solve[c], self._gram[c], self._test_sums[c]
+            runs = self._runs(c, n_repeats, start)
+            size = _block_rows(4 * solve.shape[0] + 2 * solve.shape[1])
+            for lo in range(start, stop, size):
+                hi = min(lo + size, stop)
+                block_rows = slice(lo, hi) if single else rows[lo:hi]
+                train = _kept_rows(products, block_rows, taken, n_features)
+                test = _kept_rows(totals, block_rows, taken, n_features)
+                test -= train
+                coords = train @ solve
+                if single:
+                    coords *= self._row_damping(lo, hi, n_repeats)
+                else:
+                    _damp(coords, runs, lo, hi)
+                mean, coef = coords[:, -1], coords[:, :-1]
+                # B'W(y - m), then the cross and the quadratic terms.
+                cross = test @ solve[:, :-1]
+                cross -= mean[:, None] * sums
+                sse = centred[block_rows] - 2.0 * np.einsum("ij,ij->i", coef, cross)
+                sse += np.einsum("ij,ij->i", coef @ gram, coef)
+                out[block_rows] = sse
+        return out
+
+
+def _from_moments(rank, kept, n_test):
+    """Whether a candidate of ``rank`` and ``kept`` columns scores in fewer
+    flops from products (:meth:`HeldModel.moment_errors`: ``B'Wy`` and the
+    Gram matrix, ``r (k + r + 1)`` per row) than from its ``n_test`` test
+    rows (:meth:`HeldModel.squared_errors`' predictions, ``n_test (r + 1)``),
+    which also take passes over the test rows besides."""
+    return rank * (kept + rank + 1) <= n_test * (rank + 1)
+
+
+def _damp(coords, runs, lo, hi):
+    """Scale the block ``lo:hi`` of rows of ``coords`` by each alpha run's
+    damping."""
+    for a, b, damping in runs:
+        if a < hi and b > lo:
+            coords[max(a, lo) - lo : min(b, hi) - lo] *= damping
+
+
+def _kept_rows(A, rows, taken, n_features):
+    """``A``'s ``rows`` (a slice or int positions) at the columns ``taken``
+    and the last one (the weighted sums), a copy."""
+    if isinstance(rows, slice):
+        A, rows = A[rows], slice(None)
+    if isinstance(taken, slice) and taken.stop == n_features:
+        return np.array(A[rows, taken.start :])
+    width = taken.stop - taken.start if isinstance(taken, slice) else len(taken)
+    out = np.empty((A[rows, :1].shape[0], width + 1))
+    if isinstance(taken, slice) or isinstance(rows, slice):
+        out[:, :-1] = A[rows, taken]
+    else:
+        out[:, :-1] = A[np.ix_(rows, taken)]
+    out[:, -1] = A[rows, n_features]
+    return out
+
 
 def _block_moments(rows, index, root_weight, mean, total, shift, squares):
     """``shift[index]``: the weighted mean of ``rows`` less ``mean[index]``;
-    ``squares[index]``: the sum of squares of ``rows`` less that mean."""
-    deviations = rows - mean[index][:, None]
-    shift[index] = _weighted_mean(deviations, root_weight, total)
-    deviations -= shift[index][:, None]
-    squares[index] = _sum_of_squares(deviations, root_weight)
+    ``squares[index]``: the sum of squares of ``rows`` less their mean."""
+    own = _weighted_mean(rows, root_weight, total)
+    shift[index] = own - mean[index]
+    squares[index] = _sum_of_squares(rows - own[:, None], root_weight)
 
 
 def _weighted_mean(A, root_weight, total):
@@ -324,6 +467,7 @@ def held_fold(
         np.asarray(alpha, float),
         shift,
         1.0 / w.sum() if fit_intercept else 0.0,
+        None if sample_weight is None else _train_weights(sample_weight, test),
     )
 
 
