@@ -46,7 +46,8 @@ and to ``--null-permutations`` (1,000) per band:
   full model's decompositions on every fold (once, shared by both bands),
   the reduced model's (once per band), then ``--held-permutations``
   permutations per band in one call of the null's task, ``--held-repeats``
-  calls (the median), on one BLAS thread and on all of them (at choices
+  calls (the median, after one call untimed: a process maps its scratch
+  arrays once), on one BLAS thread and on all of them (at choices
   drawn from the grid; the reduced model's one fit on all rows, a search,
   is not counted);
 - Freedman–Lane with the searches redone (``null_hyperparameters=
@@ -493,6 +494,11 @@ def null_tasks(X, Y, labels, runs, candidates, args, seed=0):
         rows[f"held flops, band {b}"] = flops
         ids = np.arange(args.held_permutations)
         n_train = X.shape[0] // N_RUNS * (N_RUNS - 1)
+        # One call before the timed ones: its scratch arrays are mapped and
+        # the fitted values' products per fold made, once per process (the
+        # benchmark row's 1,000 permutations run on in the same process).
+        with threadpool_limits(limits=1):
+            held(ids)
         for threads in (1, None):
             walls, cpus, shares, rates = [], [], [], []
             with threadpool_limits(limits=threads):

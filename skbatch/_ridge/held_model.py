@@ -98,17 +98,18 @@ class HeldModel:
             for basis in test_basis
         ]
         self._views()
-        # The test basis's Gram matrix and weighted sums, the test rows
-        # weighted (moment_errors).
-        self._gram, self._test_sums = [], []
-        for basis in self.test_basis:
-            w = np.ones(len(basis)) if test_weight is None else test_weight
-            self._gram.append(basis.T @ (basis * w[:, None]))
-            self._test_sums.append(basis.T @ w)
         self.from_moments = all(
             _from_moments(len(s_c), len(kept), len(basis))
             for s_c, kept, basis in zip(s, columns, self.test_basis)
         )
+        # The test basis's Gram matrix and weighted sums, the test rows
+        # weighted (moment_errors): only where they are used (r x r each,
+        # smaller than the test basis there), as workers receive them.
+        self._gram, self._test_sums = [], []
+        for basis in self.test_basis if self.from_moments else []:
+            w = np.ones(len(basis)) if test_weight is None else test_weight
+            self._gram.append(basis.T @ (basis * w[:, None]))
+            self._test_sums.append(basis.T @ w)
         self.candidate = np.asarray(candidate, dtype=np.intp)
         self.alpha = np.asarray(alpha, dtype=np.float64)
         # By candidate, then alpha: each (candidate, alpha) is one run of
