@@ -61,8 +61,9 @@ the full and the reduced model at the target's candidate of r kept columns
 (r <= n_train here), ``V'(X'Wy*)`` (2 r^2) and the test rows' predictions
 (2 n_test r), or, for a model that scores from products (a reduced model of
 few columns: ``HeldModel.from_moments``), ``V'(X'Wy*)``, the test rows'
-``B'Wy*`` (2 r^2) and the Gram matrix's product (2 r^2), at the rate of one core (a GEMM of the script's shape, timed
-after the nulls); printed as its share of the held null's CPU seconds on
+``B'Wy*`` (2 r^2) and the Gram matrix's product (2 r^2), at the rate of
+one core (a GEMM of the script's shape, timed after the nulls, and after
+each one-thread call); printed as its share of the held null's CPU seconds on
 one thread and of its wall seconds on all threads (the floor divided by
 the threads).
 
