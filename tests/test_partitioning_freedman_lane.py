@@ -19,6 +19,7 @@ from skbatch._resampling.signed import signed_rows
 from skbatch._ridge import freedman_lane_held, held_model
 from skbatch._ridge.freedman_lane import (
     band_null_task,
+    null_bytes,
     permuted_targets,
     reduced_fit,
     searched_null_scores,
@@ -387,10 +388,8 @@ def test_bad_input_is_refused_before_any_fit(kwargs, match):
         )
 
 
-@pytest.mark.parametrize("hyperparameters", ["held", "searched"])
-@pytest.mark.parametrize("n_ids", [1, 3])
-def test_charge_per_resample_covers_the_traced_peak(hyperparameters, n_ids):
-    tracemalloc = pytest.importorskip("tracemalloc")
+def _task(hyperparameters):
+    """Band 0's null task on 300 targets, leave-one-run-out, and its data."""
     X, Y, labels, runs, weights = _data(seed=6)
     Y = np.tile(Y, (1, 100))
     splits = list(LeaveOneGroupOut().split(X, groups=runs))
@@ -418,6 +417,16 @@ def test_charge_per_resample_covers_the_traced_peak(hyperparameters, n_ids):
             permutation=dict(permutation_type="circular_shift", exact=False),
             quiet=(UserWarning,),
         )
+    return task, X, Y, splits
+
+
+@pytest.mark.parametrize("hyperparameters", ["held", "searched"])
+@pytest.mark.parametrize("n_ids", [1, 3])
+def test_charge_per_resample_covers_the_traced_peak(hyperparameters, n_ids):
+    tracemalloc = pytest.importorskip("tracemalloc")
+    task, X, Y, splits = _task(hyperparameters)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
         tracemalloc.start()
         try:
             task(np.arange(n_ids))
@@ -428,6 +437,23 @@ def test_charge_per_resample_covers_the_traced_peak(hyperparameters, n_ids):
     assert peak <= charged
     # Not a charge that would refuse far more than it needs.
     assert peak >= 0.5 * charged
+
+
+def test_each_worker_is_charged_the_fitted_products_it_makes():
+    # A worker process receives the held task without the fitted values'
+    # products with each fold's test rows (they are not pickled) and makes
+    # them on its first call: a second worker adds them to the charge, with
+    # its resample.
+    task, X, Y, splits = _task("held")
+    worker = pickle.loads(pickle.dumps(task))
+    assert not worker._fitted_test
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        worker(np.arange(2))
+    made = sum(products.nbytes for products in worker._fitted_test.values())
+    assert made > 0
+    one, two = (null_bytes(X, Y.shape[1], splits, 4, "held", n) for n in (1, 2))
+    assert two - one - task_bytes(task, Y.shape[1]) == pytest.approx(made)
 
 
 def _messages(X, Y, labels, runs, **kwargs):

@@ -350,8 +350,8 @@ def null_bytes(X, n_targets, splits, n_candidates, hyperparameters, n_workers):
     """Host bytes of a band's Freedman–Lane null beside the observed fits,
     for the preflight: the reduced model's fitted values and residuals (and,
     held, their copy as rows while it is made), one :func:`item_bytes` per
-    worker and, held, the fitted values' products with X (of all rows and
-    of each fold's test rows), every fold's
+    worker and, held, the fitted values' products with X (of all rows, and
+    of each fold's test rows in every worker), every fold's
     weighted rows that it does not train on and the decompositions of at
     most ``n_candidates`` candidates of both models (singular vectors, the
     test rows in their basis, and the triangular factor they come from).
@@ -377,8 +377,10 @@ def null_bytes(X, n_targets, splits, n_candidates, hyperparameters, n_workers):
     if not held:
         return total
     # The fitted values' products with X (HeldNullProblem.fitted_products),
-    # of all rows and of each fold's test rows.
-    total += 8.0 * n_targets * (n_features + 1) * (1 + len(splits))
+    # of all rows and of each fold's test rows; the latter made again by
+    # every worker process (its task arrives without them).
+    folds = len(splits) * max(n_workers, 1)
+    total += 8.0 * n_targets * (n_features + 1) * (1 + folds)
     total += 8.0 * n_samples * n_targets + 8.0 * n_features * (n_samples + n_features)
     for train, test in splits:
         rank = min(len(train), n_features)
