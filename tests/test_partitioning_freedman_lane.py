@@ -604,7 +604,14 @@ def _held_unique(X, Y, labels, band, splits, weights, held, average, fit_interce
 )
 @pytest.mark.parametrize("route", ["held", "held from products"])
 def test_held_candidates_interleaved_equal_per_target_ridge(
-    cv, average, permutation_type, by_element, fit_intercept, route, monkeypatch
+    cv,
+    average,
+    permutation_type,
+    by_element,
+    fit_intercept,
+    route,
+    monkeypatch,
+    within_runs=True,
 ):
     # The held null sorts each fold's targets by candidate and scores from
     # moments accumulated fold by fold: with candidates that interleave
@@ -623,6 +630,8 @@ def test_held_candidates_interleaved_equal_per_target_ridge(
     Y = np.repeat(Y, 4, axis=1) + 0.3 * rng.standard_normal((len(Y), 12))
     Y[:, 5] += 1e4
     splits = list(cv.split(X, groups=runs))
+    # Permutations within runs, or (within_runs False) across them.
+    groups = runs if within_runs else None
     candidates = np.array([[1.0, 0.0], [0.0, 1.0], [0.3, 0.7], [0.8, 0.2]])
     alphas = np.logspace(-1, 3, 5)
     held = [
@@ -666,14 +675,14 @@ def test_held_candidates_interleaved_equal_per_target_ridge(
         residuals=residuals,
         splits=splits,
         sample_weight=weights,
-        groups=runs,
+        groups=groups,
         entropy=SEED,
         permutation=permutation,
         fit_intercept=fit_intercept,
         average=average,
     )
     null = task(np.arange(3))
-    codes = signed_rows(SEED, np.arange(3), len(X), runs, **permutation)
+    codes = signed_rows(SEED, np.arange(3), len(X), groups, **permutation)
     expected = [
         _held_unique(
             X,
@@ -813,68 +822,21 @@ def test_products_of_all_rows_equal_those_of_the_permuted_targets():
     assert_allclose(task.totals(codes, {}), expected, rtol=0, atol=1e-10)
 
 
-def test_held_shuffle_across_folds_equals_per_target_ridge():
+def test_held_shuffle_across_folds_equals_per_target_ridge(monkeypatch):
     # Rows shuffled across runs (no groups): a permutation moves test rows
     # out of their fold, so the test rows' products cannot come from the
     # residuals' (the path for permutations within folds); the null still
     # equals per-target Ridge refits.
-    X, Y, _, runs, weights = _data(seed=14)
-    labels = np.array([0, 1, 0, 1, 0, 1])
-    rng = np.random.default_rng(14)
-    Y = np.repeat(Y, 2, axis=1) + 0.3 * rng.standard_normal((len(Y), 6))
-    splits = list(LeaveOneGroupOut().split(X, groups=runs))
-    candidates = np.array([[1.0, 0.0], [0.3, 0.7]])
-    alphas = np.logspace(-1, 3, 5)
-    held = [
-        [(candidates[rng.integers(2, size=6)], rng.choice(alphas, 6)) for _ in splits],
-        [(np.ones((6, 1)), rng.choice(alphas, 6)) for _ in splits],
-    ]
-    band, rest = 1, np.flatnonzero(labels != 1)
-    fitted = 0.5 * X[:, rest] @ rng.standard_normal((3, 6)) + 2.0
-    residuals, _ = _ar1_runs(RUN_LENGTHS, 6, 0.6, 15)
-    models = [
-        [
-            freedman_lane_held.held_fold(
-                X, train, test, weights, columns, bands, choice, fit_intercept=True
-            )
-            for (train, test), choice in zip(splits, choices)
-        ]
-        for columns, bands, choices in (
-            (np.arange(6), [np.flatnonzero(labels == b) for b in (0, 1)], held[0]),
-            (rest, [np.arange(3)], held[1]),
-        )
-    ]
-    permutation = dict(permutation_type="shuffle", exact=False)
-    task = freedman_lane_held.HeldNullProblem(
-        X,
-        *models,
-        fitted=fitted,
-        residuals=residuals,
-        splits=splits,
-        sample_weight=weights,
-        groups=None,
-        entropy=SEED,
-        permutation=permutation,
-        fit_intercept=True,
-        average="rows",
+    test_held_candidates_interleaved_equal_per_target_ridge(
+        LeaveOneGroupOut(),
+        "rows",
+        "shuffle",
+        False,
+        True,
+        "held",
+        monkeypatch,
+        within_runs=False,
     )
-    null = task(np.arange(2))
-    codes = signed_rows(SEED, np.arange(2), len(X), None, **permutation)
-    expected = [
-        _held_unique(
-            X,
-            permuted_targets(fitted, residuals, code[None]),
-            labels,
-            band,
-            splits,
-            weights,
-            held,
-            "rows",
-            True,
-        )
-        for code in codes
-    ]
-    assert_allclose(null, expected, rtol=0, atol=1e-10)
 
 
 def test_held_task_pickles_without_copies_of_its_views():
