@@ -212,13 +212,23 @@ def _check_against(result, observed, null, band, n_items, exact=False):
     assert_allclose(result.pvalue_fwer[band], fwer, rtol=0, atol=1e-12)
 
 
+HELD_ROUTES = ["held", "held from products", "held, small from products"]
+
+
 def _route(monkeypatch, hyperparameters):
-    """``"held"`` scoring every model through its test rows, or, for ``"held
-    from products"``, from products wherever a fold trains on all rows but
-    its test rows (HeldModel.moment_errors); the treatment's name."""
+    """``"held"`` scoring every model through its test rows; ``"held from
+    products"`` every model from products wherever a fold trains on all rows
+    but its test rows (HeldModel.moment_errors); ``"held, small from
+    products"`` only the models of 3 columns or fewer (a reduced model of one
+    small band, as at the benchmark's shape). Returns the treatment's
+    name."""
     if hyperparameters.startswith("held"):
-        products = hyperparameters == "held from products"
-        monkeypatch.setattr(held_model, "_from_moments", lambda *shape: products)
+        routes = {
+            "held": lambda rank, kept, n_test: False,
+            "held from products": lambda rank, kept, n_test: True,
+            "held, small from products": lambda rank, kept, n_test: kept <= 3,
+        }
+        monkeypatch.setattr(held_model, "_from_moments", routes[hyperparameters])
         return "held"
     return hyperparameters
 
@@ -234,7 +244,7 @@ def _codes(n_samples, runs, permutation_type, n_items, exact=False):
     )
 
 
-@pytest.mark.parametrize("hyperparameters", ["held", "held from products", "searched"])
+@pytest.mark.parametrize("hyperparameters", [*HELD_ROUTES, "searched"])
 @pytest.mark.parametrize("band", [0, 1])
 def test_two_bands_equal_a_naive_loop(hyperparameters, band, monkeypatch):
     hyperparameters = _route(monkeypatch, hyperparameters)
@@ -250,7 +260,7 @@ def test_two_bands_equal_a_naive_loop(hyperparameters, band, monkeypatch):
     assert np.ptp(null, axis=0).min() > 1e-3
 
 
-@pytest.mark.parametrize("hyperparameters", ["held", "held from products", "searched"])
+@pytest.mark.parametrize("hyperparameters", [*HELD_ROUTES, "searched"])
 def test_three_bands_mean_over_folds_equal_a_naive_loop(hyperparameters, monkeypatch):
     hyperparameters = _route(monkeypatch, hyperparameters)
     X, Y, labels, runs, weights = _data(band_sizes=(3, 2, 2), seed=4)
@@ -602,7 +612,7 @@ def _held_unique(X, Y, labels, band, splits, weights, held, average, fit_interce
         (GroupKFold(2), "rows", "circular_shift", False, False),
     ],
 )
-@pytest.mark.parametrize("route", ["held", "held from products"])
+@pytest.mark.parametrize("route", HELD_ROUTES)
 def test_held_candidates_interleaved_equal_per_target_ridge(
     cv,
     average,
@@ -710,6 +720,8 @@ def test_held_candidates_interleaved_equal_per_target_ridge(
         ("held", 2000),
         ("held from products", 1),
         ("held from products", 1200),
+        ("held, small from products", 1),
+        ("held, small from products", 1200),
     ],
 )
 @pytest.mark.parametrize(
