@@ -3,6 +3,7 @@ build each permuted target, refit the full and the reduced models (at the
 held choices, or with their searches) and recompute the unique variance."""
 
 import pickle
+import threading
 import warnings
 
 import numpy as np
@@ -504,6 +505,41 @@ def test_autocorrelated_residuals_warn():
     assert not _messages(X, white, labels, runs)
 
 
+def test_held_calls_at_the_same_time_keep_their_own_scratch(monkeypatch):
+    # The threads of a threading joblib backend call one held task at the
+    # same time: each call's y*, products and blocks must stay its own.
+    task, X, Y, splits = _task("held")
+    ids = [np.arange(0, 2), np.arange(2, 4)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        alone = [task(i) for i in ids]
+    # Both calls build their first fold's y* and products before either
+    # scores it.
+    barrier = threading.Barrier(2, timeout=60)
+    fold_errors = freedman_lane_held.HeldNullProblem._fold_errors
+
+    def together(self, *args, **kwargs):
+        if threading.current_thread() is not threading.main_thread():
+            barrier.wait()
+        return fold_errors(self, *args, **kwargs)
+
+    monkeypatch.setattr(freedman_lane_held.HeldNullProblem, "_fold_errors", together)
+    results = [None, None]
+
+    def call(k):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            results[k] = task(ids[k])
+
+    threads = [threading.Thread(target=call, args=(k,)) for k in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for got, expected in zip(results, alone):
+        assert_allclose(got, expected, rtol=0, atol=1e-12)
+
+
 def test_same_result_for_any_n_jobs():
     joblib = pytest.importorskip("joblib")
     X, Y, labels, runs, weights = _data(seed=8)
@@ -525,6 +561,20 @@ def test_same_result_for_any_n_jobs():
             )
         assert_allclose(serial.null_mean, workers.null_mean, rtol=0, atol=1e-12)
         assert_allclose(serial.pvalue, workers.pvalue, rtol=0, atol=0)
+        # Threads share the task itself, not a copy of it.
+        with joblib.parallel_config(backend="threading"):
+            threads = _run(
+                X,
+                Y,
+                labels,
+                runs,
+                weights,
+                null_hyperparameters=hyperparameters,
+                n_jobs=2,
+                **kwargs,
+            )
+        assert_allclose(serial.null_mean, threads.null_mean, rtol=0, atol=1e-12)
+        assert_allclose(serial.pvalue, threads.pvalue, rtol=0, atol=0)
 
 
 def test_searched_one_permutation_at_a_time_equals_all_together():

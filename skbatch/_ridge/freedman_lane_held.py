@@ -25,6 +25,8 @@ permutation (``target * K + k``):
   accumulated fold by fold: no prediction outlives its fold.
 """
 
+import contextlib
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -270,7 +272,7 @@ class HeldNullProblem:
         self.residuals = np.ascontiguousarray(np.asarray(residuals, dtype=np.float64).T)
         self.splits, self.sample_weight, self.groups = splits, sample_weight, groups
         self.full, self.reduced = full, reduced
-        self._buffers = {}
+        self._scratch_sets()
         self.entropy, self.permutation = entropy, permutation
         self.fit_intercept, self.average = fit_intercept, average
         # A fold's products X'Wy* are the products of all rows less those of
@@ -316,12 +318,35 @@ class HeldNullProblem:
         return self.fitted.shape[1], self.weighted.shape[1] - 1, self.fitted.shape[0]
 
     def __getstate__(self):
-        # A worker gets the problem, not this process's scratch arrays.
+        # A worker gets the problem, not this process's scratch arrays (nor
+        # their lock).
         state = dict(self.__dict__)
-        state["_buffers"] = {}
+        del state["_free"], state["_lock"]
         # Made again where needed: not shipped to every worker.
         state["_fitted_test"] = {}
         return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._scratch_sets()
+
+    def _scratch_sets(self):
+        # Sets of scratch arrays not in use. Calls at the same time (the
+        # threads of a threading joblib backend share this problem) each take
+        # a set of their own; one call after another reuse theirs.
+        self._free, self._lock = [], threading.Lock()
+
+    @contextlib.contextmanager
+    def _scratch_set(self):
+        """A set of scratch arrays (a dict of buffers) that no other call
+        uses until this one gives it back."""
+        with self._lock:
+            buffers = self._free.pop() if self._free else {}
+        try:
+            yield buffers
+        finally:
+            with self._lock:
+                self._free.append(buffers)
 
     def targets(self, codes, columns=slice(None), buffers=None):
         """``fitted + P residuals`` of each resample's signed row codes, at
@@ -394,15 +419,19 @@ class HeldNullProblem:
     def __call__(self, ids):
         """Unique variance of the band under resamples ``ids``: an ndarray
         of shape (len(ids), n_targets)."""
+        # Scratch arrays kept from call to call: a batch's megabytes are not
+        # mapped (and faulted in) anew for every batch.
+        with self._scratch_set() as buffers:
+            return self._unique(ids, buffers)
+
+    def _unique(self, ids, buffers):
+        """:meth:`__call__` with the scratch arrays ``buffers``."""
         n_targets, n_samples = self.fitted.shape
         codes = signed_rows(
             self.entropy, ids, n_samples, self.groups, **self.permutation
         )
         n_repeats = len(codes)
         n_rows = n_targets * n_repeats
-        # Scratch arrays kept from call to call: a batch's megabytes are not
-        # mapped (and faulted in) anew for every batch.
-        buffers = self._buffers
         # The largest fold's rows of y*, taken first: a buffer that grew
         # fold by fold would be held twice while it grows.
         _scratch(buffers, "y*", (n_rows * max(self._n_read, 1),))
