@@ -47,7 +47,8 @@ and to ``--null-permutations`` (1,000) per band:
   the reduced model's (once per band), then ``--held-permutations``
   permutations per band in one call of the null's task, ``--held-repeats``
   calls (the median, after one call untimed: a process maps its scratch
-  arrays once), on one BLAS thread and on all of them (at choices
+  arrays once), on one BLAS thread and on all of them (parts of the
+  targets side by side, one per thread: ``held_parts``) (at choices
   drawn from the grid; the reduced model's one fit on all rows, a search,
   is not counted);
 - Freedman–Lane with the searches redone (``null_hyperparameters=
@@ -495,11 +496,14 @@ def null_tasks(X, Y, labels, runs, candidates, args, seed=0):
         rows[f"held flops, band {b}"] = flops
         ids = np.arange(args.held_permutations)
         n_train = X.shape[0] // N_RUNS * (N_RUNS - 1)
-        # One call before the timed ones: its scratch arrays are mapped and
-        # the fitted values' products per fold made, once per process (the
-        # benchmark row's 1,000 permutations run on in the same process).
-        with threadpool_limits(limits=1):
-            held(ids)
+        # One call before the timed ones, on one thread and on all: its
+        # scratch arrays are mapped, the fitted values' products per fold made
+        # and, on all threads, the parts of targets that run side by side,
+        # once per process (the benchmark row's 1,000 permutations run on in
+        # the same process).
+        for threads in (1, None):
+            with threadpool_limits(limits=threads):
+                held(ids)
         for threads in (1, None):
             walls, cpus, shares, rates = [], [], [], []
             with threadpool_limits(limits=threads):
@@ -611,8 +615,8 @@ def partition_nulls(args):
             f"held, band {b} at {sizes[-1]} targets, per permutation: one "
             f"thread {one:.3g} CPU s against a GEMM floor of {floor:.3g} "
             f"({floor / one:.0%}; {paired:.0%} with the rate timed after each "
-            f"call, median, {paired_rate / 1e9:.1f} GFLOP/s); {threads} BLAS "
-            f"threads {wall:.3g} s wall "
+            f"call, median, {paired_rate / 1e9:.1f} GFLOP/s); {threads} threads "
+            f"side by side {wall:.3g} s wall "
             f"against {floor / threads:.3g} ({floor / threads / wall:.0%}); 2 "
             f"processes of one thread {two:.3g} s wall against {floor / 2:.3g} "
             f"({floor / 2 / two:.0%}); {per[-1] / N_RUNS / 1e6:.2f} MFLOP per "

@@ -17,7 +17,7 @@ from test_ridge import _ar1_runs
 
 from skbatch import BandedRidge, variance_partitioning
 from skbatch._resampling.signed import signed_rows
-from skbatch._ridge import freedman_lane_held, held_model
+from skbatch._ridge import freedman_lane, freedman_lane_held, held_model
 from skbatch._ridge.freedman_lane import (
     band_null_task,
     null_bytes,
@@ -433,10 +433,18 @@ def _task(hyperparameters):
     return task, X, Y, splits
 
 
-@pytest.mark.parametrize("hyperparameters", ["held", "searched"])
+@pytest.mark.parametrize(
+    "hyperparameters, n_parts", [("held", 1), ("held", 2), ("searched", 1)]
+)
 @pytest.mark.parametrize("n_ids", [1, 3])
-def test_charge_per_resample_covers_the_traced_peak(hyperparameters, n_ids):
+def test_charge_per_resample_covers_the_traced_peak(
+    hyperparameters, n_parts, n_ids, monkeypatch
+):
+    # n_parts: a call split into parts of targets side by side, each with
+    # scratch arrays of its own.
     tracemalloc = pytest.importorskip("tracemalloc")
+    for module in (freedman_lane_held, freedman_lane):
+        monkeypatch.setattr(module, "held_parts", lambda n_targets: n_parts)
     task, X, Y, splits = _task(hyperparameters)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
@@ -763,6 +771,11 @@ def test_held_candidates_interleaved_equal_per_target_ridge(
     assert np.ptp(null, axis=0).min() > 1e-4
     # Batches of one permutation give the same statistics.
     assert_allclose(task(np.array([2])), null[2:], rtol=0, atol=1e-12)
+    # So do parts of 2 or 3 targets side by side, each with its own choices
+    # (a part may lack a candidate).
+    monkeypatch.setattr(freedman_lane_held, "held_parts", lambda n_targets: 5)
+    assert_allclose(task(np.arange(3)), null, rtol=0, atol=1e-12)
+    assert sorted(len(part.fitted) for part in task._split[5]) == [2, 2, 2, 3, 3]
 
 
 @pytest.mark.parametrize(
@@ -903,7 +916,7 @@ def test_held_shuffle_across_folds_equals_per_target_ridge(monkeypatch):
     )
 
 
-def test_held_task_pickles_without_copies_of_its_views():
+def test_held_task_pickles_without_copies_of_its_views(monkeypatch):
     # Workers get the task by pickle: the same statistics, and each model's
     # V' and test basis (views of the arrays its GEMMs read) are rebuilt,
     # not shipped as copies.
@@ -938,6 +951,10 @@ def test_held_task_pickles_without_copies_of_its_views():
     )
     shipped = pickle.loads(pickle.dumps(task))
     assert_allclose(shipped(np.arange(3)), task(np.arange(3)), rtol=0, atol=0)
+    # Nor are the parts of a call side by side (views of the task's arrays).
+    monkeypatch.setattr(freedman_lane_held, "held_parts", lambda n_targets: 2)
+    task(np.arange(3))
+    assert task._split and "_split" not in task.__getstate__()
     model, copy = task.full[0], shipped.full[0]
     for views, rebuilt in ((model.Vt, copy.Vt), (model.test_basis, copy.test_basis)):
         assert [v.shape for v in views] == [v.shape for v in rebuilt]

@@ -44,6 +44,7 @@ from .freedman_lane_held import (
     HeldNullProblem,
     held_fold,
     held_item_bytes,
+    held_parts,
     read_rows,
 )
 from .partition_inference import held_out_scores
@@ -304,13 +305,17 @@ def band_null_task(
     )
 
 
-def item_bytes(n_samples, n_features, n_rows, n_targets, hyperparameters, n_read=None):
+def item_bytes(
+    n_samples, n_features, n_rows, n_targets, hyperparameters, n_read=None, n_parts=1
+):
     """Host bytes one resample holds while its null is computed.
 
     ``"held"``: :func:`~skbatch._ridge.freedman_lane_held.held_item_bytes`,
     ``n_rows`` the rows of the largest test fold (the held null scores a
     fold at a time), ``n_read`` the most rows of the targets a fold reads
-    (:func:`~skbatch._ridge.freedman_lane_held.read_rows`; all when None).
+    (:func:`~skbatch._ridge.freedman_lane_held.read_rows`; all when None),
+    ``n_parts`` the parts of a call side by side
+    (:func:`~skbatch._ridge.freedman_lane_held.held_parts`).
     ``"searched"``: its targets and
     :data:`SEARCHED_COPIES` copies of the ``n_rows`` test rows' of every
     fold.
@@ -319,10 +324,12 @@ def item_bytes(n_samples, n_features, n_rows, n_targets, hyperparameters, n_read
     --------
     >>> from skbatch._ridge.freedman_lane import item_bytes
     >>> item_bytes(100, 10, 20, 1, "held")
-    11360.0
+    11448.0
     """
     if hyperparameters == "held":
-        return held_item_bytes(n_samples, n_features, n_rows, n_targets, n_read)
+        return held_item_bytes(
+            n_samples, n_features, n_rows, n_targets, n_read, n_parts
+        )
     return 8.0 * n_targets * (n_samples + SEARCHED_COPIES * n_rows)
 
 
@@ -342,8 +349,13 @@ def task_bytes(task, n_targets):
         n_features, treatment = task.keywords["X"].shape[1], "searched"
     splits = task.splits if treatment == "held" else task.keywords["splits"]
     n_rows = _scored_rows(splits, treatment)
-    n_read = read_rows(n_samples, splits) if treatment == "held" else None
-    return item_bytes(n_samples, n_features, n_rows, n_targets, treatment, n_read)
+    if treatment == "held":
+        n_read, n_parts = read_rows(n_samples, splits), held_parts(n_targets)
+    else:
+        n_read, n_parts = None, 1
+    return item_bytes(
+        n_samples, n_features, n_rows, n_targets, treatment, n_read, n_parts
+    )
 
 
 def null_bytes(X, n_targets, splits, n_candidates, hyperparameters, n_workers):
@@ -373,6 +385,9 @@ def null_bytes(X, n_targets, splits, n_candidates, hyperparameters, n_workers):
         n_targets,
         hyperparameters,
         read_rows(n_samples, splits) if held else None,
+        # One worker is this thread, whose calls go side by side; several
+        # run on one thread each (held_parts).
+        held_parts(n_targets) if held and n_workers <= 1 else 1,
     )
     if not held:
         return total

@@ -23,18 +23,25 @@ permutation (``target * K + k``):
 - the squared errors and the moments of ``y*`` that R^2 needs (the weight,
   mean and centred sum of squares of each fold's test rows) are
   accumulated fold by fold: no prediction outlives its fold.
+
+Every target's statistic is its own: a call from the main thread splits the
+targets into parts that run side by side, one per thread of numpy's BLAS,
+each on one thread (:func:`held_parts`). Most of the work is small GEMMs and
+passes over rows that one BLAS call cannot spread over the cores.
 """
 
 import contextlib
+import copy
 import threading
 from typing import NamedTuple
 
 import numpy as np
-from scipy.linalg import blas
 
+from .._backends.side_by_side import cpu_workers, map_threads
 from .._kernels import linalg as _linalg
 from .._kernels.linalg.scores import CONSTANT_ULPS, TargetSpread, _r2
 from .._resampling.signed import signed_rows
+from ..backend import Backend
 from .held_model import (
     BLOCK_BYTES,
     HeldModel,
@@ -57,6 +64,7 @@ __all__ = [
     "fold_columns",
     "held_fold",
     "held_item_bytes",
+    "held_parts",
     "read_rows",
 ]
 
@@ -66,8 +74,10 @@ __all__ = [
 # p + 1 products with X (all rows', a fold's); per resample, whatever the
 # targets, X's rows moved as the residuals are (HeldNullProblem.totals); and
 # the blocks of rows of HeldModel.squared_errors (a block's products,
-# coordinates, two copies of its test rows and their deviations for the
-# moments: at most 3 BLOCK_BYTES, fewer with fewer rows).
+# coordinates, two copies of its test rows, their predictions and their
+# deviations for the moments: at most 4 BLOCK_BYTES, fewer with fewer rows)
+# and a chunk of the test rows' products (PRODUCT_CHUNK_BYTES). A call split
+# side by side (held_parts) holds the last three once per part.
 # tracemalloc's peak was 0.60-0.79 of this charge (160 rows, 300 targets, 1-8
 # resamples a call; tests/test_partitioning_freedman_lane.py holds it
 # between 0.5 and 1).
@@ -87,6 +97,24 @@ MAX_SEGMENTS = 256
 PRODUCT_CHUNK_BYTES = 8 << 20
 # Targets whose rows of y* are built together (HeldNullProblem.targets).
 TARGET_CHUNK = 64
+# Targets per part, at least, of a call split across the library's threads
+# (held_parts): fewer, and the threads cost more than they save.
+PART_TARGETS = 256
+_NUMPY = Backend("numpy")
+
+
+def held_parts(n_targets):
+    """Parts of consecutive targets that a call of :class:`HeldNullProblem`
+    runs side by side, each on one thread
+    (:func:`~skbatch._backends.side_by_side.cpu_workers`): one per thread
+    of numpy's BLAS, with at least :data:`PART_TARGETS` targets each, from
+    the main thread; 1 elsewhere (a worker of a joblib backend).
+
+    Most of a call is on one thread whatever BLAS may use: the candidates'
+    GEMMs are small and the passes over rows are numpy's. Side by side,
+    both cores of the benchmark's host run (benchmarks/RESULTS.md).
+    """
+    return max(1, min(cpu_workers(_NUMPY), n_targets // PART_TARGETS))
 
 
 def _segments(rows):
@@ -321,7 +349,7 @@ class HeldNullProblem:
         # A worker gets the problem, not this process's scratch arrays (nor
         # their lock).
         state = dict(self.__dict__)
-        del state["_free"], state["_lock"]
+        del state["_free"], state["_lock"], state["_split"]
         # Made again where needed: not shipped to every worker.
         state["_fitted_test"] = {}
         return state
@@ -335,6 +363,8 @@ class HeldNullProblem:
         # threads of a threading joblib backend share this problem) each take
         # a set of their own; one call after another reuse theirs.
         self._free, self._lock = [], threading.Lock()
+        # The parts of held_parts, once made (_parts).
+        self._split = {}
 
     @contextlib.contextmanager
     def _scratch_set(self):
@@ -419,10 +449,43 @@ class HeldNullProblem:
     def __call__(self, ids):
         """Unique variance of the band under resamples ``ids``: an ndarray
         of shape (len(ids), n_targets)."""
+        n_parts = held_parts(self.fitted.shape[0])
+        if n_parts == 1:
+            return self._whole(ids)
+        scores = map_threads(
+            lambda part: part._whole(ids), self._parts(n_parts), _NUMPY
+        )
+        return np.concatenate(scores, axis=1)
+
+    def _whole(self, ids):
+        """:meth:`__call__` on one thread."""
         # Scratch arrays kept from call to call: a batch's megabytes are not
         # mapped (and faulted in) anew for every batch.
         with self._scratch_set() as buffers:
             return self._unique(ids, buffers)
+
+    def _parts(self, n_parts):
+        """The problem as ``n_parts`` problems of consecutive targets, made
+        on the first call that needs them: views of this one's arrays, the
+        same decompositions, scratch arrays of their own."""
+        parts = self._split.get(n_parts)
+        if parts is None:
+            bounds = np.linspace(0, self.fitted.shape[0], n_parts + 1).astype(int)
+            parts = [self._part(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
+            self._split = {n_parts: parts}
+        return parts
+
+    def _part(self, lo, hi):
+        """The problem of targets ``lo:hi`` alone."""
+        part = copy.copy(self)
+        part.fitted, part.residuals = self.fitted[lo:hi], self.residuals[lo:hi]
+        part.fitted_products = self.fitted_products[lo:hi]
+        part.full = [model.targets(lo, hi) for model in self.full]
+        if self.reduced is not None:
+            part.reduced = [model.targets(lo, hi) for model in self.reduced]
+        part._fitted_test = {}
+        part._scratch_sets()
+        return part
 
     def _unique(self, ids, buffers):
         """:meth:`__call__` with the scratch arrays ``buffers``."""
@@ -564,50 +627,49 @@ class HeldNullProblem:
         out3 = out.reshape(n_targets, len(codes), width)
         totals3 = totals.reshape(out3.shape)
         fitted = self._fitted_product(fold)
-        moved = moved.reshape(fold.n_test, -1).T
+        moved = moved.reshape(fold.n_test, -1)
         # A chunk of targets at a time: the chunk's products stay in cache
-        # between the subtraction and the GEMM.
+        # between the GEMM and the subtractions.
         chunk = max(1, PRODUCT_CHUNK_BYTES // (8 * len(codes) * width))
         for lo in range(0, n_targets, chunk):
             hi = min(lo + chunk, n_targets)
-            np.subtract(totals3[lo:hi], fitted[lo:hi, None, :], out=out3[lo:hi])
             residuals = np.ascontiguousarray(self.residuals[lo:hi, test])
-            # out3 -= residuals @ moved, on the transposes (Fortran order, as
-            # BLAS reads them; beta = 1 subtracts in place).
-            blas.dgemm(
-                -1.0,
+            # numpy's GEMM, which lets other threads run (scipy's BLAS
+            # wrappers hold the GIL).
+            moved_products = np.matmul(
+                residuals,
                 moved,
-                residuals.T,
-                beta=1.0,
-                c=out3[lo:hi].reshape(hi - lo, -1).T,
-                overwrite_c=True,
-            )
+                out=_scratch(buffers, "moved products", (hi - lo, moved.shape[1])),
+            ).reshape(hi - lo, len(codes), width)
+            np.subtract(totals3[lo:hi], fitted[lo:hi, None, :], out=out3[lo:hi])
+            out3[lo:hi] -= moved_products
         return True
 
 
-def held_item_bytes(n_samples, n_features, n_test, n_targets, n_read=None):
+def held_item_bytes(n_samples, n_features, n_test, n_targets, n_read=None, n_parts=1):
     """Host bytes of one resample of :class:`HeldNullProblem` at its peak:
     :data:`HELD_TARGET_COPIES` copies of the ``n_read`` rows of ``y*`` a
     fold reads (:func:`read_rows`; all ``n_samples`` when None),
     :data:`HELD_PRODUCT_COPIES` of its products with X,
-    :data:`HELD_ROW_NUMBERS` numbers per target, X's rows moved as
-    its residuals are, and the blocks of rows its squared errors and
-    moments go through (3 :data:`BLOCK_BYTES` at most, of rows of the
-    products, coordinates and the largest test fold).
+    :data:`HELD_ROW_NUMBERS` numbers per target; and in each of the
+    ``n_parts`` parts of a call (:func:`held_parts`), X's rows moved as its
+    residuals are, the blocks of rows its squared errors and moments go
+    through (4 :data:`BLOCK_BYTES` at most, of rows of the products,
+    coordinates and the largest test fold) and a chunk of the test rows'
+    products (:data:`PRODUCT_CHUNK_BYTES` at most).
 
     Examples
     --------
     >>> from skbatch._ridge.freedman_lane_held import held_item_bytes
     >>> held_item_bytes(100, 10, 20, 1)
-    11360.0
+    11448.0
     """
     n_read = n_samples if n_read is None else n_read
     width = n_features + 1
-    blocks = min(3 * BLOCK_BYTES, 8.0 * n_targets * (2 * width + 3 * n_test))
-    return (
-        8.0
-        * n_targets
-        * (HELD_TARGET_COPIES * n_read + HELD_PRODUCT_COPIES * width + HELD_ROW_NUMBERS)
-        + 8.0 * n_samples * width
-        + blocks
+    blocks = min(
+        4 * BLOCK_BYTES + PRODUCT_CHUNK_BYTES,
+        8.0 * n_targets / n_parts * (3 * width + 3 * n_test),
     )
+    return 8.0 * n_targets * (
+        HELD_TARGET_COPIES * n_read + HELD_PRODUCT_COPIES * width + HELD_ROW_NUMBERS
+    ) + n_parts * (8.0 * n_samples * width + blocks)

@@ -5,10 +5,12 @@ candidates' decompositions and the held-out squared errors of
 Per fold and model the targets are taken in the order of their held
 candidate and alpha (:class:`HeldModel`, sorted once), a block of rows at a
 time: the block's products ``X'Wy*`` and test rows are gathered, two GEMMs
-per block (``V'(X'Wy*)`` and the test rows' predictions, from the
-candidate's decomposition, computed once per fold by :func:`held_fold`)
-subtract the training means and predictions in place, and the block's sums
-of squares are taken while it is in cache.
+per block (``V'(X'Wy*)`` and the test rows' predictions with the training
+means, from the candidate's decomposition, computed once per fold by
+:func:`held_fold`) give the predictions, subtracted from the test rows, and
+the block's sums of squares are taken while it is in cache. The GEMMs are
+numpy's, which release the GIL: parts of the targets run side by side on
+threads (:func:`~skbatch._ridge.freedman_lane_held.held_parts`).
 
 A model of few columns and small rank next to the test rows (a reduced
 model of one small band) scores from products alone where the fold trains
@@ -18,10 +20,10 @@ follow from them, the test rows' moments and the Gram matrix of the test
 basis, with no pass over the test rows.
 """
 
+import copy
 import math
 
 import numpy as np
-from scipy.linalg import blas
 
 from .._kernels import linalg as _linalg
 from .banded import BandedDesign
@@ -110,26 +112,32 @@ class HeldModel:
             w = np.ones(len(basis)) if test_weight is None else test_weight
             self._gram.append(basis.T @ (basis * w[:, None]))
             self._test_sums.append(basis.T @ w)
+        self._sort(candidate, alpha)
+
+    def _sort(self, candidate, alpha):
+        """Take the targets' ``candidate`` and ``alpha``, and the order,
+        bounds and damping that follow from them."""
         self.candidate = np.asarray(candidate, dtype=np.intp)
         self.alpha = np.asarray(alpha, dtype=np.float64)
         # By candidate, then alpha: each (candidate, alpha) is one run of
         # rows, damped by one vector 1 / (s^2 + alpha) in place (and 1 for
         # the mean's column).
+        n_candidates = len(self.columns)
         self.order = np.lexsort((self.alpha, self.candidate))
         self.bounds = np.searchsorted(
-            self.candidate[self.order], np.arange(len(columns) + 1)
+            self.candidate[self.order], np.arange(n_candidates + 1)
         )
-        self._taken = [_as_slice(kept) for kept in columns]
+        self._taken = [_as_slice(kept) for kept in self.columns]
         # A one-candidate model's damping per distinct alpha (_row_damping).
         self._alphas = np.unique(self.alpha)
         self._table = np.array(
-            [np.append(1.0 / (s[0] ** 2 + a), 1.0) for a in self._alphas]
-            if len(columns) == 1
+            [np.append(1.0 / (self.s[0] ** 2 + a), 1.0) for a in self._alphas]
+            if n_candidates == 1
             else []
         )
         sorted_alpha = self.alpha[self.order]
         self._damping = []
-        for c in range(len(columns)):
+        for c in range(n_candidates):
             start, stop = self.bounds[c], self.bounds[c + 1]
             alphas, starts = np.unique(sorted_alpha[start:stop], return_index=True)
             stops = np.append(starts[1:], stop - start)
@@ -139,6 +147,13 @@ class HeldModel:
                     for a, b, alpha in zip(starts, stops, alphas)
                 ]
             )
+
+    def targets(self, lo, hi):
+        """The model for targets ``lo:hi`` alone: the same decompositions
+        (not copied), those targets' choices."""
+        part = copy.copy(self)
+        part._sort(self.candidate[lo:hi], self.alpha[lo:hi])
+        return part
 
     def _views(self):
         # V' and the test basis without the columns of the means: views, not
@@ -182,9 +197,8 @@ class HeldModel:
         The rows are taken in candidate order a block at a time (at most
         :data:`BLOCK_BYTES` of the block's products, coordinates and
         errors): each block's test rows are gathered, their training means
-        and predictions subtracted by BLAS in place and their sums of
-        squares taken while the block is in cache; no array of all rows in
-        candidate order is made.
+        and predictions subtracted and their sums of squares taken while the
+        block is in cache; no array of all rows in candidate order is made.
 
         Parameters
         ----------
@@ -251,20 +265,18 @@ class HeldModel:
                     np.matmul(kept, solve[:-1], out=coords)
                     coords += products[block_rows, n_features:] * solve[-1]
                 _damp(coords, runs, lo, hi)
-                # A copy of the block's test rows (C order), from which the
-                # GEMM subtracts the means and predictions in place (BLAS's
-                # beta = 1) on the transposes, which are in Fortran order.
+                # A copy of the block's test rows, less the means and
+                # predictions (numpy's GEMM, which lets other threads run:
+                # scipy's BLAS wrappers hold the GIL).
                 errors = test_rows[block_rows]
                 if moments is not None:
                     _block_moments(errors, block_rows, root_weight, *moments)
-                blas.dgemm(
-                    -1.0,
-                    self._test_basis[c],
-                    coords.T,
-                    beta=1.0,
-                    c=errors.T,
-                    overwrite_c=True,
+                predictions = np.matmul(
+                    coords,
+                    self._test_basis[c].T,
+                    out=_scratch(buffers, "predictions", errors.shape),
                 )
+                errors -= predictions
                 out[block_rows] = _sum_of_squares(errors, root_weight)
         return out
 

@@ -30,7 +30,12 @@ import warnings
 import numpy as np
 
 from .banded import check_bands
-from .freedman_lane_held import HeldNullProblem, held_fold, held_item_bytes
+from .freedman_lane_held import (
+    HeldNullProblem,
+    held_fold,
+    held_item_bytes,
+    held_parts,
+)
 from .partition_inference import band_shares, replicate
 
 __all__ = [
@@ -281,7 +286,7 @@ def held_bootstrap_bytes(shape, n_targets, splits, groups, n_candidates):
     >>> from skbatch._ridge.partition_bootstrap_held import held_bootstrap_bytes
     >>> splits = [(np.arange(50), np.arange(50, 100))]
     >>> held_bootstrap_bytes((100, 10), 1, splits, None, 2)
-    53840.0
+    53928.0
     """
     n_samples, n_features = shape
     if groups is None:
@@ -304,7 +309,8 @@ def held_replicate_bytes(
     runs); its folds are taken as the data's in proportion. Counted:
     :data:`REPLICATE_X_COPIES` copies of the replicate's rows of X,
     :data:`REPLICATE_TARGET_COPIES` of its targets, one resample of
-    :func:`~skbatch._ridge.freedman_lane_held.held_item_bytes` and, per fold,
+    :func:`~skbatch._ridge.freedman_lane_held.held_item_bytes` (in the parts
+    of :func:`~skbatch._ridge.freedman_lane_held.held_parts`) and, per fold,
     the decompositions of at most ``n_candidates`` candidates (right singular
     vectors twice, the test rows in their basis) and the triangular factor
     they come from, all for the full model (the largest).
@@ -315,13 +321,15 @@ def held_replicate_bytes(
     >>> from skbatch._ridge.partition_bootstrap_held import held_replicate_bytes
     >>> splits = [(np.arange(50), np.arange(50, 100))]
     >>> held_replicate_bytes(100, 100, 10, splits, 2, 1)
-    53840.0
+    53928.0
     """
     largest = max((len(test) for _, test in splits), default=0)
     n_test = -(-largest * n_rows // n_samples)
     total = 8.0 * REPLICATE_X_COPIES * n_rows * n_features
     total += 8.0 * REPLICATE_TARGET_COPIES * n_rows * n_targets
-    total += held_item_bytes(n_rows, n_features, n_test, n_targets)
+    total += held_item_bytes(
+        n_rows, n_features, n_test, n_targets, n_parts=held_parts(n_targets)
+    )
     rank = min(n_rows, n_features)
     per_fold = 8.0 * n_features * rank + 8.0 * min(n_candidates, n_targets) * rank * (
         2 * n_features + n_test + 2
