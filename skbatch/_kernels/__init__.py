@@ -5,7 +5,9 @@
   function), taking ``xp`` arrays, holding no estimator state and doing no
   budget arithmetic;
 - :mod:`~skbatch._kernels.rules`: p-value and interval rules of accumulated
-  statistics (``alternative``, the max statistic, Holm / BH / BY).
+  statistics (``alternative``, the max statistic, Holm / BH / BY);
+- :mod:`~skbatch._kernels.blas`: scipy's BLAS where numpy has no call for
+  it (an in-place GEMM that releases the GIL).
 
 Nothing here imports another skbatch layer but the device layer's
 exceptions and backends.

@@ -39,6 +39,7 @@ import numpy as np
 
 from .._backends.side_by_side import cpu_workers, map_threads
 from .._kernels import linalg as _linalg
+from .._kernels.blas import gemm_update
 from .._kernels.linalg.scores import CONSTANT_ULPS, TargetSpread, _r2
 from .._resampling.signed import signed_rows
 from ..backend import Backend
@@ -629,20 +630,14 @@ class HeldNullProblem:
         fitted = self._fitted_product(fold)
         moved = moved.reshape(fold.n_test, -1)
         # A chunk of targets at a time: the chunk's products stay in cache
-        # between the GEMM and the subtractions.
+        # between the subtraction and the GEMM.
         chunk = max(1, PRODUCT_CHUNK_BYTES // (8 * len(codes) * width))
         for lo in range(0, n_targets, chunk):
             hi = min(lo + chunk, n_targets)
-            residuals = np.ascontiguousarray(self.residuals[lo:hi, test])
-            # numpy's GEMM, which lets other threads run (scipy's BLAS
-            # wrappers hold the GIL).
-            moved_products = np.matmul(
-                residuals,
-                moved,
-                out=_scratch(buffers, "moved products", (hi - lo, moved.shape[1])),
-            ).reshape(hi - lo, len(codes), width)
             np.subtract(totals3[lo:hi], fitted[lo:hi, None, :], out=out3[lo:hi])
-            out3[lo:hi] -= moved_products
+            residuals = np.ascontiguousarray(self.residuals[lo:hi, test])
+            # out3 -= residuals @ moved (BLAS's beta = 1 subtracts in place).
+            gemm_update(out3[lo:hi].reshape(hi - lo, -1), residuals, moved)
         return True
 
 

@@ -7,10 +7,10 @@ candidate and alpha (:class:`HeldModel`, sorted once), a block of rows at a
 time: the block's products ``X'Wy*`` and test rows are gathered, two GEMMs
 per block (``V'(X'Wy*)`` and the test rows' predictions with the training
 means, from the candidate's decomposition, computed once per fold by
-:func:`held_fold`) give the predictions, subtracted from the test rows, and
-the block's sums of squares are taken while it is in cache. The GEMMs are
-numpy's, which release the GIL: parts of the targets run side by side on
-threads (:func:`~skbatch._ridge.freedman_lane_held.held_parts`).
+:func:`held_fold`) subtract the training means and predictions in place,
+and the block's sums of squares are taken while it is in cache. The GEMMs
+release the GIL: parts of the targets run side by side on threads
+(:func:`~skbatch._ridge.freedman_lane_held.held_parts`).
 
 A model of few columns and small rank next to the test rows (a reduced
 model of one small band) scores from products alone where the fold trains
@@ -26,6 +26,7 @@ import math
 import numpy as np
 
 from .._kernels import linalg as _linalg
+from .._kernels.blas import gemm_update
 from .banded import BandedDesign
 
 __all__ = ["BLOCK_BYTES", "HeldModel", "held_fold"]
@@ -197,8 +198,9 @@ class HeldModel:
         The rows are taken in candidate order a block at a time (at most
         :data:`BLOCK_BYTES` of the block's products, coordinates and
         errors): each block's test rows are gathered, their training means
-        and predictions subtracted and their sums of squares taken while the
-        block is in cache; no array of all rows in candidate order is made.
+        and predictions subtracted by BLAS in place and their sums of
+        squares taken while the block is in cache; no array of all rows in
+        candidate order is made.
 
         Parameters
         ----------
@@ -265,18 +267,13 @@ class HeldModel:
                     np.matmul(kept, solve[:-1], out=coords)
                     coords += products[block_rows, n_features:] * solve[-1]
                 _damp(coords, runs, lo, hi)
-                # A copy of the block's test rows, less the means and
-                # predictions (numpy's GEMM, which lets other threads run:
-                # scipy's BLAS wrappers hold the GIL).
+                # A copy of the block's test rows, from which the GEMM
+                # subtracts the means and predictions in place (BLAS's beta
+                # = 1, the GIL released: gemm_update).
                 errors = test_rows[block_rows]
                 if moments is not None:
                     _block_moments(errors, block_rows, root_weight, *moments)
-                predictions = np.matmul(
-                    coords,
-                    self._test_basis[c].T,
-                    out=_scratch(buffers, "predictions", errors.shape),
-                )
-                errors -= predictions
+                gemm_update(errors, coords, self._test_basis[c].T)
                 out[block_rows] = _sum_of_squares(errors, root_weight)
         return out
 
