@@ -635,8 +635,10 @@ class HeldNullProblem:
         for lo in range(0, n_targets, chunk):
             hi = min(lo + chunk, n_targets)
             np.subtract(totals3[lo:hi], fitted[lo:hi, None, :], out=out3[lo:hi])
-            residuals = np.ascontiguousarray(self.residuals[lo:hi, test])
-            # out3 -= residuals @ moved (BLAS's beta = 1 subtracts in place).
+            # out3 -= residuals @ moved (BLAS's beta = 1 subtracts in place),
+            # the test rows' residuals read where they are (a slice of rows
+            # is a strided operand, no copy).
+            residuals = _columns(self.residuals[lo:hi], test)
             gemm_update(out3[lo:hi].reshape(hi - lo, -1), residuals, moved)
         return True
 
