@@ -357,7 +357,12 @@ default=None
         ``random_state`` still draws its band weights.
     n_jobs : int or None, default=None
         Workers for the refits of the permutations and replicates (joblib
-        convention).
+        convention). With ``null_hyperparameters="held"`` or
+        ``bootstrap_hyperparameters="held"``, one worker already runs parts
+        of the targets side by side on every thread of numpy's BLAS: on one
+        machine, more workers only copy the task to each (two worker
+        processes ran the benchmark's held null at half the speed of one;
+        ``benchmarks/RESULTS.md``).
     max_memory_gb : float or None, default=None
         Host memory budget in GB for the refits in flight and the retained
         summaries; None measures free memory. Checked before any fit.
