@@ -556,33 +556,21 @@ def test_same_result_for_any_n_jobs():
         serial = _run(
             X, Y, labels, runs, weights, null_hyperparameters=hyperparameters, **kwargs
         )
-        with joblib.parallel_config(backend="loky"):
-            workers = _run(
-                X,
-                Y,
-                labels,
-                runs,
-                weights,
-                null_hyperparameters=hyperparameters,
-                n_jobs=2,
-                **kwargs,
-            )
-        assert_allclose(serial.null_mean, workers.null_mean, rtol=0, atol=1e-12)
-        assert_allclose(serial.pvalue, workers.pvalue, rtol=0, atol=0)
-        # Threads share the task itself, not a copy of it.
-        with joblib.parallel_config(backend="threading"):
-            threads = _run(
-                X,
-                Y,
-                labels,
-                runs,
-                weights,
-                null_hyperparameters=hyperparameters,
-                n_jobs=2,
-                **kwargs,
-            )
-        assert_allclose(serial.null_mean, threads.null_mean, rtol=0, atol=1e-12)
-        assert_allclose(serial.pvalue, threads.pvalue, rtol=0, atol=0)
+        # Threads share the task itself, processes get copies of it.
+        for backend in ("loky", "threading"):
+            with joblib.parallel_config(backend=backend):
+                workers = _run(
+                    X,
+                    Y,
+                    labels,
+                    runs,
+                    weights,
+                    null_hyperparameters=hyperparameters,
+                    n_jobs=2,
+                    **kwargs,
+                )
+            assert_allclose(serial.null_mean, workers.null_mean, rtol=0, atol=1e-12)
+            assert_allclose(serial.pvalue, workers.pvalue, rtol=0, atol=0)
 
 
 def test_searched_one_permutation_at_a_time_equals_all_together():
