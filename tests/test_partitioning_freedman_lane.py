@@ -573,6 +573,34 @@ def test_same_result_for_any_n_jobs():
             assert_allclose(serial.pvalue, workers.pvalue, rtol=0, atol=0)
 
 
+def test_held_parts_side_by_side_change_no_result(monkeypatch):
+    # The public path with the targets split into parts side by side (the
+    # null and the held bootstrap's replicates) gives what one part gives.
+    X, Y, labels, runs, weights = _data(seed=9)
+    Y = np.tile(Y, (1, 4))
+    Y += np.random.default_rng(9).standard_normal(Y.shape)
+    kwargs = dict(
+        null_hyperparameters="held",
+        n_permutations=9,
+        n_bootstrap=4,
+        bootstrap_hyperparameters="held",
+    )
+    one = _run(X, Y, labels, runs, weights, **kwargs)
+    made = []
+
+    def parts(n_targets):
+        made.append(n_targets)
+        return 3
+
+    monkeypatch.setattr(freedman_lane_held, "held_parts", parts)
+    split = _run(X, Y, labels, runs, weights, **kwargs)
+    assert made
+    assert_allclose(split.null_mean, one.null_mean, rtol=0, atol=1e-12)
+    assert_allclose(split.pvalue, one.pvalue, rtol=0, atol=0)
+    assert_allclose(split.pvalue_fwer, one.pvalue_fwer, rtol=0, atol=0)
+    assert_allclose(split.unique_ci, one.unique_ci, rtol=0, atol=1e-12)
+
+
 def test_searched_one_permutation_at_a_time_equals_all_together():
     # The path of a search whose one choice is shared by its targets
     # (local_alpha=False) fits the permutations one by one; with per-target
