@@ -75,10 +75,9 @@ __all__ = [
 # p + 1 products with X (all rows', a fold's); per resample, whatever the
 # targets, X's rows moved as the residuals are (HeldNullProblem.totals); and
 # the blocks of rows of HeldModel.squared_errors (a block's products,
-# coordinates, two copies of its test rows, their predictions and their
-# deviations for the moments: at most 4 BLOCK_BYTES, fewer with fewer rows)
-# and a chunk of the test rows' products (PRODUCT_CHUNK_BYTES). A call split
-# side by side (held_parts) holds the last three once per part.
+# coordinates, two copies of its test rows and their deviations for the
+# moments: at most 3 BLOCK_BYTES, fewer with fewer rows). A call split side
+# by side (held_parts) holds the last two once per part.
 # tracemalloc's peak was 0.60-0.79 of this charge (160 rows, 300 targets, 1-8
 # resamples a call; tests/test_partitioning_freedman_lane.py holds it
 # between 0.5 and 1).
@@ -650,23 +649,19 @@ def held_item_bytes(n_samples, n_features, n_test, n_targets, n_read=None, n_par
     :data:`HELD_PRODUCT_COPIES` of its products with X,
     :data:`HELD_ROW_NUMBERS` numbers per target; and in each of the
     ``n_parts`` parts of a call (:func:`held_parts`), X's rows moved as its
-    residuals are, the blocks of rows its squared errors and moments go
-    through (4 :data:`BLOCK_BYTES` at most, of rows of the products,
-    coordinates and the largest test fold) and a chunk of the test rows'
-    products (:data:`PRODUCT_CHUNK_BYTES` at most).
+    residuals are and the blocks of rows its squared errors and moments go
+    through (3 :data:`BLOCK_BYTES` at most, of rows of the products,
+    coordinates and the largest test fold).
 
     Examples
     --------
     >>> from skbatch._ridge.freedman_lane_held import held_item_bytes
     >>> held_item_bytes(100, 10, 20, 1)
-    11448.0
+    11360.0
     """
     n_read = n_samples if n_read is None else n_read
     width = n_features + 1
-    blocks = min(
-        4 * BLOCK_BYTES + PRODUCT_CHUNK_BYTES,
-        8.0 * n_targets / n_parts * (3 * width + 3 * n_test),
-    )
+    blocks = min(3 * BLOCK_BYTES, 8.0 * n_targets / n_parts * (2 * width + 3 * n_test))
     return 8.0 * n_targets * (
         HELD_TARGET_COPIES * n_read + HELD_PRODUCT_COPIES * width + HELD_ROW_NUMBERS
     ) + n_parts * (8.0 * n_samples * width + blocks)
