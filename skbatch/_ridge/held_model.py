@@ -5,11 +5,11 @@ candidates' decompositions and the held-out squared errors of
 Per fold and model the targets are taken in the order of their held
 candidate and alpha (:class:`HeldModel`, sorted once), a block of rows at a
 time: the block's products ``X'Wy*`` and test rows are gathered, two GEMMs
-per block (``V'(X'Wy*)`` and the test rows' predictions with the training
-means, from the candidate's decomposition, computed once per fold by
-:func:`held_fold`) subtract the training means and predictions in place,
-and the block's sums of squares are taken while it is in cache. The GEMMs
-release the GIL: parts of the targets run side by side on threads
+per block (``V'(X'Wy*)`` and the test rows' predictions, from the
+candidate's decomposition, computed once per fold by :func:`held_fold`)
+subtract the training means and predictions in place, and the block's sums
+of squares are taken while it is in cache. The GEMMs release the GIL:
+parts of the targets run side by side on threads
 (:func:`~skbatch._ridge.freedman_lane_held.held_parts`).
 
 A model of few columns and small rank next to the test rows (a reduced
