@@ -88,6 +88,15 @@ def test_refuses_shapes_dtypes_and_c_it_cannot_update(C, A, B, error, match):
         gemm_update(C, A, B)
 
 
+def test_dimensions_beyond_blas_int_are_refused():
+    # A broadcast view of 2**31 rows costs no memory; BLAS's int cannot
+    # index it.
+    A = np.broadcast_to(np.zeros((1, 2)), (2**31, 2))
+    C = np.broadcast_to(np.zeros((1, 1)), (2**31, 1))
+    with pytest.raises(ValueError, match="2\\*\\*31"):
+        gemm_update(C, A, np.zeros((2, 1)))
+
+
 def test_read_only_c_is_refused():
     C = np.zeros((3, 4))
     C.flags.writeable = False

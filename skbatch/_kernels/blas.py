@@ -19,6 +19,7 @@ import scipy.linalg.cython_blas
 __all__ = ["gemm_update"]
 
 _INT = ctypes.POINTER(ctypes.c_int)
+_MAX_INT = 2**31 - 1
 _DOUBLE = ctypes.POINTER(ctypes.c_double)
 
 
@@ -53,23 +54,35 @@ def _dgemm():
     return prototype(address)
 
 
-def _column_major(A):
-    """``A`` (2-D float64) as BLAS reads it: ``(A or a copy, transposed,
-    leading dimension)``, where ``transposed`` says whether the memory,
-    read column-major, holds ``A.T`` (rows of ``A`` contiguous)."""
+def _layout(A):
+    """How BLAS reads ``A`` (2-D) where it is: ``(rows contiguous, leading
+    dimension)``, rows contiguous when the memory, read column-major, holds
+    ``A.T``; None where neither its rows nor its columns are contiguous."""
     rows, cols = A.shape
+    if A.size == 0:
+        # Nothing is read: any strides will do.
+        return True, max(cols, 1)
     row_stride, col_stride = (s // A.itemsize for s in A.strides)
     # A stride along an axis of length 1 is never used: any will do.
     if col_stride == 1 or cols <= 1:
         ld = row_stride if rows > 1 else max(cols, 1)
         if ld >= max(cols, 1):
-            return A, True, ld
+            return True, ld
     if row_stride == 1 or rows <= 1:
         ld = col_stride if cols > 1 else max(rows, 1)
         if ld >= max(rows, 1):
-            return A, False, ld
-    A = np.ascontiguousarray(A)
-    return A, True, max(cols, 1)
+            return False, ld
+    return None
+
+
+def _operand(A):
+    """``(A or a contiguous copy of it, rows contiguous, leading
+    dimension)``, as :func:`_layout`."""
+    layout = _layout(A)
+    if layout is None:
+        A = np.ascontiguousarray(A)
+        layout = True, max(A.shape[1], 1)
+    return (A, *layout)
 
 
 def gemm_update(C, A, B, alpha=-1.0):
@@ -111,19 +124,28 @@ def gemm_update(C, A, B, alpha=-1.0):
         raise TypeError(
             f"gemm_update takes float64 arrays; got {A.dtype}, {B.dtype} and {C.dtype}."
         )
-    C_, C_rows, ldc = _column_major(C)
-    if C_ is not C or not C_rows or not C.flags.writeable:
+    if max(m, n, k) > _MAX_INT:
+        raise ValueError(
+            f"gemm_update takes dimensions below 2**31 (BLAS's int); got C "
+            f"{C.shape}, A {A.shape} and B {B.shape}."
+        )
+    layout = _layout(C)
+    if layout is None or not layout[0] or not C.flags.writeable:
         raise ValueError(
             "gemm_update updates C in place: C must be writeable with its rows "
             "contiguous (C order, or a slice of rows of such an array)."
         )
-    if m == 0 or n == 0:
+    if m == 0 or n == 0 or k == 0:
         return C
-    if k == 0:
-        return C
+    ldc = layout[1]
     # Row-major C is column-major C.T: C.T += alpha B.T A.T.
-    B, B_rows, ldb = _column_major(B)
-    A, A_rows, lda = _column_major(A)
+    B, B_rows, ldb = _operand(B)
+    A, A_rows, lda = _operand(A)
+    if max(lda, ldb, ldc) > _MAX_INT:
+        raise ValueError(
+            f"gemm_update takes rows apart by fewer than 2**31 elements (BLAS's "
+            f"int); got leading dimensions {lda}, {ldb} and {ldc}."
+        )
     integer = ctypes.c_int
     _dgemm()(
         b"N" if B_rows else b"T",
