@@ -54,6 +54,26 @@ def test_strided_both_ways_is_copied_and_empty_products_leave_c():
         expected = C - A @ B
         gemm_update(C, A, B)
         assert_allclose(C, expected, rtol=1e-13, atol=1e-13)
+    # Strides of no whole number of elements (float64 read every 12 bytes
+    # of a byte buffer): copied, not read with a rounded stride.
+    raw = np.zeros(6 * 12 * 5 + 8, dtype=np.uint8)
+    A = np.lib.stride_tricks.as_strided(
+        np.frombuffer(raw.data, dtype=np.float64, count=1),
+        shape=(6, 5),
+        strides=(60, 12),
+    )
+    A_values = rng.standard_normal((6, 5))
+    for i in range(6):
+        for j in range(5):
+            raw[60 * i + 12 * j : 60 * i + 12 * j + 8] = np.frombuffer(
+                A_values[i, j].tobytes(), dtype=np.uint8
+            )
+    assert_allclose(A, A_values, rtol=0, atol=0)
+    B = rng.standard_normal((5, 4))
+    C = rng.standard_normal((6, 4))
+    expected = C - A_values @ B
+    gemm_update(C, A, B)
+    assert_allclose(C, expected, rtol=1e-13, atol=1e-13)
     # One row of C, whatever its row stride (a column's transpose).
     C = rng.standard_normal((4, 1)).T
     A, B = rng.standard_normal((1, 3)), rng.standard_normal((3, 4))

@@ -62,6 +62,9 @@ def _layout(A):
     if A.size == 0:
         # Nothing is read: any strides will do.
         return True, max(cols, 1)
+    if not A.flags.aligned or any(s % A.itemsize for s in A.strides):
+        # Strides that are no whole number of elements: BLAS cannot say them.
+        return None
     row_stride, col_stride = (s // A.itemsize for s in A.strides)
     # A stride along an axis of length 1 is never used: any will do.
     if col_stride == 1 or cols <= 1:
