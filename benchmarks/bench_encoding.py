@@ -45,7 +45,9 @@ and to ``--null-permutations`` (1,000) per band:
 - Freedman–Lane with held hyperparameters (``null="freedman_lane"``): the
   full model's decompositions on every fold (once, shared by both bands),
   the reduced model's (once per band), then ``--held-permutations``
-  permutations per band in one call of the null's task, ``--held-repeats``
+  permutations per band in one call of the null's task (8: what
+  ``variance_partitioning`` puts in a call at 20,000 targets, a window of
+  32 resamples in its 8 GB batching budget, run as 4 calls), ``--held-repeats``
   calls (the median, after one call untimed: a process maps its scratch
   arrays once), on one BLAS thread and on all of them (parts of the
   targets side by side, one per thread: ``held_parts``) (at choices
@@ -244,7 +246,12 @@ def main():
         "sizes: a line through them; one: in proportion)",
     )
     parser.add_argument("--null-permutations", type=int, default=1000)
-    parser.add_argument("--held-permutations", type=int, default=8)
+    parser.add_argument(
+        "--held-permutations",
+        type=int,
+        default=8,
+        help="permutations per call of the held null (the docstring)",
+    )
     parser.add_argument(
         "--held-repeats",
         type=int,

@@ -551,15 +551,30 @@ class HeldNullProblem:
         products, totals, mean = products
         n_rows = test_rows.shape[0]
         shift, squares = np.empty(n_rows), np.empty(n_rows)
-        moments = (mean, fold.test_weight, shift, squares)
+        own = None
+        if fold.closed:
+            # The test rows' weighted sums are all rows' less the training
+            # ones (the products' last column): no pass over the rows.
+            with np.errstate(divide="ignore", invalid="ignore"):
+                own = (totals[:, -1] - products[:, -1]) / fold.test_weight
+        moments = (mean, fold.test_weight, shift, squares, own)
         fold_sse = [None] * len(models)
-        later = []
+        later = [
+            m for m, model in enumerate(models) if fold.closed and model.from_moments
+        ]
+        # The last model through the test rows may overwrite them.
+        last = max(set(range(len(models))) - set(later), default=None)
         for m, model in enumerate(models):
-            if fold.closed and model.from_moments:
-                later.append(m)
+            if m in later:
                 continue
             fold_sse[m] = model.squared_errors(
-                products, test_rows, n_repeats, fold.root_weight, buffers, moments
+                products,
+                test_rows,
+                n_repeats,
+                fold.root_weight,
+                buffers,
+                moments,
+                in_place=m == last,
             )
             moments = None
         if later:
@@ -568,7 +583,9 @@ class HeldNullProblem:
                 size = _block_rows(2 * max(test_rows.shape[1], 1))
                 for lo in range(0, n_rows, size):
                     block = slice(lo, min(lo + size, n_rows))
-                    _block_moments(test_rows[block], block, fold.root_weight, *moments)
+                    _block_moments(
+                        test_rows[block], block, fold.root_weight, *moments[:-1]
+                    )
             centred = squares + fold.test_weight * shift**2
             for m in later:
                 fold_sse[m] = models[m].moment_errors(

@@ -8,7 +8,14 @@ time: the block's products ``X'Wy*`` and test rows are gathered, two GEMMs
 per block (``V'(X'Wy*)`` and the test rows' predictions, from the
 candidate's decomposition, computed once per fold by :func:`held_fold`)
 subtract the training means and predictions in place, and the block's sums
-of squares are taken while it is in cache. The GEMMs release the GIL:
+of squares are taken while it is in cache. The last model through a fold's
+test rows of ``y*`` subtracts from them where they are when it has one
+candidate (the reduced model of one band): its targets in their own order,
+each damped by its alpha's row of a table, with no copy of its rows or
+products in candidate order. The test rows' own means, where the fold
+trains on all rows but them, come from the products (all rows' weighted
+sums less the training ones), and the rows are centred on them in place
+for their sum of squares. The GEMMs release the GIL:
 parts of the targets run side by side on threads
 (:func:`~skbatch._ridge.freedman_lane_held.held_parts`).
 
@@ -191,7 +198,14 @@ class HeldModel:
         ]
 
     def squared_errors(
-        self, products, test_rows, n_repeats, root_weight, buffers, moments=None
+        self,
+        products,
+        test_rows,
+        n_repeats,
+        root_weight,
+        buffers,
+        moments=None,
+        in_place=False,
     ):
         """Each target's held-out sum of (weighted) squared errors.
 
@@ -214,12 +228,20 @@ class HeldModel:
         root_weight : ndarray of shape (n_test,) or None
         buffers : dict
             Scratch arrays, reused from call to call.
-        moments : (ndarray, float, ndarray, ndarray) or None
-            ``(mean, total, shift, squares)``: from each block's test rows,
-            before the predictions are subtracted, their weighted mean less
-            the training ``mean`` (the test rows' weight ``total``) into
-            ``shift`` and their centred sum of squares into ``squares``
-            (both of shape (n_targets * n_repeats,)).
+        moments : tuple or None
+            ``(mean, total, shift, squares, own)``: from each block's test
+            rows, before the predictions are subtracted, their weighted mean
+            less the training ``mean`` (the test rows' weight ``total``)
+            into ``shift`` and their centred sum of squares into
+            ``squares`` (all of shape (n_targets * n_repeats,)); ``own``:
+            the test rows' weighted means where known (None: taken from the
+            rows).
+        in_place : bool, default=False
+            Whether ``test_rows`` may be overwritten. A model of one
+            candidate then takes the rows in their own order, each damped
+            by its alpha's row of a table, and subtracts its predictions
+            from them where they are: no copy of them, nor of the products,
+            in candidate order.
 
         Returns
         -------
@@ -227,10 +249,29 @@ class HeldModel:
         """
         n_rows, n_test = test_rows.shape
         n_features = products.shape[1] - 1
-        rows = self._sorted_rows(n_repeats)
         out = np.empty(n_rows)
         rank = max((len(s) for s in self.s), default=0)
         size = _block_rows(n_features + rank + n_test + 2)
+        if in_place and len(self._taken) == 1:
+            # Blocks of whole targets: each target's damping applies to its
+            # rows by broadcasting.
+            size = max(1, size // n_repeats) * n_repeats
+            codes = np.searchsorted(self._alphas, self.alpha)
+            for lo in range(0, n_rows, size):
+                block = slice(lo, min(lo + size, n_rows))
+                coords = self.coordinates(
+                    0,
+                    products[block],
+                    _scratch(buffers, "coords", (block.stop - lo, rank + 1)),
+                )
+                damping = self._table[codes[lo // n_repeats : block.stop // n_repeats]]
+                per_target = coords.reshape(len(damping), n_repeats, -1)
+                per_target *= damping[:, None]
+                self._subtract(
+                    test_rows[block], coords, 0, block, root_weight, moments, out
+                )
+            return out
+        rows = self._sorted_rows(n_repeats)
         # The largest block first: a buffer that grew block by block would be
         # held twice while it grows.
         _scratch(buffers, "block", (min(size, n_rows), n_features + 1))
@@ -267,14 +308,34 @@ class HeldModel:
                     np.matmul(kept, solve[:-1], out=coords)
                     coords += products[block_rows, n_features:] * solve[-1]
                 _damp(coords, runs, lo, hi)
-                # A copy of the block's test rows, from which the GEMM
-                # subtracts the means and predictions in place (BLAS's beta
-                # = 1, the GIL released: gemm_update).
+                # A copy of the block's test rows.
                 errors = test_rows[block_rows]
-                if moments is not None:
-                    _block_moments(errors, block_rows, root_weight, *moments)
-                gemm_update(errors, coords, self._test_basis[c].T)
-                out[block_rows] = _sum_of_squares(errors, root_weight)
+                self._subtract(errors, coords, c, block_rows, root_weight, moments, out)
+        return out
+
+    def _subtract(self, errors, coords, c, rows, root_weight, moments, out):
+        """Take the moments of a block's test rows ``errors`` (rows
+        ``rows``), subtract from them the means and predictions of candidate
+        c's damped ``coords`` in place (BLAS's beta = 1, the GIL released:
+        gemm_update), and their sums of squares into ``out[rows]``."""
+        if moments is not None and _block_moments(errors, rows, root_weight, *moments):
+            # The rows less their own mean: the GEMM subtracts the training
+            # mean less it.
+            coords[:, -1] -= moments[-1][rows]
+        gemm_update(errors, coords, self._test_basis[c].T)
+        out[rows] = _sum_of_squares(errors, root_weight)
+
+    def coordinates(self, c, products, out):
+        """Candidate c's coordinates ``V'(X'Wy*)`` (the fold's centring
+        in) and training means of rows of ``products`` (every column, the
+        weighted sums last), undamped, into ``out``."""
+        taken, solve = self._taken[c], self._solve[c]
+        n_features = products.shape[1] - 1
+        if isinstance(taken, slice) and taken.stop == n_features:
+            # The kept columns run to the sums: one GEMM centres too.
+            return np.matmul(products[:, taken.start :], solve, out=out)
+        np.matmul(products[:, taken], solve[:-1], out=out)
+        out += products[:, n_features:] * solve[-1]
         return out
 
     def moment_errors(self, products, totals, n_repeats, centred):
@@ -371,12 +432,25 @@ def _kept_rows(A, rows, taken, n_features):
     return out
 
 
-def _block_moments(rows, index, root_weight, mean, total, shift, squares):
+def _block_moments(rows, index, root_weight, mean, total, shift, squares, own=None):
     """``shift[index]``: the weighted mean of ``rows`` less ``mean[index]``;
-    ``squares[index]``: the sum of squares of ``rows`` less their mean."""
-    own = _weighted_mean(rows, root_weight, total)
+    ``squares[index]``: the sum of squares of ``rows`` less their mean.
+
+    With their means ``own[index]`` known, ``rows`` are centred in place (no
+    pass to take the means, no copy to centre): returns True then."""
+    if own is None:
+        own = _weighted_mean(rows, root_weight, total)
+        shift[index] = own - mean[index]
+        squares[index] = _sum_of_squares(rows - own[:, None], root_weight)
+        return False
+    own = own[index]
     shift[index] = own - mean[index]
-    squares[index] = _sum_of_squares(rows - own[:, None], root_weight)
+    rows -= own[:, None]
+    if root_weight is None:
+        squares[index] = np.einsum("ij,ij->i", rows, rows)
+    else:
+        squares[index] = np.einsum("ij,ij,j->i", rows, rows, root_weight**2)
+    return True
 
 
 def _weighted_mean(A, root_weight, total):
