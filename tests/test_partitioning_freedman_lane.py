@@ -1002,3 +1002,60 @@ def test_small_models_score_from_products_wide_ones_from_test_rows():
         for columns in (np.arange(4), np.arange(40))
     )
     assert small.from_moments and not wide.from_moments
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("n_repeats", [1, 3])
+def test_one_candidate_in_place_equals_the_copy_in_candidate_order(
+    weighted, n_repeats, monkeypatch
+):
+    # The last model through a fold's test rows, of one candidate, takes
+    # them in their own order and overwrites them; the test rows' means,
+    # given (from the products), centre them in place. Both give the squared
+    # errors and moments of the copies in candidate order with the means
+    # taken from the rows, blocks ending inside a target's rows or not.
+    monkeypatch.setattr(held_model, "BLOCK_BYTES", 8 * 7 * 40)
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((90, 6))
+    train, test = np.arange(60), np.arange(60, 90)
+    weights = rng.uniform(0.5, 2.0, 90) if weighted else None
+    n_targets = 11
+    alphas = rng.choice([0.1, 1.0, 10.0], n_targets)
+    model = freedman_lane_held.held_fold(
+        X,
+        train,
+        test,
+        weights,
+        np.arange(6),
+        [np.arange(6)],
+        (np.ones((n_targets, 1)), alphas),
+        fit_intercept=True,
+    )
+    assert len(model.columns) == 1
+    n_rows = n_targets * n_repeats
+    products = rng.standard_normal((n_rows, 7))
+    test_rows = rng.standard_normal((n_rows, 30)) + 5.0
+    root = None if weights is None else np.sqrt(weights[test])
+    w = np.ones(30) if root is None else root**2
+    own = test_rows @ w / w.sum()
+    mean = rng.standard_normal(n_rows)
+    results = []
+    for in_place, means in ((False, None), (True, own), (True, None), (False, own)):
+        shift, squares = np.empty(n_rows), np.empty(n_rows)
+        rows = test_rows.copy()
+        errors = model.squared_errors(
+            products,
+            rows,
+            n_repeats,
+            root,
+            {},
+            (mean, w.sum(), shift, squares, means),
+            in_place=in_place,
+        )
+        # Only the route in place writes over the rows it is given.
+        assert np.array_equal(rows, test_rows) != in_place
+        results.append((errors, shift, squares))
+    for result in results[1:]:
+        for got, expected in zip(result, results[0]):
+            assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+    assert_allclose(results[0][1], own - mean, rtol=1e-12, atol=1e-12)
