@@ -286,9 +286,9 @@ class HeldModel:
                 block_rows = rows[lo:hi]
                 coords = _scratch(buffers, "coords", (hi - lo, solve.shape[1]))
                 if whole:
-                    # The kept columns run to the sums: one GEMM centres too.
-                    # mode="clip": np.take buffers its out= under the default
-                    # "raise".
+                    # The block's rows whole (the kept columns run to the
+                    # sums). mode="clip": np.take buffers its out= under the
+                    # default "raise".
                     block = np.take(
                         products,
                         block_rows,
@@ -296,7 +296,7 @@ class HeldModel:
                         out=_scratch(buffers, "block", (hi - lo, n_features + 1)),
                         mode="clip",
                     )
-                    np.matmul(block[:, taken.start :], solve, out=coords)
+                    self.coordinates(c, block, coords)
                 else:
                     # Only the kept columns and the sums are gathered (a
                     # reduced model of a few columns reads few of them).
