@@ -41,10 +41,12 @@ __all__ = ["BLOCK_BYTES", "HeldModel", "held_fold"]
 # Bytes of the blocks of rows that a fold's squared errors and moments go
 # through: a block's products, coordinates and test rows are gathered,
 # multiplied and summed while in cache, instead of each step being a pass
-# over every row in memory. Blocks of hundreds of rows keep the GEMMs
-# efficient: on the benchmark's host (benchmarks/RESULTS.md) 4 MiB blocks
-# ran about 5% faster than 1 MiB ones (which fit its 2 MiB L2 cache).
-BLOCK_BYTES = 4 << 20
+# over every row in memory. The coordinates' GEMM writes the block's rows
+# as columns (HeldModel.coordinates), and runs faster the more rows a
+# block holds: on the benchmark's host (benchmarks/bench_gemm_shapes.py)
+# 93 GFLOP/s at 2,048 rows of 331 columns against 86 at 544 (4 MiB), the
+# reference GEMM at 96.
+BLOCK_BYTES = 16 << 20
 
 
 class HeldModel:
@@ -262,11 +264,11 @@ class HeldModel:
                 coords = self.coordinates(
                     0,
                     products[block],
-                    _scratch(buffers, "coords", (block.stop - lo, rank + 1)),
+                    _scratch(buffers, "coords", (rank + 1, block.stop - lo)),
                 )
                 damping = self._table[codes[lo // n_repeats : block.stop // n_repeats]]
-                per_target = coords.reshape(len(damping), n_repeats, -1)
-                per_target *= damping[:, None]
+                per_target = coords.reshape(-1, len(damping), n_repeats)
+                per_target *= damping.T[:, :, None]
                 self._subtract(
                     test_rows[block], coords, 0, block, root_weight, moments, out
                 )
@@ -275,7 +277,7 @@ class HeldModel:
         # The largest block first: a buffer that grew block by block would be
         # held twice while it grows.
         _scratch(buffers, "block", (min(size, n_rows), n_features + 1))
-        _scratch(buffers, "coords", (min(size, n_rows), rank + 1))
+        _scratch(buffers, "coords", (rank + 1, min(size, n_rows)))
         for c, taken in enumerate(self._taken):
             start, stop = self.bounds[c] * n_repeats, self.bounds[c + 1] * n_repeats
             solve = self._solve[c]
@@ -284,7 +286,7 @@ class HeldModel:
             for lo in range(start, stop, size):
                 hi = min(lo + size, stop)
                 block_rows = rows[lo:hi]
-                coords = _scratch(buffers, "coords", (hi - lo, solve.shape[1]))
+                coords = _scratch(buffers, "coords", (solve.shape[1], hi - lo))
                 if whole:
                     # The block's rows whole (the kept columns run to the
                     # sums). mode="clip": np.take buffers its out= under the
@@ -305,9 +307,9 @@ class HeldModel:
                         if isinstance(taken, slice)
                         else products[np.ix_(block_rows, taken)]
                     )
-                    np.matmul(kept, solve[:-1], out=coords)
-                    coords += products[block_rows, n_features:] * solve[-1]
-                _damp(coords, runs, lo, hi)
+                    np.matmul(solve[:-1].T, kept.T, out=coords)
+                    coords += solve[-1][:, None] * products[block_rows, n_features]
+                _damp(coords.T, runs, lo, hi)
                 # A copy of the block's test rows.
                 errors = test_rows[block_rows]
                 self._subtract(errors, coords, c, block_rows, root_weight, moments, out)
@@ -321,21 +323,27 @@ class HeldModel:
         if moments is not None and _block_moments(errors, rows, root_weight, *moments):
             # The rows less their own mean: the GEMM subtracts the training
             # mean less it.
-            coords[:, -1] -= moments[-1][rows]
-        gemm_update(errors, coords, self._test_basis[c].T)
+            coords[-1] -= moments[-1][rows]
+        gemm_update(errors, coords.T, self._test_basis[c].T)
         out[rows] = _sum_of_squares(errors, root_weight)
 
     def coordinates(self, c, products, out):
         """Candidate c's coordinates ``V'(X'Wy*)`` (the fold's centring
         in) and training means of rows of ``products`` (every column, the
-        weighted sums last), undamped, into ``out``."""
+        weighted sums last), undamped, into ``out`` of shape (rank + 1,
+        n_rows): a row's coordinates are a column.
+
+        The GEMM so writes rows as long as the block, not rank + 1 wide:
+        with its output's rows a few hundred long, BLAS ran 11% slower on
+        the benchmark's host at 2,048 rows (83 against 93 GFLOP/s,
+        ``benchmarks/bench_gemm_shapes.py``)."""
         taken, solve = self._taken[c], self._solve[c]
         n_features = products.shape[1] - 1
         if isinstance(taken, slice) and taken.stop == n_features:
             # The kept columns run to the sums: one GEMM centres too.
-            return np.matmul(products[:, taken.start :], solve, out=out)
-        np.matmul(products[:, taken], solve[:-1], out=out)
-        out += products[:, n_features:] * solve[-1]
+            return np.matmul(solve.T, products[:, taken.start :].T, out=out)
+        np.matmul(solve[:-1].T, products[:, taken].T, out=out)
+        out += solve[-1][:, None] * products[:, n_features]
         return out
 
     def moment_errors(self, products, totals, n_repeats, centred):
