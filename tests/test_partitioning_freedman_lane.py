@@ -213,7 +213,13 @@ def _check_against(result, observed, null, band, n_items, exact=False):
     assert_allclose(result.pvalue_fwer[band], fwer, rtol=0, atol=1e-12)
 
 
-HELD_ROUTES = ["held", "held from products", "held, small from products"]
+HELD_ROUTES = [
+    "held",
+    "held from products",
+    "held, small from products",
+    "held by hat matrices",
+    "held, hat matrices for long runs",
+]
 
 
 def _route(monkeypatch, hyperparameters):
@@ -221,15 +227,32 @@ def _route(monkeypatch, hyperparameters):
     products"`` every model from products wherever a fold trains on all rows
     but its test rows (HeldModel.moment_errors); ``"held, small from
     products"`` only the models of 3 columns or fewer (a reduced model of one
-    small band, as at the benchmark's shape). Returns the treatment's
-    name."""
+    small band, as at the benchmark's shape); ``"held by hat matrices"``
+    every run of one candidate and alpha through its hat matrix
+    (HeldModel._hat), and ``"held, hat matrices for long runs"`` only the
+    runs of more than 6 rows, the others through coordinates (their own
+    and the in-place route where no run of a model takes one). Returns the
+    treatment's name."""
     if hyperparameters.startswith("held"):
         routes = {
             "held": lambda rank, kept, n_test: False,
             "held from products": lambda rank, kept, n_test: True,
             "held, small from products": lambda rank, kept, n_test: kept <= 3,
         }
-        monkeypatch.setattr(held_model, "_from_moments", routes[hyperparameters])
+        hats = {
+            "held by hat matrices": lambda n_rows, kept, rank, n_test: True,
+            "held, hat matrices for long runs": (
+                lambda n_rows, kept, rank, n_test: n_rows > 6
+            ),
+        }
+        monkeypatch.setattr(
+            held_model, "_from_moments", routes.get(hyperparameters, routes["held"])
+        )
+        monkeypatch.setattr(
+            held_model,
+            "_by_hat",
+            hats.get(hyperparameters, lambda n_rows, kept, rank, n_test: False),
+        )
         return "held"
     return hyperparameters
 
@@ -1059,3 +1082,75 @@ def test_one_candidate_in_place_equals_the_copy_in_candidate_order(
         for got, expected in zip(result, results[0]):
             assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
     assert_allclose(results[0][1], own - mean, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("block_bytes", [8 * 30 * 60, None])
+def test_hat_matrices_equal_coordinates_and_predictions(
+    weighted, block_bytes, monkeypatch
+):
+    # Long runs of one candidate and alpha go through their hat matrix (one
+    # GEMM of the products, made once per call), short ones through
+    # coordinates: both give the squared errors and moments of coordinates
+    # and predictions alone, with the test rows' means given (centred in
+    # place, then added back) or taken from the rows, and blocks ending
+    # inside a run or not.
+    if block_bytes is not None:
+        monkeypatch.setattr(held_model, "BLOCK_BYTES", block_bytes)
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((90, 6))
+    train, test = np.arange(60), np.arange(60, 90)
+    weights = rng.uniform(0.5, 2.0, 90) if weighted else None
+    n_targets, n_repeats = 40, 3
+    # Most targets at one candidate and alpha (runs of 60 rows or more),
+    # a few elsewhere (runs of 3 to 9 rows).
+    candidates = np.array([[1.0, 0.5], [0.2, 1.0]])
+    chosen = np.where(rng.random(n_targets) < 0.85, 0, 1)
+    alphas = np.where(
+        rng.random(n_targets) < 0.8, 1.0, rng.choice([0.1, 10.0], n_targets)
+    )
+    model = freedman_lane_held.held_fold(
+        X,
+        train,
+        test,
+        weights,
+        np.arange(6),
+        [np.arange(3), np.arange(3, 6)],
+        (candidates[chosen], alphas),
+        fit_intercept=True,
+    )
+    n_rows = n_targets * n_repeats
+    products = rng.standard_normal((n_rows, 7))
+    test_rows = rng.standard_normal((n_rows, 30)) + 5.0
+    root = None if weights is None else np.sqrt(weights[test])
+    w = np.ones(30) if root is None else root**2
+    own = test_rows @ w / w.sum()
+    mean = rng.standard_normal(n_rows)
+    by_hat = held_model._by_hat
+    results, hats = {}, []
+    for route in ("hat for long runs", "coordinates"):
+        monkeypatch.setattr(
+            held_model,
+            "_by_hat",
+            (lambda *shape: hats.append(shape) or by_hat(*shape))
+            if route.startswith("hat")
+            else (lambda *shape: False),
+        )
+        for means in (None, own):
+            shift, squares = np.empty(n_rows), np.empty(n_rows)
+            errors = model.squared_errors(
+                products,
+                test_rows.copy(),
+                n_repeats,
+                root,
+                {},
+                (mean, w.sum(), shift, squares, means),
+            )
+            results[route, means is None] = (errors, shift, squares)
+    # The default rule sent the long runs, and only them, to hat matrices.
+    taken = [shape[0] for shape in hats if by_hat(*shape)]
+    assert taken and min(taken) >= 60 > max(s[0] for s in hats if not by_hat(*s))
+    for key, result in results.items():
+        for got, expected in zip(result, results["coordinates", True]):
+            assert_allclose(got, expected, rtol=1e-12, atol=1e-12, err_msg=str(key))
+    assert_allclose(results["coordinates", True][1], own - mean, rtol=1e-12, atol=1e-12)

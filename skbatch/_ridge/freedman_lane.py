@@ -324,7 +324,7 @@ def item_bytes(
     --------
     >>> from skbatch._ridge.freedman_lane import item_bytes
     >>> item_bytes(100, 10, 20, 1, "held")
-    11360.0
+    14880.0
     """
     if hyperparameters == "held":
         return held_item_bytes(

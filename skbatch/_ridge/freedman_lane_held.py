@@ -76,8 +76,10 @@ __all__ = [
 # targets, X's rows moved as the residuals are (HeldNullProblem.totals); and
 # the blocks of rows of HeldModel.squared_errors (a block's products,
 # coordinates, two copies of its test rows and their deviations for the
-# moments: at most 3 BLOCK_BYTES, fewer with fewer rows). A call split side
-# by side (held_parts) holds the last two once per part.
+# moments: at most 3 BLOCK_BYTES, fewer with fewer rows) and a hat matrix
+# with its damped test basis (HeldModel._hat: at most 2 BLOCK_BYTES, p + 1
+# by the test rows each). A call split side by side (held_parts) holds the
+# last three once per part.
 # tracemalloc's peak was 0.60-0.79 of this charge (160 rows, 300 targets, 1-8
 # resamples a call; tests/test_partitioning_freedman_lane.py holds it
 # between 0.5 and 1).
@@ -666,19 +668,22 @@ def held_item_bytes(n_samples, n_features, n_test, n_targets, n_read=None, n_par
     :data:`HELD_PRODUCT_COPIES` of its products with X,
     :data:`HELD_ROW_NUMBERS` numbers per target; and in each of the
     ``n_parts`` parts of a call (:func:`held_parts`), X's rows moved as its
-    residuals are and the blocks of rows its squared errors and moments go
+    residuals are, the blocks of rows its squared errors and moments go
     through (3 :data:`BLOCK_BYTES` at most, of rows of the products,
-    coordinates and the largest test fold).
+    coordinates and the largest test fold) and a hat matrix with its damped
+    test basis (``n_features + 1`` by ``n_test`` each, :data:`BLOCK_BYTES`
+    at most).
 
     Examples
     --------
     >>> from skbatch._ridge.freedman_lane_held import held_item_bytes
     >>> held_item_bytes(100, 10, 20, 1)
-    11360.0
+    14880.0
     """
     n_read = n_samples if n_read is None else n_read
     width = n_features + 1
     blocks = min(3 * BLOCK_BYTES, 8.0 * n_targets / n_parts * (2 * width + 3 * n_test))
+    blocks += 2 * min(BLOCK_BYTES, 8.0 * width * n_test)
     return 8.0 * n_targets * (
         HELD_TARGET_COPIES * n_read + HELD_PRODUCT_COPIES * width + HELD_ROW_NUMBERS
     ) + n_parts * (8.0 * n_samples * width + blocks)

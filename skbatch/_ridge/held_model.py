@@ -8,7 +8,12 @@ time: the block's products ``X'Wy*`` and test rows are gathered, two GEMMs
 per block (``V'(X'Wy*)`` and the test rows' predictions, from the
 candidate's decomposition, computed once per fold by :func:`held_fold`)
 subtract the training means and predictions in place, and the block's sums
-of squares are taken while it is in cache. The last model through a fold's
+of squares are taken while it is in cache. The targets of one candidate
+and alpha whose rows are many go through one GEMM instead: their products
+times the hat matrix ``V D B'`` (the candidate's map to coordinates, the
+alpha's damping, the test basis), made once per call, which takes fewer
+flops than coordinates and predictions when the model keeps about as many
+columns as it has test rows or more. The last model through a fold's
 test rows of ``y*`` subtracts from them where they are when it has one
 candidate (the reduced model of one band): its targets in their own order,
 each damped by its alpha's row of a table, with no copy of its rows or
@@ -216,7 +221,9 @@ class HeldModel:
         errors): each block's test rows are gathered, their training means
         and predictions subtracted by BLAS in place and their sums of
         squares taken while the block is in cache; no array of all rows in
-        candidate order is made.
+        candidate order is made. A run of one candidate and alpha goes
+        through its hat matrix (one GEMM of the block's products, no
+        coordinates) where that takes fewer flops (:func:`_by_hat`).
 
         Parameters
         ----------
@@ -240,10 +247,11 @@ class HeldModel:
             rows).
         in_place : bool, default=False
             Whether ``test_rows`` may be overwritten. A model of one
-            candidate then takes the rows in their own order, each damped
-            by its alpha's row of a table, and subtracts its predictions
-            from them where they are: no copy of them, nor of the products,
-            in candidate order.
+            candidate none of whose alphas goes through its hat matrix then
+            takes the rows in their own order, each damped by its alpha's
+            row of a table, and subtracts its predictions from them where
+            they are: no copy of them, nor of the products, in candidate
+            order.
 
         Returns
         -------
@@ -254,7 +262,14 @@ class HeldModel:
         out = np.empty(n_rows)
         rank = max((len(s) for s in self.s), default=0)
         size = _block_rows(n_features + rank + n_test + 2)
-        if in_place and len(self._taken) == 1:
+        if (
+            in_place
+            and len(self._taken) == 1
+            and not any(
+                _by_hat(b - a, *self._solve[0].shape, n_test)
+                for a, b, _ in self._runs(0, n_repeats, 0)
+            )
+        ):
             # Blocks of whole targets: each target's damping applies to its
             # rows by broadcasting.
             size = max(1, size // n_repeats) * n_repeats
@@ -279,41 +294,89 @@ class HeldModel:
         _scratch(buffers, "block", (min(size, n_rows), n_features + 1))
         _scratch(buffers, "coords", (rank + 1, min(size, n_rows)))
         for c, taken in enumerate(self._taken):
-            start, stop = self.bounds[c] * n_repeats, self.bounds[c + 1] * n_repeats
+            start = self.bounds[c] * n_repeats
             solve = self._solve[c]
             whole = isinstance(taken, slice) and taken.stop == n_features
             runs = self._runs(c, n_repeats, start)
-            for lo in range(start, stop, size):
-                hi = min(lo + size, stop)
-                block_rows = rows[lo:hi]
-                coords = _scratch(buffers, "coords", (solve.shape[1], hi - lo))
-                if whole:
-                    # The block's rows whole (the kept columns run to the
-                    # sums). mode="clip": np.take buffers its out= under the
-                    # default "raise".
-                    block = np.take(
-                        products,
-                        block_rows,
-                        axis=0,
-                        out=_scratch(buffers, "block", (hi - lo, n_features + 1)),
-                        mode="clip",
+            for first, last, hat in self._stretches(c, runs, n_test, buffers):
+                for lo in range(first, last, size):
+                    hi = min(lo + size, last)
+                    block_rows = rows[lo:hi]
+                    if whole:
+                        # The block's rows whole (the kept columns run to the
+                        # sums). mode="clip": np.take buffers its out= under
+                        # the default "raise".
+                        kept = np.take(
+                            products,
+                            block_rows,
+                            axis=0,
+                            out=_scratch(buffers, "block", (hi - lo, n_features + 1)),
+                            mode="clip",
+                        )[:, taken.start :]
+                    else:
+                        # Only the kept columns and the sums are gathered (a
+                        # reduced model of a few columns reads few of them).
+                        kept = _kept_rows(products, block_rows, taken, n_features)
+                    # A copy of the block's test rows.
+                    errors = test_rows[block_rows]
+                    if hat is not None:
+                        self._subtract_hat(
+                            errors, kept, hat, block_rows, root_weight, moments, out
+                        )
+                        continue
+                    coords = _scratch(buffers, "coords", (solve.shape[1], hi - lo))
+                    np.matmul(solve.T, kept.T, out=coords)
+                    _damp(coords, runs, lo, hi, columns=True)
+                    self._subtract(
+                        errors, coords, c, block_rows, root_weight, moments, out
                     )
-                    self.coordinates(c, block, coords)
-                else:
-                    # Only the kept columns and the sums are gathered (a
-                    # reduced model of a few columns reads few of them).
-                    kept = (
-                        products[block_rows, taken]
-                        if isinstance(taken, slice)
-                        else products[np.ix_(block_rows, taken)]
-                    )
-                    np.matmul(solve[:-1].T, kept.T, out=coords)
-                    coords += solve[-1][:, None] * products[block_rows, n_features]
-                _damp(coords.T, runs, lo, hi)
-                # A copy of the block's test rows.
-                errors = test_rows[block_rows]
-                self._subtract(errors, coords, c, block_rows, root_weight, moments, out)
         return out
+
+    def _stretches(self, c, runs, n_test, buffers):
+        """Candidate c's rows in candidate order as ``(first, stop, hat)``:
+        an alpha run whose predictions take fewer flops through its hat
+        matrix (:func:`_by_hat`) alone, with that matrix (:meth:`_hat`);
+        the runs between them together, with None (coordinates, damped,
+        then predictions)."""
+        kept, rank = self._solve[c].shape
+        stretch = None
+        for a, b, damping in runs:
+            if not _by_hat(b - a, kept, rank, n_test):
+                stretch = (a if stretch is None else stretch[0], b)
+                continue
+            if stretch is not None:
+                yield (*stretch, None)
+                stretch = None
+            yield a, b, self._hat(c, damping, buffers)
+        if stretch is not None:
+            yield (*stretch, None)
+
+    def _hat(self, c, damping, buffers):
+        """Candidate c's hat matrix at one alpha's ``damping``: ``S D B'``
+        ((kept + 1) x n_test; S the candidate's map from a row's products to
+        its coordinates and training mean, D the damping, B the test basis
+        with its column of ones), which takes a row's products (its kept
+        columns, its weighted sum last) to its test rows' predictions, the
+        training mean in."""
+        solve, basis = self._solve[c], self._test_basis[c].T
+        scaled = _scratch(buffers, "damped basis", basis.shape)
+        np.multiply(basis, damping[:, None], out=scaled)
+        out = _scratch(buffers, "hat", (solve.shape[0], basis.shape[1]))
+        return np.matmul(solve, scaled, out=out)
+
+    def _subtract_hat(self, errors, kept, hat, rows, root_weight, moments, out):
+        """:meth:`_subtract` by a hat matrix: the predictions of the block's
+        products ``kept`` (its kept columns, the weighted sums last) in one
+        GEMM."""
+        centred = moments is not None and _block_moments(
+            errors, rows, root_weight, *moments
+        )
+        gemm_update(errors, kept, hat)
+        if centred:
+            # The rows were centred on their own means: the errors are
+            # those rows less the predictions, plus the means.
+            errors += moments[-1][rows][:, None]
+        out[rows] = _sum_of_squares(errors, root_weight)
 
     def _subtract(self, errors, coords, c, rows, root_weight, moments, out):
         """Take the moments of a block's test rows ``errors`` (rows
@@ -415,12 +478,30 @@ def _from_moments(rank, kept, n_test):
     return rank * (kept + rank + 1) <= n_test * (rank + 1)
 
 
-def _damp(coords, runs, lo, hi):
+def _by_hat(n_rows, kept, rank, n_test):
+    """Whether ``n_rows`` rows of one candidate and alpha (``kept`` rows and
+    ``rank`` columns of its map to coordinates, the means' included) take
+    fewer flops to their ``n_test`` predictions through the hat matrix
+    (:meth:`HeldModel._hat`: ``kept rank n_test`` to make it, ``kept
+    n_test`` per row) than through coordinates (``rank (kept + n_test)``
+    per row), its bytes at most :data:`BLOCK_BYTES`."""
+    return 8 * kept * n_test <= BLOCK_BYTES and kept * n_test * (
+        rank + n_rows
+    ) < n_rows * rank * (kept + n_test)
+
+
+def _damp(coords, runs, lo, hi, columns=False):
     """Scale the block ``lo:hi`` of rows of ``coords`` by each alpha run's
-    damping."""
+    damping; with ``columns``, of its columns (the rows' coordinates as
+    columns: :meth:`HeldModel.coordinates`)."""
     for a, b, damping in runs:
         if a < hi and b > lo:
-            coords[max(a, lo) - lo : min(b, hi) - lo] *= damping
+            run = slice(max(a, lo) - lo, min(b, hi) - lo)
+            if columns:
+                # Row by row, each a contiguous run of columns.
+                coords[:, run] *= damping[:, None]
+            else:
+                coords[run] *= damping
 
 
 def _kept_rows(A, rows, taken, n_features):

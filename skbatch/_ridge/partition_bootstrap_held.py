@@ -286,7 +286,7 @@ def held_bootstrap_bytes(shape, n_targets, splits, groups, n_candidates):
     >>> from skbatch._ridge.partition_bootstrap_held import held_bootstrap_bytes
     >>> splits = [(np.arange(50), np.arange(50, 100))]
     >>> held_bootstrap_bytes((100, 10), 1, splits, None, 2)
-    53840.0
+    62640.0
     """
     n_samples, n_features = shape
     if groups is None:
@@ -321,7 +321,7 @@ def held_replicate_bytes(
     >>> from skbatch._ridge.partition_bootstrap_held import held_replicate_bytes
     >>> splits = [(np.arange(50), np.arange(50, 100))]
     >>> held_replicate_bytes(100, 100, 10, splits, 2, 1)
-    53840.0
+    62640.0
     """
     largest = max((len(test) for _, test in splits), default=0)
     n_test = -(-largest * n_rows // n_samples)
