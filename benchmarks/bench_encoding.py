@@ -62,13 +62,17 @@ The held null's GEMM floor, per permutation and target: the product
 n_test p: a fold's products are the total less them), and per fold, for
 the full and the reduced model at the target's candidate of r kept columns
 (r <= n_train here), ``V'(X'Wy*)`` (2 r^2) and the test rows' predictions
-(2 n_test r), or, for a model that scores from products (a reduced model of
-few columns: ``HeldModel.from_moments``), ``V'(X'Wy*)``, the test rows'
-``B'Wy*`` (2 r^2) and the Gram matrix's product (2 r^2), at the rate of
-one core (a GEMM of the script's shape, timed after the nulls, and after
-each one-thread call); printed as its share of the held null's CPU seconds on
-one thread and of its wall seconds on all threads (the floor divided by
-the threads).
+(2 n_test r); or, for the targets of a candidate and alpha that go
+through its hat matrix (``HeldModel._hat``, where that takes fewer flops),
+the test rows' predictions from the products (2 n_test r) and the hat
+matrix, made once per call (2 r^2 n_test over the call's permutations,
+once per part of the targets side by side); or, for a model that scores
+from products (a reduced model of few columns: ``HeldModel.from_moments``),
+``V'(X'Wy*)``, the test rows' ``B'Wy*`` (2 r^2) and the Gram matrix's
+product (2 r^2); at the rate of one core (a GEMM of the script's shape,
+timed after the nulls, and after each one-thread call); printed as its
+share of the held null's CPU seconds on one thread and of its wall seconds
+on all threads (the floor divided by the threads).
 
 With one size the figures are scaled in proportion to the targets (an
 upper bound: per-permutation overheads are counted as if they grew with
@@ -403,7 +407,11 @@ def null_tasks(X, Y, labels, runs, candidates, args, seed=0):
     """
     from sklearn.base import clone
 
-    from skbatch._ridge.freedman_lane_held import HeldNullProblem, held_fold
+    from skbatch._ridge.freedman_lane_held import (
+        HeldNullProblem,
+        held_fold,
+        held_parts,
+    )
     from skbatch._ridge.partition_inference import band_null_scores
 
     rng = np.random.default_rng(seed)
@@ -489,19 +497,14 @@ def null_tasks(X, Y, labels, runs, candidates, args, seed=0):
             average="rows",
         )
         rows[f"held setup, band {b}"] = time.perf_counter() - start
-        flops = 2.0 * X.shape[0] * X.shape[1] * n_targets
-        for fold, (train, _) in enumerate(splits):
-            flops += 2.0 * (X.shape[0] - len(train)) * X.shape[1] * n_targets
-            for model in (held.full[fold], held.reduced[fold]):
-                for c in model.candidate:
-                    r, kept = model.Vt[c].shape
-                    n_test = model.test_basis[c].shape[0]
-                    if model.from_moments:
-                        flops += 4.0 * r * kept + 2.0 * r * r
-                    else:
-                        flops += 2.0 * r * kept + 2.0 * n_test * r
-        rows[f"held flops, band {b}"] = flops
         ids = np.arange(args.held_permutations)
+        flops = held_flops(held, ids.size)
+        rows[f"held flops, band {b}"] = flops
+        rows[f"held flops in parts, band {b}"] = held_flops(
+            held, ids.size, held_parts(n_targets)
+        )
+        # Two processes: half the permutations a call each.
+        rows[f"held flops in halves, band {b}"] = held_flops(held, -(-ids.size // 2))
         n_train = X.shape[0] // N_RUNS * (N_RUNS - 1)
         # One call before the timed ones, on one thread and on all: its
         # scratch arrays are mapped, the fitted values' products per fold made
@@ -545,6 +548,38 @@ def null_tasks(X, Y, labels, runs, candidates, args, seed=0):
         rows[f"held 2 processes, band {b}"] = float(np.median(walls[1:]))
         rows[f"held, band {b}"] = rows[f"held all threads, band {b}"]
     return rows
+
+
+def held_flops(held, n_repeats, n_parts=1):
+    """The GEMM floor's flops (docstring) per permutation of every target of
+    the held null ``held``, in calls of ``n_repeats`` permutations, its
+    targets in ``n_parts`` parts (each makes its own hat matrices)."""
+    from skbatch._ridge.held_model import _by_hat
+
+    problems = [held] if n_parts == 1 else held._parts(n_parts)
+    n, p = held.shape[:2]
+    flops = 0.0
+    for part in problems:
+        n_targets = part.shape[2]
+        flops += 2.0 * n * p * n_targets
+        for fold, (train, _) in enumerate(held.splits):
+            flops += 2.0 * (n - len(train)) * p * n_targets
+            for model in (part.full[fold], part.reduced[fold]):
+                for c, runs in enumerate(model._damping):
+                    r, kept = model.Vt[c].shape
+                    n_test = model.test_basis[c].shape[0]
+                    for a, b, _ in runs:
+                        if model.from_moments:
+                            flops += (b - a) * (4.0 * r * kept + 2.0 * r * r)
+                        elif _by_hat(
+                            (b - a) * n_repeats, *model._solve[c].shape, n_test
+                        ):
+                            # The hat matrix, made once per call.
+                            flops += (b - a) * 2.0 * kept * n_test
+                            flops += 2.0 * kept * r * n_test / n_repeats
+                        else:
+                            flops += (b - a) * (2.0 * r * kept + 2.0 * n_test * r)
+    return flops
 
 
 def partition_nulls(args):
@@ -613,6 +648,9 @@ def partition_nulls(args):
     for b in range(len(BANDS)):
         per = [m[f"held flops, band {b}"] / t for m, t in zip(measured, sizes)]
         floor = measured[-1][f"held flops, band {b}"] / rate
+        # The parts side by side make their hat matrices each.
+        parts_floor = measured[-1][f"held flops in parts, band {b}"] / rate
+        halves_floor = measured[-1][f"held flops in halves, band {b}"] / rate
         one = measured[-1][f"held 1 thread CPU, band {b}"]
         wall = measured[-1][f"held all threads, band {b}"]
         two = measured[-1][f"held 2 processes, band {b}"]
@@ -624,9 +662,11 @@ def partition_nulls(args):
             f"({floor / one:.0%}; {paired:.0%} with the rate timed after each "
             f"call, median, {paired_rate / 1e9:.1f} GFLOP/s); {threads} threads "
             f"side by side {wall:.3g} s wall "
-            f"against {floor / threads:.3g} ({floor / threads / wall:.0%}); 2 "
-            f"processes of one thread {two:.3g} s wall against {floor / 2:.3g} "
-            f"({floor / 2 / two:.0%}); {per[-1] / N_RUNS / 1e6:.2f} MFLOP per "
+            f"against {parts_floor / threads:.3g} "
+            f"({parts_floor / threads / wall:.0%}); 2 "
+            f"processes of one thread {two:.3g} s wall against "
+            f"{halves_floor / 2:.3g} ({halves_floor / 2 / two:.0%}); "
+            f"{per[-1] / N_RUNS / 1e6:.2f} MFLOP per "
             f"permutation, target and fold"
         )
 
