@@ -1027,6 +1027,26 @@ def test_small_models_score_from_products_wide_ones_from_test_rows():
     assert small.from_moments and not wide.from_moments
 
 
+def _one_fold(rng, weighted, bands, choice, n_repeats):
+    """A HeldModel of 6 columns on one fold (60 training rows, 30 test
+    rows, weighted or not) at ``choice``, and random products and test rows
+    of its targets (far from 0), with the test rows' own weighted means and
+    a training mean per row."""
+    X = rng.standard_normal((90, 6))
+    train, test = np.arange(60), np.arange(60, 90)
+    weights = rng.uniform(0.5, 2.0, 90) if weighted else None
+    model = freedman_lane_held.held_fold(
+        X, train, test, weights, np.arange(6), bands, choice, fit_intercept=True
+    )
+    n_rows = len(choice[1]) * n_repeats
+    products = rng.standard_normal((n_rows, 7))
+    test_rows = rng.standard_normal((n_rows, 30)) + 5.0
+    root = None if weights is None else np.sqrt(weights[test])
+    w = np.ones(30) if root is None else root**2
+    own = test_rows @ w / w.sum()
+    return model, products, test_rows, root, w, own, rng.standard_normal(n_rows)
+
+
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("n_repeats", [1, 3])
 def test_one_candidate_in_place_equals_the_copy_in_candidate_order(
@@ -1039,29 +1059,13 @@ def test_one_candidate_in_place_equals_the_copy_in_candidate_order(
     # taken from the rows, blocks ending inside a target's rows or not.
     monkeypatch.setattr(held_model, "BLOCK_BYTES", 8 * 7 * 40)
     rng = np.random.default_rng(3)
-    X = rng.standard_normal((90, 6))
-    train, test = np.arange(60), np.arange(60, 90)
-    weights = rng.uniform(0.5, 2.0, 90) if weighted else None
     n_targets = 11
     alphas = rng.choice([0.1, 1.0, 10.0], n_targets)
-    model = freedman_lane_held.held_fold(
-        X,
-        train,
-        test,
-        weights,
-        np.arange(6),
-        [np.arange(6)],
-        (np.ones((n_targets, 1)), alphas),
-        fit_intercept=True,
+    model, products, test_rows, root, w, own, mean = _one_fold(
+        rng, weighted, [np.arange(6)], (np.ones((n_targets, 1)), alphas), n_repeats
     )
     assert len(model.columns) == 1
     n_rows = n_targets * n_repeats
-    products = rng.standard_normal((n_rows, 7))
-    test_rows = rng.standard_normal((n_rows, 30)) + 5.0
-    root = None if weights is None else np.sqrt(weights[test])
-    w = np.ones(30) if root is None else root**2
-    own = test_rows @ w / w.sum()
-    mean = rng.standard_normal(n_rows)
     results = []
     for in_place, means in ((False, None), (True, own), (True, None), (False, own)):
         shift, squares = np.empty(n_rows), np.empty(n_rows)
@@ -1098,34 +1102,22 @@ def test_hat_matrices_equal_coordinates_and_predictions(
     if block_bytes is not None:
         monkeypatch.setattr(held_model, "BLOCK_BYTES", block_bytes)
     rng = np.random.default_rng(4)
-    X = rng.standard_normal((90, 6))
-    train, test = np.arange(60), np.arange(60, 90)
-    weights = rng.uniform(0.5, 2.0, 90) if weighted else None
     n_targets, n_repeats = 40, 3
-    # Most targets at one candidate and alpha (runs of 60 rows or more),
-    # a few elsewhere (runs of 3 to 9 rows).
+    # Most targets at one candidate and alpha (a run of 66 rows), the others
+    # in runs of 3 to 24 rows.
     candidates = np.array([[1.0, 0.5], [0.2, 1.0]])
     chosen = np.where(rng.random(n_targets) < 0.85, 0, 1)
     alphas = np.where(
         rng.random(n_targets) < 0.8, 1.0, rng.choice([0.1, 10.0], n_targets)
     )
-    model = freedman_lane_held.held_fold(
-        X,
-        train,
-        test,
-        weights,
-        np.arange(6),
+    model, products, test_rows, root, w, own, mean = _one_fold(
+        rng,
+        weighted,
         [np.arange(3), np.arange(3, 6)],
         (candidates[chosen], alphas),
-        fit_intercept=True,
+        n_repeats,
     )
     n_rows = n_targets * n_repeats
-    products = rng.standard_normal((n_rows, 7))
-    test_rows = rng.standard_normal((n_rows, 30)) + 5.0
-    root = None if weights is None else np.sqrt(weights[test])
-    w = np.ones(30) if root is None else root**2
-    own = test_rows @ w / w.sum()
-    mean = rng.standard_normal(n_rows)
     by_hat = held_model._by_hat
     results, hats = {}, []
     for route in ("hat for long runs", "coordinates"):

@@ -10,7 +10,7 @@ candidate's decomposition, computed once per fold by :func:`held_fold`)
 subtract the training means and predictions in place, and the block's sums
 of squares are taken while it is in cache. The targets of one candidate
 and alpha whose rows are many go through one GEMM instead: their products
-times the hat matrix ``V D B'`` (the candidate's map to coordinates, the
+times the hat matrix ``S D B'`` (the candidate's map to coordinates, the
 alpha's damping, the test basis), made once per call, which takes fewer
 flops than coordinates and predictions when the model keeps about as many
 columns as it has test rows or more. The last model through a fold's
@@ -48,9 +48,9 @@ __all__ = ["BLOCK_BYTES", "HeldModel", "held_fold"]
 # multiplied and summed while in cache, instead of each step being a pass
 # over every row in memory. The coordinates' GEMM writes the block's rows
 # as columns (HeldModel.coordinates), and runs faster the more rows a
-# block holds: on the benchmark's host (benchmarks/bench_gemm_shapes.py)
-# 93 GFLOP/s at 2,048 rows of 331 columns against 86 at 544 (4 MiB), the
-# reference GEMM at 96.
+# block holds: on the benchmark's host (benchmarks/bench_gemm_shapes.py,
+# benchmarks/RESULTS.md) 84 GFLOP/s at 2,048 rows of 331 columns against
+# 76 at 544 (4 MiB), the reference GEMM at 83.5.
 BLOCK_BYTES = 16 << 20
 
 
@@ -397,8 +397,8 @@ class HeldModel:
         n_rows): a row's coordinates are a column.
 
         The GEMM so writes rows as long as the block, not rank + 1 wide:
-        with its output's rows a few hundred long, BLAS ran 11% slower on
-        the benchmark's host at 2,048 rows (83 against 93 GFLOP/s,
+        with its output's rows a few hundred long, BLAS ran 10% slower on
+        the benchmark's host at 2,048 rows (75 against 84 GFLOP/s,
         ``benchmarks/bench_gemm_shapes.py``)."""
         taken, solve = self._taken[c], self._solve[c]
         n_features = products.shape[1] - 1
